@@ -7,14 +7,16 @@ Exit codes: 0 ok, 1 failure (verify mismatch), 2 bad input (one line on stderr).
 from __future__ import annotations
 
 import json
-import os
 import sys
 import traceback
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from ledger.errors import SeedLedgerError
+
+DEFAULT_LEDGER = "seedledger.db"  # typer reads $SEEDLEDGER_DB first
 
 app = typer.Typer(
     add_completion=False,
@@ -52,6 +54,204 @@ def not_built(name: str) -> None:
     raise SeedLedgerError(f"`seedledger {name}` is not built yet")
 
 
+
+Sets = Annotated[
+    list[str] | None, typer.Option("--set", help="Override a config key: key=value (dots for nesting).")
+]
+Gens = Annotated[int | None, typer.Option("--generations", "-n", help="Generations to train.")]
+
+
+def open_ledger(url: str, upgrade: bool = True):
+    from ledger import Ledger
+
+    return Ledger.open(url or DEFAULT_LEDGER, upgrade=upgrade)
+
+
+def _session_payload(result) -> dict:
+    last = result.records[-1] if result.records else None
+    return {
+        "run": result.run.name,
+        "generations_committed": [r.index for r in result.records],
+        "latest_generation": last.index if last else None,
+        "fingerprint": result.fingerprint,
+        "reward_mean": last.reward_stats()["mean"] if last else None,
+    }
+
+
+def _train_with_progress(as_json: bool, body):
+    from engine.progress import TrainingProgress
+
+    with TrainingProgress(enabled=not as_json) as progress:
+        result = body(progress.hooks())
+    if not as_json and progress.rows:
+        progress.console.print(progress.summary())
+    return result
+
+
+@app.command()
+def train(
+    config: Annotated[str | None, typer.Argument(help="YAML config (omit for defaults).")] = None,
+    run: Annotated[str | None, typer.Option("--run", help="Run name (default: config file stem).")] = None,
+    generations: Gens = None,
+    set_: Sets = None,
+    ledger: LedgerOpt = DEFAULT_LEDGER,
+    as_json: JsonOpt = False,
+):
+    """Start a new run from CONFIG and train it."""
+    from engine import session
+
+    with open_ledger(ledger) as led:
+        result = _train_with_progress(
+            as_json, lambda hooks: session.start(led, config, run, set_ or [], generations, hooks)
+        )
+    emit(_session_payload(result), as_json, f"run {result.run.name}: fingerprint {result.fingerprint}")
+
+
+@app.command()
+def resume(
+    run: Annotated[str, typer.Argument(help="Run to continue from its last committed generation.")],
+    generations: Gens = None,
+    ledger: LedgerOpt = DEFAULT_LEDGER,
+    as_json: JsonOpt = False,
+):
+    """Continue RUN from its last committed generation."""
+    from engine import session
+
+    with open_ledger(ledger) as led:
+        result = _train_with_progress(as_json, lambda hooks: session.resume(led, run, generations, hooks))
+    emit(_session_payload(result), as_json, f"run {result.run.name}: fingerprint {result.fingerprint}")
+
+
+@app.command()
+def fork(
+    ref: Annotated[str, typer.Argument(help="RUN@G to fork from.")],
+    run: Annotated[str, typer.Option("--run", help="Name of the new run.")],
+    set_: Sets = None,
+    generations: Gens = None,
+    ledger: LedgerOpt = DEFAULT_LEDGER,
+    as_json: JsonOpt = False,
+):
+    """Start a child run at RUN@G (optionally with changed settings) and train it."""
+    from engine import session
+
+    with open_ledger(ledger) as led:
+        result = _train_with_progress(
+            as_json, lambda hooks: session.fork(led, ref, run, set_ or [], generations, hooks)
+        )
+    emit(_session_payload(result), as_json, f"run {result.run.name}: fingerprint {result.fingerprint}")
+
+
+@app.command()
+def verify(
+    ref: Annotated[str, typer.Argument(help="RUN or RUN@G.")],
+    device: Annotated[str, typer.Option("--device", help="cpu or cuda.")] = "cpu",
+    ledger: LedgerOpt = DEFAULT_LEDGER,
+    as_json: JsonOpt = False,
+):
+    """Replay RUN up to G from its base and check every fingerprint (exit 1 on a mismatch)."""
+    from engine import rebuilding
+
+    with open_ledger(ledger) as led:
+        report = rebuilding.verify_ref(led, ref, device)
+    emit(report, as_json, f"verified {report['run']}@{report['generation']}: "
+         f"{report['generations_checked']} fingerprints match ({report['fingerprint']})")
+
+
+@app.command()
+def rebuild(
+    source: Annotated[str, typer.Argument(help="RUN@G in the ledger, or a FILE.seeds.")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="Directory to write.")],
+    base: Annotated[str | None, typer.Option("--base", help="Base model alias or directory.")] = None,
+    device: Annotated[str, typer.Option("--device", help="cpu or cuda.")] = "cpu",
+    ledger: LedgerOpt = DEFAULT_LEDGER,
+    as_json: JsonOpt = False,
+):
+    """Rebuild the model at RUN@G (or from a seed file) as a Hugging Face directory."""
+    from engine import rebuilding
+
+    if source.endswith(".seeds") or Path(source).is_file():
+        report = rebuilding.rebuild_seedfile(Path(source), output, base, device)
+    else:
+        with open_ledger(ledger) as led:
+            report = rebuilding.rebuild_ref(led, source, output, base, device)
+    emit(report, as_json, f"wrote {report['output']} ({report['run']}@{report['generation']}, "
+         f"fingerprint {report['fingerprint']})")
+
+
+@app.command()
+def export(
+    ref: Annotated[str, typer.Argument(help="RUN@G to export with its whole lineage.")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="FILE.seeds to write.")],
+    ledger: LedgerOpt = DEFAULT_LEDGER,
+    as_json: JsonOpt = False,
+):
+    """Write RUN@G as a seed file: keys and coefficients, kilobytes instead of gigabytes."""
+    from ledger.seedfile import export_seedfile
+
+    from engine.session import resolve_ref
+
+    with open_ledger(ledger) as led:
+        run, gen = resolve_ref(led, ref)
+        export_seedfile(led, run.name, gen, output)
+    payload = {"run": run.name, "generation": gen, "file": str(output), "bytes": output.stat().st_size}
+    emit(payload, as_json, f"wrote {output} ({payload['bytes']:,} bytes) for {run.name}@{gen}")
+
+
+@app.command("import")
+def import_(
+    file: Annotated[Path, typer.Argument(help="FILE.seeds to import as a run.")],
+    run: Annotated[str | None, typer.Option("--run", help="Name for the imported run.")] = None,
+    ledger: LedgerOpt = DEFAULT_LEDGER,
+    as_json: JsonOpt = False,
+):
+    """Import a seed file into the ledger as a run."""
+    from ledger.seedfile import import_seedfile
+
+    with open_ledger(ledger) as led:
+        info = import_seedfile(led, file, run)
+        latest = led.latest_generation(info.name)
+    emit({"run": info.name, "latest_generation": latest}, as_json, f"imported {info.name}@{latest}")
+
+
+@db_app.command("upgrade")
+def db_upgrade(ledger: LedgerOpt = DEFAULT_LEDGER, as_json: JsonOpt = False):
+    """Upgrade the ledger's schema to this version's head."""
+    from ledger import migrate
+
+    url = ledger or DEFAULT_LEDGER
+    migrate.upgrade(url)
+    emit({"revision": migrate.current(url)}, as_json, f"at revision {migrate.current(url)}")
+
+
+@db_app.command("current")
+def db_current(ledger: LedgerOpt = DEFAULT_LEDGER, as_json: JsonOpt = False):
+    """Print the ledger's schema revision."""
+    from ledger import migrate
+
+    rev = migrate.current(ledger or DEFAULT_LEDGER)
+    emit({"revision": rev}, as_json, str(rev))
+
+
+@db_app.command("history")
+def db_history(as_json: JsonOpt = False):
+    """List the schema revisions this version knows."""
+    from ledger import migrate
+
+    revs = migrate.history()
+    emit({"revisions": revs}, as_json, "\n".join(revs))
+
+
+@app.command()
+def demo(
+    workdir: Annotated[Path, typer.Option("--workdir", help="Where the demo writes.")] = Path("demo-out"),
+    generations: Gens = None,
+):
+    """The end-to-end demo: train SmolLM2 on arithmetic, rebuild, verify, export, report."""
+    from engine.demo import run_demo
+
+    run_demo(workdir, generations)
+
+
 def main() -> None:
     """Console-script entry point: map errors to one line and an exit code."""
     State.debug = "--debug" in sys.argv
@@ -77,5 +277,3 @@ def main() -> None:
         typer.echo(f"error: {type(exc).__name__}: {exc} (run with --debug for a traceback)", err=True)
         sys.exit(1)
 
-
-DEFAULT_LEDGER = os.environ.get("SEEDLEDGER_DB", "seedledger.db")

@@ -1,0 +1,129 @@
+"""Training configuration: YAML validated by pydantic, `--set key=value` overrides.
+
+Unknown keys and bad values are bad input: `load_config` raises SeedLedgerError naming
+the field and the reason. The resolved config (defaults filled in) is stored in the run,
+so a resume or fork never depends on this file's defaults changing later.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from ledger.errors import SeedLedgerError
+from trainers.optim import OptimizerSpec
+from trainers.schedules import Schedule
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Workers(Strict):
+    pool: Literal["local", "ray"] = "local"
+    count: int = Field(1, ge=1)
+    address: str | None = Field(None, description="Ray cluster address; default $RAY_ADDRESS or local")
+
+
+class Schedules(Strict):
+    lr: Schedule = Schedule()
+    sigma: Schedule = Schedule()
+
+
+class Sampling(Strict):
+    temperature: float = Field(0.0, ge=0.0, description="0 = greedy")
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+
+
+class Evaluation(Strict):
+    rows: int = Field(64, ge=1, description="held-out rows scored by `evaluate`")
+
+
+class TrainConfig(Strict):
+    model: str = "smollm2-135m-instruct"
+    task: str | dict[str, Any] = "arithmetic"
+    population: int = Field(8, ge=1)
+    mirrored: bool = True
+    sigma: float = Field(1e-3, gt=0.0)
+    lr: float = Field(5e-4, gt=0.0)
+    optimizer: OptimizerSpec = OptimizerSpec()
+    schedule: Schedules = Schedules()
+    shaping: Literal["zscore", "centered_rank"] = "zscore"
+    generations: int = Field(10, ge=0)
+    batch_size: int = Field(16, ge=1)
+    max_new_tokens: int = Field(32, ge=1)
+    sampling: Sampling = Sampling()
+    seed: int = Field(0, ge=0, lt=2**63)
+    backend: Literal["hf", "vllm"] = "hf"
+    device: str = "cpu"
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    workers: Workers = Workers()
+    anchor_every: int = Field(0, ge=0, description="save an anchor every K generations; 0 = never")
+    report_to: list[Literal["tensorboard", "mlflow", "wandb"]] = []
+    keep_samples: bool = Field(False, description="store every completion in the ledger (audit)")
+    evaluation: Evaluation = Evaluation()
+
+    @model_validator(mode="after")
+    def _mirrored_needs_pairs(self) -> TrainConfig:
+        if self.mirrored and self.population % 2:
+            raise ValueError(f"population must be even when mirrored (got {self.population})")
+        return self
+
+
+def _parse_scalar(text: str) -> Any:
+    """`--set` values are YAML scalars or flow collections: 1e-3, true, [a, b], {name: adam}."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SeedLedgerError(f"--set expects key=value, got {item!r}")
+        node = data
+        parts = key.split(".")
+        for part in parts[:-1]:
+            child = node.get(part)
+            if not isinstance(child, dict):
+                child = {} if child is None else {"name": child}
+                node[part] = child
+            node = child
+        node[parts[-1]] = _parse_scalar(value)
+    return data
+
+
+def validate(data: dict[str, Any], source: str = "config") -> TrainConfig:
+    try:
+        return TrainConfig.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        reason = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            reason = "unknown key"
+        raise SeedLedgerError(f"{source}: {where}: {reason}") from None
+
+
+def load_config(path: str | Path | None, overrides: list[str] = ()) -> TrainConfig:
+    data: dict[str, Any] = {}
+    source = "config"
+    if path is not None:
+        source = str(path)
+        try:
+            loaded = yaml.safe_load(Path(path).read_text())
+        except FileNotFoundError:
+            raise SeedLedgerError(f"{path}: no such config file") from None
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f" (line {mark.line + 1})" if mark else ""
+            raise SeedLedgerError(f"{path}: not valid YAML{where}") from None
+        if loaded is not None and not isinstance(loaded, dict):
+            raise SeedLedgerError(f"{path}: expected a mapping of config keys")
+        data = loaded or {}
+    return validate(apply_overrides(data, list(overrides)), source)

@@ -1,0 +1,102 @@
+"""One model replica: its fp32 master, optimizer state, backend and task.
+
+The local pool holds one of these in process; each Ray actor holds its own. Everything
+that changes the master goes through `apply`, which calls replay's update: training and
+replay share one code path (DESIGN.md invariant 2).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from replay.fingerprint import fingerprint
+from replay.noise import member_key
+from replay.rebuild import rebuild
+
+from engine.backends import make_backend
+from engine.config import TrainConfig
+from ledger import Ledger, ReplayStep
+from replay import update
+from trainers.es import Member
+from trainers.tasks import load_task
+
+
+@dataclass
+class MemberResult:
+    reward: float
+    components: dict[str, float | None]
+    samples: list[dict[str, Any]] | None = field(default=None)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+def _mean(values: list[float | None]) -> float | None:
+    kept = [v for v in values if v is not None]
+    return sum(kept) / len(kept) if kept else None
+
+
+class Evaluator:
+    def __init__(self, cfg: TrainConfig, model_dir: Path):
+        self.cfg = cfg
+        self.backend = make_backend(cfg, model_dir)
+        self.task = load_task(cfg.task, seed=cfg.seed)
+        self.master = self.backend.master()
+        self.state = update.OptimizerState()
+        self.generation = 0
+
+    def base_fingerprint(self) -> str:
+        return fingerprint(self.master)
+
+    def restore(self, ledger: Ledger, run: str, generation: int, anchors_dir: Path | None) -> str:
+        """Bring the master to `run@generation` by replaying the ledger; returns its fingerprint."""
+        if generation > 0:
+            self.master, self.state = rebuild(
+                ledger, run, generation, self.master, verify="end", anchors_dir=anchors_dir
+            )
+        self.generation = generation
+        self.backend.load_master(self.master)
+        return fingerprint(self.master)
+
+    def score(self, member: Member, sigma: float, generation: int, run_key: int) -> MemberResult:
+        """Evaluate one member on the generation's batch; rewards are computed here, so only
+        numbers leave a worker."""
+        indices, rows = self.task.train_batch(self.cfg.seed, generation, self.cfg.batch_size)
+        started = time.perf_counter()
+        self.backend.load_member(self.master, member.key, member.sign, sigma)
+        loaded = time.perf_counter()
+        prompts = [self.task.prompt(row) for row in rows]
+        seed = None
+        if self.cfg.sampling.temperature > 0:
+            seed = member_key(run_key, generation, 1_000_000 + member.index)
+        completions = self.backend.generate(prompts, self.cfg.max_new_tokens, seed=seed)
+        generated = time.perf_counter()
+        rewards, components = self.task.reward(prompts, completions, rows)
+        samples = None
+        if self.cfg.keep_samples:
+            samples = [
+                {"row": i, "completion": c, "reward": r}
+                for i, c, r in zip(indices, completions, rewards, strict=True)
+            ]
+        return MemberResult(
+            reward=_mean(rewards) or 0.0,
+            components={name: _mean(vals) for name, vals in components.items()},
+            samples=samples,
+            seconds={"load_member": loaded - started, "generate": generated - loaded},
+        )
+
+    def apply(self, step: ReplayStep) -> str:
+        """Apply one committed-to-be generation record; returns the new fingerprint."""
+        update.apply_step(self.master, self.state, step)
+        self.generation = step.index
+        return fingerprint(self.master)
+
+    def held_out_reward(self, limit: int) -> float:
+        """Mean reward of the current master on the task's test split (greedy)."""
+        rows = self.task.test_rows()[:limit]
+        self.backend.load_master(self.master)
+        prompts = [self.task.prompt(row) for row in rows]
+        completions = self.backend.generate(prompts, self.cfg.max_new_tokens, seed=None)
+        rewards, _ = self.task.reward(prompts, completions, rows)
+        return _mean(rewards) or 0.0

@@ -1,0 +1,50 @@
+"""The in-process pool: one replica evaluates every member in member order."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from engine.config import TrainConfig
+from engine.evaluator import Evaluator, MemberResult
+from ledger import Ledger, ReplayStep
+from trainers.es import Member
+
+
+class LocalPool:
+    def __init__(self, cfg: TrainConfig, model_dir: Path):
+        self.replica = Evaluator(cfg, model_dir)
+        self.task = self.replica.task
+
+    def base_fingerprint(self) -> str:
+        return self.replica.base_fingerprint()
+
+    def restore(self, ledger: Ledger, run: str, generation: int, anchors_dir: Path | None) -> str:
+        return self.replica.restore(ledger, run, generation, anchors_dir)
+
+    def evaluate(
+        self,
+        members: list[Member],
+        sigma: float,
+        generation: int,
+        run_key: int,
+        on_member: Callable[[MemberResult], None] | None = None,
+    ) -> list[MemberResult]:
+        results = []
+        for member in members:
+            results.append(self.replica.score(member, sigma, generation, run_key))
+            if on_member:
+                on_member(results[-1])
+        return results
+
+    def apply(self, step: ReplayStep) -> str:
+        return self.replica.apply(step)
+
+    def held_out_reward(self, limit: int) -> float:
+        return self.replica.held_out_reward(limit)
+
+    def state(self):
+        return self.replica.master, self.replica.state
+
+    def close(self) -> None:
+        pass

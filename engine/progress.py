@@ -1,0 +1,68 @@
+"""Rich progress for training: one bar per generation, a summary table at the end."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from engine.loop import Hooks
+from ledger import GenerationRecord
+
+
+class TrainingProgress:
+    """Draws to stderr so that `--json` output on stdout stays one clean document."""
+
+    def __init__(self, enabled: bool = True):
+        self.console = Console(stderr=True)
+        self.enabled = enabled
+        self.progress = Progress(
+            TextColumn("gen {task.fields[generation]:>4}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("mean {task.fields[mean]:.3f}  best {task.fields[best]:.3f}"),
+            TimeElapsedColumn(),
+            console=self.console,
+            disable=not enabled,
+            transient=False,
+        )
+        self.rows: list[tuple[int, float, float, float, str]] = []
+        self._task = None
+        self._rewards: list[float] = []
+
+    def __enter__(self) -> TrainingProgress:
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.progress.__exit__(*exc)
+
+    def hooks(self) -> Hooks:
+        return Hooks(self._start, self._member, self._end)
+
+    def _start(self, generation: int, members: int) -> None:
+        self._rewards = []
+        self._task = self.progress.add_task(
+            "", total=members, generation=generation, mean=0.0, best=0.0
+        )
+
+    def _member(self, result) -> None:
+        self._rewards.append(result.reward)
+        self.progress.update(
+            self._task,
+            advance=1,
+            mean=sum(self._rewards) / len(self._rewards),
+            best=max(self._rewards),
+        )
+
+    def _end(self, record: GenerationRecord, seconds: float) -> None:
+        stats = record.reward_stats()
+        self.rows.append((record.index, stats["mean"], stats["max"], seconds, record.fingerprint))
+
+    def summary(self) -> Table:
+        table = Table(title="generations committed")
+        for col in ("gen", "reward mean", "reward max", "seconds", "fingerprint"):
+            table.add_column(col, justify="right")
+        for gen, mean, best, seconds, fp in self.rows:
+            table.add_row(str(gen), f"{mean:.4f}", f"{best:.4f}", f"{seconds:.1f}", fp[:12])
+        return table

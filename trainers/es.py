@@ -1,0 +1,93 @@
+"""Evolution strategies as an ask/tell policy (Qiu et al. 2025, OpenAI-ES style).
+
+`ask` names the generation's members (noise key and sign); `tell` turns their rewards
+into the coefficients that replay applies: θ ← θ + Σᵢ cᵢ·εᵢ. With plain SGD,
+cᵢ = α·zᵢ/N (the paper's update); with momentum or Adam, cᵢ = zᵢ/N is the gradient
+estimate and the rule applies α. Mirrored pairs (ε, −ε) share one key and are applied as
+one term on that key: the pair's first member carries the coefficient, the second 0.
+Every coefficient is rounded by `replay.noise.round_coefficient` before it leaves here,
+so what the ledger stores is exactly what is applied.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+from replay.noise import member_key, round_coefficient
+
+Shaping = Literal["zscore", "centered_rank"]
+
+
+@dataclass(frozen=True)
+class Member:
+    index: int
+    key: int
+    sign: int
+
+
+def zscore(rewards: list[float]) -> list[float]:
+    """(r − mean) / std; all zeros when the rewards carry no signal."""
+    n = len(rewards)
+    mean = sum(rewards) / n
+    var = sum((r - mean) ** 2 for r in rewards) / n
+    std = math.sqrt(var)
+    if std < 1e-12:
+        return [0.0] * n
+    return [(r - mean) / std for r in rewards]
+
+
+def centered_ranks(rewards: list[float]) -> list[float]:
+    """Ranks mapped to [−0.5, 0.5]; ties share their mean rank (order-independent)."""
+    n = len(rewards)
+    if n == 1:
+        return [0.0]
+    order = sorted(range(n), key=lambda i: rewards[i])
+    ranks = [0.0] * n
+    i = 0
+    while i < n:
+        j = i
+        while j + 1 < n and rewards[order[j + 1]] == rewards[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            ranks[order[k]] = (i + j) / 2
+        i = j + 1
+    return [r / (n - 1) - 0.5 for r in ranks]
+
+
+class ES:
+    """The ES policy: `ask(run_key, generation)` then `tell(members, rewards, lr, ...)`."""
+
+    def __init__(self, population: int, mirrored: bool = True, shaping: Shaping = "zscore"):
+        if population < 1 or (mirrored and population % 2):
+            raise ValueError(
+                f"population must be a positive{' even' if mirrored else ''} number, got {population}"
+            )
+        self.population = population
+        self.mirrored = mirrored
+        self.shaping = shaping
+
+    def ask(self, run_key: int, generation: int) -> list[Member]:
+        if not self.mirrored:
+            return [Member(i, member_key(run_key, generation, i), 1) for i in range(self.population)]
+        members = []
+        for pair in range(self.population // 2):
+            key = member_key(run_key, generation, pair)
+            members += [Member(2 * pair, key, 1), Member(2 * pair + 1, key, -1)]
+        return members
+
+    def shape(self, rewards: list[float]) -> list[float]:
+        return zscore(rewards) if self.shaping == "zscore" else centered_ranks(rewards)
+
+    def tell(self, members: list[Member], rewards: list[float], *, scale: float) -> list[float]:
+        """Coefficients in member order. `scale` is α/N (SGD) or 1/N (momentum, Adam)."""
+        if len(rewards) != len(members):
+            raise ValueError("one reward per member")
+        z = self.shape(rewards)
+        if not self.mirrored:
+            return [round_coefficient(scale * m.sign * zi) for m, zi in zip(members, z, strict=True)]
+        coefficients = []
+        for i in range(0, len(members), 2):
+            coefficients += [round_coefficient(scale * (z[i] - z[i + 1])), 0.0]
+        return coefficients

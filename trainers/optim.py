@@ -1,0 +1,44 @@
+"""Optimizer settings: which update rule replay applies, with which constants.
+
+The arithmetic lives in `replay.update`; this module only validates the settings and
+says how ES coefficients relate to the rule: for `sgd` the learning rate is folded into
+the coefficients (θ += Σ cᵢεᵢ, the paper's update), for `momentum` and `adam` the
+coefficients are the gradient estimate and the rule applies the learning rate.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class OptimizerSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_name(cls, value):
+        """`optimizer: adam` and `schedule.lr: cosine` are shorthand for `{name: ...}`."""
+        return {"name": value} if isinstance(value, str) else value
+
+    name: Literal["sgd", "momentum", "adam"] = "sgd"
+    beta: float = Field(0.9, ge=0.0, lt=1.0, description="momentum coefficient")
+    dampening: float = Field(0.9, ge=0.0, le=1.0, description="v = β·v + (1 − dampening)·g")
+    beta1: float = Field(0.9, ge=0.0, lt=1.0)
+    beta2: float = Field(0.999, ge=0.0, lt=1.0)
+    eps: float = Field(1e-8, gt=0.0)
+
+    @property
+    def folds_lr(self) -> bool:
+        """True when the learning rate is part of the coefficients (plain SGD)."""
+        return self.name == "sgd"
+
+    def record(self, lr: float) -> dict:
+        """The settings in force for one generation, as stored in the ledger."""
+        base = {"name": self.name, "lr": lr}
+        if self.name == "momentum":
+            base |= {"beta": self.beta, "dampening": self.dampening}
+        elif self.name == "adam":
+            base |= {"beta1": self.beta1, "beta2": self.beta2, "eps": self.eps}
+        return base
