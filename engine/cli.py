@@ -242,6 +242,22 @@ def db_history(as_json: JsonOpt = False):
 
 
 @app.command()
+def plot(
+    run: Annotated[str, typer.Argument(help="Run whose reward curve to draw.")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="PNG file to write.")],
+    ledger: LedgerOpt = DEFAULT_LEDGER,
+    as_json: JsonOpt = False,
+):
+    """Draw RUN's reward curve (from the ledger alone) to a PNG."""
+    from engine.plot import plot_run
+
+    with open_ledger(ledger) as led:
+        led.get_run(run)
+        payload = plot_run(led, run, output)
+    emit(payload, as_json, f"wrote {output}")
+
+
+@app.command()
 def demo(
     workdir: Annotated[Path, typer.Option("--workdir", help="Where the demo writes.")] = Path("demo-out"),
     generations: Gens = None,

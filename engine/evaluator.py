@@ -13,15 +13,29 @@ from pathlib import Path
 from typing import Any
 
 from replay.fingerprint import fingerprint
-from replay.noise import member_key
 from replay.rebuild import rebuild
 
-from engine.backends import make_backend
 from engine.config import TrainConfig
 from ledger import Ledger, ReplayStep
 from replay import update
+from replay.noise import member_key
 from trainers.es import Member
 from trainers.tasks import load_task
+
+
+def make_backend(cfg: TrainConfig, model_dir: Path):
+    """The evaluation backend named by the config."""
+    if cfg.backend == "vllm":
+        from engine.backends.vllm import VLLMBackend
+
+        return VLLMBackend(model_dir, dtype=cfg.dtype)
+    import torch
+
+    from engine.backends.hf import HFBackend
+
+    return HFBackend(
+        model_dir, device=cfg.device, dtype=getattr(torch, cfg.dtype), batch_size=cfg.batch_size
+    )
 
 
 @dataclass

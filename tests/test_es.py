@@ -1,0 +1,65 @@
+"""The ES policy: member keys, reward shaping and the coefficients it hands to replay."""
+
+import struct
+
+import pytest
+
+from replay.noise import member_key, round_coefficient
+from trainers.es import ES, centered_ranks, zscore
+
+
+def test_ask_is_deterministic_and_mirrored_pairs_share_a_key():
+    es = ES(8, mirrored=True)
+    a, b = es.ask(123, 5), es.ask(123, 5)
+    assert a == b
+    assert [m.sign for m in a] == [1, -1] * 4
+    assert all(a[i].key == a[i + 1].key for i in range(0, 8, 2))
+    assert len({m.key for m in a}) == 4
+    assert a[0].key == member_key(123, 5, 0)
+    assert es.ask(123, 6)[0].key != a[0].key
+    assert es.ask(124, 5)[0].key != a[0].key
+
+
+def test_unmirrored_members_have_distinct_keys():
+    members = ES(6, mirrored=False).ask(7, 1)
+    assert len({m.key for m in members}) == 6
+    assert all(m.sign == 1 for m in members)
+
+
+def test_odd_mirrored_population_is_refused():
+    with pytest.raises(ValueError, match="even"):
+        ES(5, mirrored=True)
+
+
+def test_zscore_and_ranks():
+    z = zscore([1.0, 2.0, 3.0, 4.0])
+    assert abs(sum(z)) < 1e-12
+    assert abs(sum(v * v for v in z) / 4 - 1.0) < 1e-12
+    assert zscore([0.5] * 6) == [0.0] * 6
+    assert centered_ranks([10.0, -1.0, 3.0]) == [0.5, -0.5, 0.0]
+    assert centered_ranks([1.0, 1.0, 2.0, 0.0]) == [0.0, 0.0, 0.5, -0.5]
+
+
+def test_tell_rounds_every_coefficient_and_folds_pairs():
+    es = ES(4, mirrored=True)
+    members = es.ask(1, 1)
+    coeffs = es.tell(members, [1.0, 0.0, 0.2, 0.7], scale=5e-4 / 4)
+    z = zscore([1.0, 0.0, 0.2, 0.7])
+    assert coeffs[1] == 0.0 and coeffs[3] == 0.0
+    assert coeffs[0] == round_coefficient(5e-4 / 4 * (z[0] - z[1]))
+    assert coeffs[2] < 0  # the negative-noise member won: step towards −ε
+    for c in coeffs:
+        assert c == round_coefficient(c)  # already on the 12-bit grid
+        mantissa = struct.unpack("<Q", struct.pack("<d", c))[0] & ((1 << 52) - 1)
+        assert mantissa & ((1 << 41) - 1) == 0  # at most 12 significant bits
+
+
+def test_tell_without_signal_gives_a_zero_update():
+    es = ES(6, mirrored=False)
+    assert es.tell(es.ask(3, 2), [0.25] * 6, scale=1.0) == [0.0] * 6
+
+
+def test_tell_checks_lengths():
+    es = ES(2, mirrored=False)
+    with pytest.raises(ValueError):
+        es.tell(es.ask(1, 1), [1.0], scale=1.0)
