@@ -1,0 +1,30 @@
+"""The evaluation-backend surface that the generation loop talks to (hf now, vllm later)."""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+import torch
+
+Messages = list[dict[str, str]]
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """Holds one model; member weights are always rebuilt from the fp32 master.
+
+    `load_member` writes `cast(master + sign*sigma*eps(key))` into the model (never undoes
+    a previous member by subtraction); `load_master` writes the master back bit for bit.
+    """
+
+    def master(self) -> dict[str, torch.Tensor]: ...
+
+    def load_member(
+        self, master: dict[str, torch.Tensor], key: int, sign: int, sigma: float
+    ) -> None: ...
+
+    def load_master(self, master: dict[str, torch.Tensor]) -> None: ...
+
+    def generate(
+        self, prompts: list[Messages], max_new_tokens: int, seed: int | None = None
+    ) -> list[str]: ...

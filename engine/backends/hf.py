@@ -1,0 +1,203 @@
+"""Transformers backend: member weights rebuilt from the fp32 master, batched chat generation.
+
+Member weights are `cast(master + sign*sigma*eps)`, written in place by replay's own
+`perturb_`, so evaluation sees the same weights replay would build; nothing is ever undone
+by subtraction (that drifts in low precision).
+
+Decoding guarantee. Greedy (the default, `seed=None` or `temperature=0`) and seeded
+sampling are deterministic for the same prompts, batch size, device and dtype. In seeded
+sampling the uniform draws for prompt i come from a CPU generator seeded by
+`(seed, i)` alone (i = index in the `prompts` list), one draw per new token, and the token
+is picked by inverse CDF over the sorted, top-p-truncated distribution; so the random
+stream never depends on which other prompts share a batch. The logits themselves may
+still differ in the last bits when padding changes (another batch composition), which can,
+rarely, flip a near-tie; bit-exact outputs across batch compositions are not promised.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+
+from engine.backends.base import Messages
+from engine.models import load_causal_lm
+from replay import noise
+
+_M64 = (1 << 64) - 1
+
+
+def _mix64(x: int) -> int:
+    """splitmix64 finalizer: spreads (seed, prompt index) into an independent stream seed."""
+    x = (x + 0x9E3779B97F4A7C15) & _M64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _M64
+    return x ^ (x >> 31)
+
+
+def prompt_stream_seed(seed: int, index: int) -> int:
+    """The CPU-generator seed for prompt `index` under `seed` (63 bits, for manual_seed)."""
+    return _mix64(_mix64(seed & _M64) ^ (index & _M64)) >> 1
+
+
+class _SeededSampler:
+    """Logits processor that samples one token per row from its own pre-drawn uniforms.
+
+    It returns scores that are -inf except at the chosen token, so the (greedy) decoder
+    picks exactly that token.
+    """
+
+    def __init__(self, uniforms: torch.Tensor, prompt_len: int, temperature: float, top_p: float):
+        self.uniforms = uniforms  # [batch, max_new_tokens], float64 on CPU
+        self.prompt_len = prompt_len
+        self.temperature = temperature
+        self.top_p = top_p
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        step = input_ids.shape[1] - self.prompt_len
+        probs = torch.softmax(scores.double() / self.temperature, dim=-1)
+        sorted_p, order = torch.sort(probs, dim=-1, descending=True, stable=True)
+        cum = torch.cumsum(sorted_p, dim=-1)
+        keep = (cum - sorted_p) < self.top_p  # smallest prefix whose mass reaches top_p
+        keep[:, 0] = True
+        sorted_p = sorted_p * keep
+        cum = torch.cumsum(sorted_p, dim=-1)
+        u = self.uniforms[:, step].to(cum.device) * cum[:, -1]
+        pick = torch.searchsorted(cum, u.unsqueeze(1)).clamp_(max=cum.shape[1] - 1)
+        token = order.gather(1, pick)
+        out = torch.full_like(scores, float("-inf"))
+        out.scatter_(1, token, 0.0)
+        return out
+
+
+class HFBackend:
+    """One transformers causal LM on `device` in `dtype`, evaluated at member weights."""
+
+    def __init__(
+        self,
+        model_dir: str | os.PathLike[str],
+        device: str | torch.device = "cpu",
+        dtype: torch.dtype = torch.float32,
+        batch_size: int = 16,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+    ) -> None:
+        from transformers import AutoTokenizer
+
+        self.model_dir = Path(model_dir)
+        self.device = torch.device(device)
+        self.dtype = dtype
+        self.batch_size = batch_size
+        self.temperature = temperature
+        self.top_p = top_p
+        model = load_causal_lm(self.model_dir, device=self.device, dtype=torch.float32)
+        model.requires_grad_(False)
+        # The master comes from the fp32 checkpoint even when the model runs in bf16/fp16.
+        self._base: dict[str, torch.Tensor] | None = None
+        if dtype != torch.float32:
+            self._base = {n: p.detach().clone() for n, p in model.named_parameters()}
+            model.to(dtype)
+        self.model = model
+        self._params = dict(model.named_parameters())  # tied weights appear once
+        tok = AutoTokenizer.from_pretrained(str(self.model_dir), local_files_only=True)
+        tok.padding_side = "left"
+        if tok.pad_token is None:
+            tok.pad_token = tok.eos_token
+        self.tokenizer = tok
+
+    # ------------------------------------------------------------------ weights
+
+    def master(self) -> dict[str, torch.Tensor]:
+        """fp32, contiguous clones on the model's device, in `named_parameters()` order."""
+        src = self._base if self._base is not None else self._params
+        return {n: t.detach().to(torch.float32).clone().contiguous() for n, t in src.items()}
+
+    @torch.no_grad()
+    def load_member(self, master: dict[str, torch.Tensor], key: int, sign: int, sigma: float) -> None:
+        """Set the model to `cast(master + sign*sigma*eps(key))`, tensor by tensor, in place.
+
+        The scale goes through `noise.round_coefficient` (idempotent for an already-rounded
+        sigma) so that the product with eps is exact in fp32 on every device. A zero scale
+        copies the master, so the result is bit-identical to it (negative zeros included).
+        """
+        scale = noise.round_coefficient(float(sign) * float(sigma))
+        if scale == 0.0:
+            self.load_master(master)
+            return
+        for name, param in self._params.items():
+            src = master[name].to(param.device)
+            noise.perturb_(param.data, src, noise.tensor_key(key, name), scale)
+
+    @torch.no_grad()
+    def load_master(self, master: dict[str, torch.Tensor]) -> None:
+        """Write the master into the model (a cast for low-precision models)."""
+        for name, param in self._params.items():
+            param.data.copy_(master[name])
+
+    # ------------------------------------------------------------------ generation
+
+    def _encode(self, prompts: list[Messages]) -> dict[str, torch.Tensor]:
+        texts = [
+            self.tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True)
+            for p in prompts
+        ]
+        enc = self.tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+        return {k: v.to(self.device) for k, v in enc.items()}
+
+    @torch.inference_mode()
+    def generate(
+        self,
+        prompts: list[Messages],
+        max_new_tokens: int,
+        seed: int | None = None,
+        *,
+        temperature: float | None = None,
+        top_p: float | None = None,
+    ) -> list[str]:
+        """Completions for chat prompts, in order; batched by `batch_size`, left-padded.
+
+        Greedy unless the temperature (argument, else the constructor's) is > 0, which
+        needs a `seed`; see the module docstring for what is guaranteed.
+        """
+        from transformers import GenerationConfig, LogitsProcessorList
+
+        temperature = self.temperature if temperature is None else temperature
+        top_p = self.top_p if top_p is None else top_p
+        sampling = temperature > 0.0
+        if sampling and seed is None:
+            raise ValueError("sampling (temperature > 0) needs a seed to stay deterministic")
+        tok = self.tokenizer
+        gen_cfg = GenerationConfig(
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            eos_token_id=self.model.generation_config.eos_token_id or tok.eos_token_id,
+            pad_token_id=tok.pad_token_id,
+            bos_token_id=self.model.generation_config.bos_token_id,
+        )
+        outputs: list[str] = []
+        for start in range(0, len(prompts), self.batch_size):
+            batch = prompts[start : start + self.batch_size]
+            enc = self._encode(batch)
+            prompt_len = enc["input_ids"].shape[1]
+            procs = None
+            if sampling:
+                assert seed is not None
+                uniforms = torch.stack(
+                    [
+                        torch.rand(
+                            max_new_tokens,
+                            generator=torch.Generator("cpu").manual_seed(
+                                prompt_stream_seed(seed, start + j)
+                            ),
+                            dtype=torch.float64,
+                        )
+                        for j in range(len(batch))
+                    ]
+                )
+                procs = LogitsProcessorList(
+                    [_SeededSampler(uniforms, prompt_len, temperature, top_p)]
+                )
+            out = self.model.generate(**enc, generation_config=gen_cfg, logits_processor=procs)
+            outputs.extend(tok.batch_decode(out[:, prompt_len:], skip_special_tokens=True))
+        return outputs
