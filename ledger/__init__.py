@@ -1,1 +1,26 @@
-"""ledger"""
+"""The ledger: SQL history of seeds, coefficients, rewards and fingerprints (no torch)."""
+
+from ledger.errors import LeaseHeld, RunNotFound, SeedLedgerError, VerifyMismatch
+from ledger.ledger import Ledger
+from ledger.records import (
+    AnchorInfo,
+    EventInfo,
+    GenerationRecord,
+    MemberRecord,
+    ReplayStep,
+    RunInfo,
+)
+
+__all__ = [
+    "AnchorInfo",
+    "EventInfo",
+    "GenerationRecord",
+    "Ledger",
+    "LeaseHeld",
+    "MemberRecord",
+    "ReplayStep",
+    "RunInfo",
+    "RunNotFound",
+    "SeedLedgerError",
+    "VerifyMismatch",
+]

@@ -1,0 +1,174 @@
+"""The writer lease: one writer per run, so two `train`/`resume` never interleave commits.
+
+The lease row names its holder (host, pid, since) and carries a heartbeat and an expiry.
+A lease is taken over, with an event recorded, when its holder is provably dead (same
+host, pid gone or a zombie) or its heartbeat expired. Every change is a compare-and-swap
+on the row's token inside a write transaction, so two racing processes cannot both win.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import delete, insert, select, update
+from sqlalchemy.exc import IntegrityError
+
+from ledger import codec
+from ledger.errors import LeaseHeld, SeedLedgerError
+from ledger.rows import now, utc
+from ledger.schema import Event, Lease
+
+if TYPE_CHECKING:
+    from ledger.ledger import Ledger
+
+
+def pid_alive(pid: int) -> bool:
+    """True unless the process is gone or a zombie (killed, not yet reaped)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat.rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def stale_reason(row: Any, host: str, at: datetime) -> str | None:
+    """Why an existing lease may be taken over, or None while its holder is alive."""
+    if utc(row.expires_at) <= at:
+        return "heartbeat expired"
+    if row.host == host and not pid_alive(row.pid):
+        return f"holder pid {row.pid} is dead"
+    return None
+
+
+def describe(run: str, row: Any) -> str:
+    since = utc(row.since).strftime("%Y-%m-%d %H:%M:%S UTC")
+    exp = utc(row.expires_at).strftime("%H:%M:%S UTC")
+    return (
+        f"run {run!r} is being written by {row.holder} (host {row.host}, pid {row.pid}) "
+        f"since {since}; its lease expires at {exp} unless renewed"
+    )
+
+
+class WriterLease:
+    """`with ledger.lease(run):` holds the run's lease; call `heartbeat()` at least every ttl."""
+
+    def __init__(self, ledger: Ledger, run: str, holder: str | None, ttl: float):
+        if ttl <= 0:
+            raise SeedLedgerError("lease ttl must be positive")
+        self.ledger = ledger
+        self.run = run
+        self.host = socket.gethostname()
+        self.pid = os.getpid()
+        self.holder = holder or f"seedledger@{self.host}:{self.pid}"
+        self.ttl = ttl
+        self.token = uuid.uuid4().hex
+        self.held = False
+
+    def _values(self, at: datetime) -> dict[str, Any]:
+        return {
+            "token": self.token,
+            "host": self.host,
+            "pid": self.pid,
+            "holder": self.holder,
+            "since": at,
+            "heartbeat": at,
+            "expires_at": at + timedelta(seconds=self.ttl),
+        }
+
+    def acquire(self) -> WriterLease:
+        run_id = self.ledger._run_id(self.run)
+        for _ in range(3):
+            try:
+                with self.ledger._write() as conn:
+                    at = now()
+                    row = conn.execute(select(Lease).where(Lease.run_id == run_id)).first()
+                    if row is None:
+                        conn.execute(insert(Lease).values(run_id=run_id, **self._values(at)))
+                        kind, payload = "lease-acquired", {}
+                    else:
+                        reason = stale_reason(row, self.host, at)
+                        if reason is None:
+                            raise LeaseHeld(describe(self.run, row))
+                        res = conn.execute(
+                            update(Lease)
+                            .where(Lease.run_id == run_id, Lease.token == row.token)
+                            .values(**self._values(at))
+                        )
+                        if res.rowcount != 1:
+                            continue  # someone else changed it first; look again
+                        kind = "lease-takeover"
+                        payload = {
+                            "reason": reason,
+                            "previous": {
+                                "holder": row.holder,
+                                "host": row.host,
+                                "pid": row.pid,
+                                "since": utc(row.since).isoformat(),
+                                "heartbeat": utc(row.heartbeat).isoformat(),
+                            },
+                        }
+                    payload |= {"holder": self.holder, "host": self.host, "pid": self.pid}
+                    conn.execute(
+                        insert(Event).values(
+                            run_id=run_id, at=at, kind=kind, payload=codec.dumps(payload)
+                        )
+                    )
+                self.held = True
+                self.ledger._leases[run_id] = self
+                return self
+            except IntegrityError:
+                continue  # a racer inserted first; the next look names it
+        raise SeedLedgerError(f"could not take the lease of run {self.run!r} (contention)")
+
+    def heartbeat(self) -> None:
+        """Extend the expiry; raises LeaseHeld if the lease was taken over meanwhile."""
+        with self.ledger._write() as conn:
+            self.refresh(conn)
+
+    def refresh(self, conn: Any) -> None:
+        at = now()
+        res = conn.execute(
+            update(Lease)
+            .where(Lease.run_id == self.ledger._run_id(self.run), Lease.token == self.token)
+            .values(heartbeat=at, expires_at=at + timedelta(seconds=self.ttl))
+        )
+        if res.rowcount != 1:
+            self.held = False
+            raise LeaseHeld(f"the lease of run {self.run!r} was taken over by another writer")
+
+    def release(self) -> None:
+        if not self.held:
+            return
+        run_id = self.ledger._run_id(self.run)
+        self.ledger._leases.pop(run_id, None)
+        self.held = False
+        with self.ledger._write() as conn:
+            res = conn.execute(
+                delete(Lease).where(Lease.run_id == run_id, Lease.token == self.token)
+            )
+            if res.rowcount == 1:
+                conn.execute(
+                    insert(Event).values(
+                        run_id=run_id,
+                        at=now(),
+                        kind="lease-released",
+                        payload=codec.dumps({"holder": self.holder}),
+                    )
+                )
+
+    def __enter__(self) -> WriterLease:
+        return self if self.held else self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()

@@ -1,0 +1,167 @@
+"""Schema versions: Alembic upgrade / current / history, and the check `Ledger.open` runs.
+
+The CLI's `seedledger db upgrade | current | history` call `upgrade`, `current` and
+`history`. Before upgrading a SQLite ledger that holds data, a timestamped copy is made
+beside it (SQLite's online backup, so WAL content is included). A ledger whose revision
+this version does not know (written by a newer seedledger) is refused and left untouched.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sqlite3
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import cache
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.script import ScriptDirectory
+from sqlalchemy import inspect, text
+from sqlalchemy.exc import DBAPIError
+
+from ledger.db import make_engine, sqlite_path, to_url
+from ledger.errors import SeedLedgerError
+
+
+@dataclass
+class SchemaState:
+    """What a ledger's schema is: `empty` (no tables), `current`, `old`, `newer`."""
+
+    url: str
+    revision: str | None
+    status: str
+
+
+@dataclass
+class UpgradeResult:
+    before: str | None
+    after: str
+    backup: Path | None
+
+
+def _script_location() -> str:
+    spec = importlib.util.find_spec("migrations")
+    if spec is None or not spec.submodule_search_locations:
+        raise SeedLedgerError("the `migrations` package is missing from this installation")
+    return str(Path(next(iter(spec.submodule_search_locations))))
+
+
+def alembic_config(url: str | None = None) -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", _script_location())
+    if url:
+        cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    return cfg
+
+
+@cache
+def _script() -> ScriptDirectory:
+    return ScriptDirectory.from_config(alembic_config())
+
+
+def head() -> str:
+    heads = _script().get_heads()
+    assert len(heads) == 1, f"migrations must have one head, found {heads}"
+    return heads[0]
+
+
+def known_revisions() -> list[str]:
+    """Revision ids, oldest first."""
+    return [s.revision for s in reversed(list(_script().walk_revisions()))]
+
+
+def history() -> list[str]:
+    """`<revision>  <first docstring line>`, oldest first."""
+    out = []
+    for s in reversed(list(_script().walk_revisions())):
+        out.append(f"{s.revision}  {(s.doc or '').strip().splitlines()[0] if s.doc else ''}")
+    return out
+
+
+def current(location: str) -> str | None:
+    """The ledger's schema revision (None for an empty database). Writes nothing."""
+    return inspect_schema(location).revision
+
+
+def inspect_schema(location: str) -> SchemaState:
+    """Probe without the SQLite pragmas, so the file is not modified (even by WAL setup)."""
+    url = to_url(location)
+    path = sqlite_path(url)
+    if path is not None and not path.exists():
+        return SchemaState(url, None, "empty")
+    engine = make_engine(url, tuned=False)
+    try:
+        with engine.connect() as conn:
+            tables = set(inspect(conn).get_table_names())
+            if "alembic_version" not in tables:
+                if tables:
+                    raise SeedLedgerError(f"{location} is not a seedledger ledger")
+                return SchemaState(url, None, "empty")
+            revs = [r[0] for r in conn.execute(text("SELECT version_num FROM alembic_version"))]
+    except DBAPIError as exc:
+        raise SeedLedgerError(f"cannot read ledger {location}: {exc.orig}") from None
+    finally:
+        engine.dispose()
+    if len(revs) != 1:
+        raise SeedLedgerError(f"ledger {location} has a broken schema version table: {revs}")
+    rev = revs[0]
+    if rev == head():
+        status = "current"
+    elif rev in known_revisions():
+        status = "old"
+    else:
+        status = "newer"
+    return SchemaState(url, rev, status)
+
+
+def refuse_newer(location: str, state: SchemaState) -> None:
+    if state.status == "newer":
+        raise SeedLedgerError(
+            f"ledger {location} has schema revision {state.revision}, newer than this "
+            f"seedledger knows (up to {head()}); upgrade seedledger to open it"
+        )
+
+
+def backup_sqlite(path: Path, revision: str | None) -> Path:
+    """A consistent timestamped copy (`<name>.bak-<rev>-<UTC time>`) beside the ledger."""
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
+    dest = path.with_name(f"{path.name}.bak-{revision or 'none'}-{stamp}")
+    src = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        dst = sqlite3.connect(dest)
+        try:
+            src.backup(dst)
+        finally:
+            dst.close()
+    finally:
+        src.close()
+    return dest
+
+
+def upgrade(location: str, revision: str = "head", *, backup: bool = True) -> UpgradeResult:
+    """Bring the schema to `revision` (default head) in one transaction.
+
+    A SQLite ledger that already has a schema is first copied to a timestamped backup.
+    """
+    state = inspect_schema(location)
+    refuse_newer(location, state)
+    target = head() if revision == "head" else revision
+    if state.revision == target:
+        return UpgradeResult(state.revision, target, None)
+    path = sqlite_path(state.url)
+    saved = None
+    if backup and path is not None and state.status != "empty":
+        saved = backup_sqlite(path, state.revision)
+    engine = make_engine(state.url)
+    try:
+        with engine.connect() as conn:
+            cfg = alembic_config(state.url)
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, target)
+    except DBAPIError as exc:
+        raise SeedLedgerError(f"schema upgrade of {location} failed: {exc.orig}") from None
+    finally:
+        engine.dispose()
+    return UpgradeResult(state.revision, target, saved)

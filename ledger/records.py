@@ -1,0 +1,118 @@
+"""The plain records the ledger takes and gives: no ORM objects leak out of the package."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+
+@dataclass
+class MemberRecord:
+    """One population member: its noise key and sign, its reward, the coefficient applied.
+
+    `reward` is NaN when unknown (e.g. a generation imported from a seed file).
+    `samples` (per-sample prompts/outputs/rewards) is optional audit data, stored zstd'd.
+    """
+
+    index: int
+    key: int
+    sign: int
+    reward: float
+    coefficient: float
+    components: dict[str, float | None] = field(default_factory=dict)
+    samples: list[dict[str, Any]] | None = None
+
+
+@dataclass
+class GenerationRecord:
+    """Everything one generation committed: hyperparameters in force, members, fingerprint."""
+
+    index: int
+    lr: float
+    sigma: float
+    population: int
+    optimizer: dict[str, Any]
+    schedule_step: int
+    batch_indices: list[int]
+    members: list[MemberRecord]
+    fingerprint: str | None
+    timings: dict[str, float] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+    committed_at: datetime | None = None  # set by the ledger; ignored on commit
+
+    def reward_stats(self) -> dict[str, float | None]:
+        """mean / std (population) / min / max over known rewards; None when none known."""
+        vals = [m.reward for m in self.members if not math.isnan(m.reward)]
+        if not vals:
+            return {"mean": None, "std": None, "min": None, "max": None}
+        mean = math.fsum(vals) / len(vals)
+        var = math.fsum((v - mean) ** 2 for v in vals) / len(vals)
+        return {"mean": mean, "std": math.sqrt(var), "min": min(vals), "max": max(vals)}
+
+
+@dataclass
+class ReplayStep:
+    """What replay needs to apply one generation: keys and exact coefficients in member order."""
+
+    run: str
+    index: int
+    keys: list[int]
+    coefficients: list[float]
+    sigma: float
+    optimizer: dict[str, Any]
+
+
+@dataclass
+class RunInfo:
+    """A run's identity and the settings that fix its replay (base, noise spec, run key)."""
+
+    id: int
+    name: str
+    created_at: datetime
+    status: str
+    base_model: str
+    base_revision: str | None
+    base_fingerprint: str | None
+    noise_spec: str
+    dtype_policy: str
+    param_selection: str
+    config: dict[str, Any]
+    seed: int | None
+    run_key: int
+    parent: tuple[str, int] | None  # (parent run name, generation forked from)
+    software: dict[str, Any]
+    host: str | None
+
+    @property
+    def parent_run(self) -> str | None:
+        return self.parent[0] if self.parent else None
+
+    @property
+    def parent_generation(self) -> int:
+        return self.parent[1] if self.parent else 0
+
+
+@dataclass
+class AnchorInfo:
+    """A full-weight cache of `run@generation`: content-addressed file, checked by fingerprint."""
+
+    run: str
+    generation: int
+    path: str
+    sha256: str
+    fingerprint: str
+    size: int
+    created_at: datetime
+
+
+@dataclass
+class EventInfo:
+    """One audit-trail entry (resume, fork, verify, lease change, error...)."""
+
+    id: int
+    run: str | None
+    at: datetime
+    kind: str
+    payload: dict[str, Any]

@@ -1,0 +1,163 @@
+"""Conversions between records (ledger.records) and table rows (ledger.schema)."""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+from typing import Any
+
+from ledger import codec
+from ledger.errors import SeedLedgerError
+from ledger.records import AnchorInfo, GenerationRecord, MemberRecord, ReplayStep, RunInfo
+from ledger.schema import Anchor, Generation, Member, Run
+
+
+def utc(value: datetime) -> datetime:
+    """SQLite returns naive datetimes; everything the ledger stores is UTC."""
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+def run_info(run: Run, parent_name: str | None) -> RunInfo:
+    return RunInfo(
+        id=run.id,
+        name=run.name,
+        created_at=utc(run.created_at),
+        status=run.status,
+        base_model=run.base_model,
+        base_revision=run.base_revision,
+        base_fingerprint=run.base_fingerprint,
+        noise_spec=run.noise_spec,
+        dtype_policy=run.dtype_policy,
+        param_selection=run.param_selection,
+        config=codec.loads(run.config),
+        seed=run.seed,
+        run_key=codec.key_from_sql(run.run_key),
+        parent=(parent_name, run.parent_generation) if parent_name is not None else None,
+        software=codec.loads(run.software),
+        host=run.host,
+    )
+
+
+def _check_record(rec: GenerationRecord) -> None:
+    if not isinstance(rec.index, int) or rec.index < 1:
+        raise SeedLedgerError(f"generation index must be a positive integer, got {rec.index!r}")
+    for pos, m in enumerate(rec.members):
+        if m.index != pos:
+            raise SeedLedgerError(
+                f"generation {rec.index}: members must be in order 0..N-1 (member {pos} has "
+                f"index {m.index})"
+            )
+        if m.sign not in (-1, 1):
+            raise SeedLedgerError(f"generation {rec.index}: member {pos} sign must be ±1")
+    if rec.population != len(rec.members):
+        raise SeedLedgerError(
+            f"generation {rec.index}: population {rec.population} but {len(rec.members)} members"
+        )
+
+
+def generation_row(run_id: int, rec: GenerationRecord) -> dict[str, Any]:
+    """Column values of the generation row (exact arrays packed as LE blobs)."""
+    _check_record(rec)
+    stats = rec.reward_stats()
+    wall = math.fsum(rec.timings.values()) if rec.timings else None
+    ms = rec.members
+    return {
+        "run_id": run_id,
+        "idx": rec.index,
+        "lr": rec.lr,
+        "sigma": rec.sigma,
+        "population": rec.population,
+        "optimizer": codec.dumps(rec.optimizer),
+        "schedule_step": rec.schedule_step,
+        "batch_indices": codec.dumps(list(rec.batch_indices)),
+        "keys": codec.pack_u64([m.key for m in ms]),
+        "coefficients": codec.pack_f64([m.coefficient for m in ms]),
+        "rewards": codec.pack_f64([m.reward for m in ms]),
+        "reward_mean": stats["mean"],
+        "reward_std": stats["std"],
+        "reward_min": stats["min"],
+        "reward_max": stats["max"],
+        "fingerprint": rec.fingerprint,
+        "timings": codec.dumps(rec.timings),
+        "wall_time": wall,
+        "extra": codec.dumps(rec.extra),
+        "committed_at": now(),
+    }
+
+
+def member_rows(generation_id: int, rec: GenerationRecord) -> list[dict[str, Any]]:
+    return [
+        {
+            "generation_id": generation_id,
+            "idx": m.index,
+            "key": codec.key_to_sql(m.key),
+            "sign": m.sign,
+            "reward": codec.sql_float(m.reward),
+            "coefficient": codec.sql_float(m.coefficient),
+            "components": codec.dumps(m.components),
+            "samples": codec.zjson(m.samples),
+        }
+        for m in rec.members
+    ]
+
+
+def generation_record(g: Generation, members: list[Member]) -> GenerationRecord:
+    keys = codec.unpack_u64(g.keys)
+    coefs = codec.unpack_f64(g.coefficients)
+    rewards = codec.unpack_f64(g.rewards)
+    by_idx = {m.idx: m for m in members}
+    out = []
+    for i, (k, c, r) in enumerate(zip(keys, coefs, rewards, strict=True)):
+        m = by_idx.get(i)
+        out.append(
+            MemberRecord(
+                index=i,
+                key=k,
+                sign=m.sign if m else 1,
+                reward=r,
+                coefficient=c,
+                components=codec.loads(m.components) if m else {},
+                samples=codec.unzjson(m.samples) if m else None,
+            )
+        )
+    return GenerationRecord(
+        index=g.idx,
+        lr=g.lr,
+        sigma=g.sigma,
+        population=g.population,
+        optimizer=codec.loads(g.optimizer),
+        schedule_step=g.schedule_step,
+        batch_indices=codec.loads(g.batch_indices),
+        members=out,
+        fingerprint=g.fingerprint,
+        timings=codec.loads(g.timings),
+        extra=codec.loads(g.extra),
+        committed_at=utc(g.committed_at),
+    )
+
+
+def replay_step(run: str, idx: int, keys: bytes, coefs: bytes, sigma: float, opt: str):
+    return ReplayStep(
+        run=run,
+        index=idx,
+        keys=codec.unpack_u64(keys),
+        coefficients=codec.unpack_f64(coefs),
+        sigma=sigma,
+        optimizer=codec.loads(opt),
+    )
+
+
+def anchor_info(run: str, a: Anchor) -> AnchorInfo:
+    return AnchorInfo(
+        run=run,
+        generation=a.generation,
+        path=a.path,
+        sha256=a.sha256,
+        fingerprint=a.fingerprint,
+        size=a.size,
+        created_at=utc(a.created_at),
+    )
