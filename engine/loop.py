@@ -15,12 +15,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from replay.anchors import save_anchor
-from replay.noise import round_coefficient
-
 from engine.config import TrainConfig
 from engine.evaluator import MemberResult
+from engine.failpoints import failpoint
 from ledger import GenerationRecord, Ledger, MemberRecord, ReplayStep, RunInfo
+from replay.anchors import save_anchor
+from replay.noise import round_coefficient
 from trainers.es import ES
 
 
@@ -73,7 +73,12 @@ def train(
         members = strategy.ask(run.run_key, generation)
         hooks.on_generation_start(generation, len(members))
 
-        results = pool.evaluate(members, sigma, generation, run.run_key, hooks.on_member)
+        def on_member(result: MemberResult, generation: int = generation) -> None:
+            hooks.on_member(result)
+            failpoint("member", generation)
+
+        results = pool.evaluate(members, sigma, generation, run.run_key, on_member)
+        failpoint("evaluated", generation)
         evaluated = time.perf_counter()
 
         rewards = [r.reward for r in results]
@@ -106,12 +111,14 @@ def train(
         )
         record.fingerprint = pool.apply(record_to_step(run.name, record))
         applied = time.perf_counter()
+        failpoint("applied", generation)
         record.timings = {
             "evaluate": evaluated - started,
             "load_member": sum(r.seconds.get("load_member", 0.0) for r in results),
             "update": applied - evaluated,
         }
         ledger.commit_generation(run.name, record)
+        failpoint("committed", generation)
         committed.append(record)
         seconds = time.perf_counter() - started
 
