@@ -1,0 +1,141 @@
+"""Applying one generation record to fp32 master weights, bit-exactly on any device.
+
+g = Σ_i c_i·ε_i in member order (each product exact, fp32 sums), then the rule named by
+``optimizer["name"]``; every float op is a separate IEEE op with fp32 scalars computed
+once in float64, so CPU (numba) and CUDA (torch) give the same bits. Optimizer state is
+derived by replaying from the base (or an anchor), never stored per generation.
+
+Rules (spec v1; defaults apply when the recorded optimizer dict omits a key):
+  sgd:      θ = θ + g                                  (lr folded into c_i)
+  momentum: v = v·β + g·(1−d);  θ = θ + v·lr            (v starts at 0; β=0.9, d=0)
+  adam:     m = m·β1 + g·(1−β1);  v = v·β2 + (g·g)·(1−β2);
+            θ = θ + (m / (√v·(1/√bc2) + eps))·(lr/bc1)  (β1=0.9, β2=0.999, eps=1e-8,
+            bc_k = 1 − β_k^t by repeated float64 multiplication, t = steps so far)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from ledger.errors import SeedLedgerError
+
+from . import _reference as ref
+from .hashing import MASK64
+from .noise import _use_fast, check_coefficient, noise_xkey, tensor_key
+from .table import TABLE_NP
+
+RULES = {"sgd": 0, "momentum": 1, "adam": 2}
+BUFFERS = {"sgd": (), "momentum": ("momentum",), "adam": ("exp_avg", "exp_avg_sq")}
+
+
+@dataclass
+class OptimizerState:
+    """Derived optimizer state: rule name, steps applied, and per-tensor fp32 buffers."""
+
+    name: str = "sgd"
+    step: int = 0
+    buffers: dict[str, dict[str, torch.Tensor]] = field(default_factory=dict)
+
+    def reset(self, name: str) -> None:
+        self.name, self.step, self.buffers = name, 0, {b: {} for b in BUFFERS[name]}
+
+    def buffer(self, kind: str, name: str, like: torch.Tensor) -> torch.Tensor:
+        bufs = self.buffers.setdefault(kind, {})
+        if name not in bufs:
+            bufs[name] = torch.zeros_like(like)
+        return bufs[name]
+
+
+def _f32(x: float) -> float:
+    """Round a float64 to the nearest fp32 (the one cast of each scalar)."""
+    return float(np.float32(x))
+
+
+def _step_inputs(step: Any) -> tuple[list[int], list[float], dict]:
+    """(keys, coefficients, optimizer) from a ReplayStep or a GenerationRecord."""
+    if hasattr(step, "keys") and hasattr(step, "coefficients"):
+        keys, coefs = list(step.keys), list(step.coefficients)
+    else:
+        keys = [m.key for m in step.members]
+        coefs = [m.coefficient for m in step.members]
+    optimizer = dict(step.optimizer or {})
+    if "lr" not in optimizer and getattr(step, "lr", None) is not None:
+        optimizer["lr"] = step.lr
+    if len(keys) != len(coefs):
+        raise SeedLedgerError(f"generation {step.index}: {len(keys)} keys but {len(coefs)} coefficients")
+    try:
+        coefs = [check_coefficient(c) for c in coefs]
+    except ValueError as exc:
+        raise SeedLedgerError(f"generation {step.index}: {exc}") from None
+    return [int(k) & MASK64 for k in keys], coefs, optimizer
+
+
+def _scalars(name: str, opt: Mapping[str, Any], t: int) -> list[float]:
+    if name == "sgd":
+        return []
+    if "lr" not in opt:
+        raise SeedLedgerError(f"optimizer {name!r} needs lr in the recorded settings")
+    lr = float(opt["lr"])
+    if name == "momentum":
+        beta, damp = float(opt.get("beta", 0.9)), float(opt.get("dampening", 0.0))
+        return [_f32(beta), _f32(1.0 - damp), _f32(lr)]
+    b1, b2 = float(opt.get("beta1", 0.9)), float(opt.get("beta2", 0.999))
+    eps = float(opt.get("eps", 1e-8))
+    p1 = p2 = 1.0
+    for _ in range(t):
+        p1, p2 = p1 * b1, p2 * b2
+    bc1, bc2 = 1.0 - p1, 1.0 - p2
+    return [_f32(b1), _f32(1.0 - b1), _f32(b2), _f32(1.0 - b2), _f32(1.0 / math.sqrt(bc2)), _f32(eps), _f32(lr / bc1)]
+
+
+def apply_step(master: dict[str, torch.Tensor], state: OptimizerState, step: Any) -> None:
+    """Apply one generation (a ReplayStep or GenerationRecord) to ``master`` in place."""
+    keys, coefs, opt = _step_inputs(step)
+    name = str(opt.get("name", "sgd"))
+    if name not in RULES:
+        raise SeedLedgerError(f"generation {step.index}: unknown optimizer {name!r}")
+    if state.name != name:
+        state.reset(name)  # a fork may switch rules: state restarts from zero
+    state.step += 1
+    scal = _scalars(name, opt, state.step)
+    rule = RULES[name]
+    kinds = BUFFERS[name]
+    for tname, theta in master.items():
+        if theta.dtype != torch.float32 or not theta.is_contiguous():
+            raise SeedLedgerError(f"master tensor {tname!r} must be contiguous fp32")
+        bufs = [state.buffer(kind, tname, theta) for kind in kinds]
+        tkeys = [tensor_key(k, tname) for k in keys]
+        apply_tensor(theta, tkeys, coefs, rule, scal, bufs)
+
+
+def apply_tensor(
+    theta: torch.Tensor, tkeys: Sequence[int], coefs: Sequence[float], rule: int,
+    scal: Sequence[float], bufs: Sequence[torch.Tensor], *, fast: bool | None = None,
+) -> None:
+    """One tensor's fused update (numba on CPU, else the torch reference)."""
+    b1 = bufs[0] if bufs else None
+    b2 = bufs[1] if len(bufs) > 1 else None
+    if fast is None:
+        fast = _use_fast(theta.device)
+    if fast:
+        from . import _cpu_kernels as k
+
+        empty = np.empty(0, dtype=np.float32)
+        k.apply(
+            theta.view(-1).numpy(),
+            np.array(tkeys, dtype=np.uint64),
+            np.array([noise_xkey(t) for t in tkeys], dtype=np.uint64),
+            np.array(coefs, dtype=np.float32),
+            TABLE_NP, rule, np.array(scal or [0.0], dtype=np.float32),
+            b1.view(-1).numpy() if b1 is not None else empty,
+            b2.view(-1).numpy() if b2 is not None else empty,
+        )
+        return
+    g = ref.delta_ref(list(tkeys), list(coefs), theta.numel(), theta.device).view(theta.shape)
+    ref.apply_rule_ref(theta, g, rule, list(scal), b1, b2)
