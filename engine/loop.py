@@ -61,6 +61,7 @@ def train(
     anchors_dir: Path | None = None,
     loggers=None,
     hooks: Hooks | None = None,
+    heartbeat: Callable[[], None] | None = None,
 ) -> list[GenerationRecord]:
     """Train `generations` more generations of `run`; the pool must hold `run`'s latest."""
     hooks = hooks or Hooks()
@@ -75,6 +76,8 @@ def train(
 
         def on_member(result: MemberResult, generation: int = generation) -> None:
             hooks.on_member(result)
+            if heartbeat is not None:
+                heartbeat()  # keep the writer lease while a long generation evaluates
             failpoint("member", generation)
 
         results = pool.evaluate(members, sigma, generation, run.run_key, on_member)

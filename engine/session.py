@@ -12,14 +12,16 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
-from replay.noise import NOISE_SPEC, run_key
-
 from engine.config import TrainConfig, apply_overrides, load_config, validate
 from engine.loop import Hooks, train
 from engine.models import model_revision, resolve_model
 from engine.pools import make_pool
 from ledger import GenerationRecord, Ledger, RunInfo
+from ledger.db import sqlite_path, to_url
 from ledger.errors import RunNotFound, SeedLedgerError
+from replay.noise import NOISE_SPEC, run_key
+
+LEASE_TTL = 300.0  # seconds; the loop renews it after every member
 
 
 @dataclass
@@ -55,7 +57,7 @@ def resolve_ref(ledger: Ledger, ref: str) -> tuple[RunInfo, int]:
 
 def anchors_dir(ledger: Ledger) -> Path:
     """Anchors live next to a SQLite ledger, else under $SEEDLEDGER_HOME."""
-    path = ledger.sqlite_path
+    path = sqlite_path(to_url(ledger.location))
     if path is not None:
         return Path(str(path) + ".anchors")
     home = Path(os.environ.get("SEEDLEDGER_HOME", Path.home() / ".cache" / "seedledger"))
@@ -93,10 +95,11 @@ def _run_loop(ledger: Ledger, run: RunInfo, cfg: TrainConfig, pool, generations:
 
         loggers = make_loggers(cfg.report_to, run.name, anchors_dir(ledger).parent / "logs", cfg.model_dump())
     try:
-        with ledger.lease(run.name):
+        with ledger.lease(run.name, ttl=LEASE_TTL) as lease:
             records = train(
                 ledger, run, cfg, pool, generations,
                 anchors_dir=anchors_dir(ledger), loggers=loggers, hooks=hooks,
+                heartbeat=lease.heartbeat,
             )
     finally:
         if loggers is not None:
