@@ -1,0 +1,300 @@
+"""The Ray pool: one replica actor per worker, synchronised by seeds alone.
+
+Every actor loads the base model once and keeps its own fp32 master; after each
+generation it applies the same record through replay's update, so the replicas stay
+identical without exchanging weights. Member i is scored by worker i mod W (static, so
+which worker scored a member never depends on timing) and results come back in member
+order, so the record is the local pool's. Each worker reports its fingerprint after
+every `apply`; a disagreement aborts the run naming the worker and generation.
+
+Fault tolerance: a worker that dies is replaced by a fresh actor that rebuilds its master
+from the ledger up to the last committed generation (plus the one applied but not yet
+committed, which the pool keeps), and its unfinished members are scored again. Scoring
+is deterministic, so the generation's result is what it would have been without the
+fault.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import ray
+from ray.exceptions import RayActorError
+
+from engine.config import TrainConfig
+from engine.evaluator import MemberResult
+from engine.pools.ray_worker import ReplicaActor, step_to_wire
+from ledger import Ledger, ReplayStep
+from ledger.db import to_url
+from ledger.errors import SeedLedgerError
+from trainers.es import Member
+from trainers.tasks import load_task
+
+# A local cluster only moves keys and numbers per call; `state()` is the one large
+# object and Ray spills what does not fit. Override with SEEDLEDGER_RAY_OBJECT_STORE.
+LOCAL_OBJECT_STORE_BYTES = 256 * 2**20
+# Replacements per worker within one call before the pool gives up (a crash loop).
+MAX_RESTARTS = 3
+
+
+def connect(address: str | None) -> bool:
+    """Make sure this process is connected to Ray; True when this call did it.
+
+    An already-initialised Ray (a caller's, a test's) is used as it is and left running.
+    Otherwise an address from the config or $RAY_ADDRESS joins that cluster; with
+    neither, a local cluster is started with this machine's CPUs and no dashboard.
+    """
+    if ray.is_initialized():
+        return False
+    address = address or os.environ.get("RAY_ADDRESS")
+    if address:
+        ray.init(address=address, logging_level=logging.WARNING)
+        return True
+    store = int(os.environ.get("SEEDLEDGER_RAY_OBJECT_STORE", LOCAL_OBJECT_STORE_BYTES))
+    ray.init(
+        num_cpus=os.cpu_count() or 1,
+        include_dashboard=False,
+        object_store_memory=store,
+        logging_level=logging.WARNING,
+    )
+    return True
+
+
+def actor_resources(cfg: TrainConfig, cluster_cpus: float) -> tuple[dict[str, float], int]:
+    """Ray resource options per actor and its torch thread count.
+
+    One GPU per actor on CUDA; on CPU the cluster's CPUs are split evenly so that W
+    workers fit on the machine (fractions below 1, whole numbers above).
+    """
+    workers = cfg.workers.count
+    if cfg.device.startswith("cuda"):
+        return {"num_gpus": 1, "num_cpus": 1}, 1
+    share = cluster_cpus / workers
+    cpus = share if share < 1 else float(int(share))
+    return {"num_cpus": cpus}, max(1, int(share))
+
+
+def assign(members: int, workers: int) -> list[list[int]]:
+    """Member positions per worker: i goes to worker i mod W, in member order."""
+    return [list(range(w, members, workers)) for w in range(workers)]
+
+
+def check_agreement(fingerprints: Sequence[str], generation: int) -> str:
+    """The common fingerprint; SeedLedgerError naming the first worker that differs."""
+    first = fingerprints[0]
+    for worker, fp in enumerate(fingerprints):
+        if fp != first:
+            raise SeedLedgerError(
+                f"worker {worker} has fingerprint {fp[:16]}… after generation {generation}, "
+                f"worker 0 has {first[:16]}…: the replicas disagree; aborting the run"
+            )
+    return first
+
+
+class RayPool:
+    """The `LocalPool` surface over W Ray actors (see the module docstring)."""
+
+    def __init__(self, cfg: TrainConfig, model_dir: Path):
+        self.cfg = cfg
+        self.model_dir = str(model_dir)
+        self.task = load_task(cfg.task, seed=cfg.seed)
+        self.restarts = 0
+        self.generation = 0
+        self._owns_connection = connect(cfg.workers.address)
+        self._actors: list[Any] = []
+        self._ledger: Ledger | None = None
+        self._url: str | None = None
+        self._run: str | None = None
+        self._anchors: str | None = None
+        self._restored_at = 0
+        self._last_step: ReplayStep | None = None
+        self._fingerprint: str | None = None
+        try:
+            cpus = ray.cluster_resources().get("CPU", 1.0)
+            options, self._threads = actor_resources(cfg, cpus)
+            # No Ray-level restarts: a restarted actor would come back at the base model;
+            # `_replace` brings a fresh one to the pool's generation instead.
+            self._remote = ray.remote(max_restarts=0, max_task_retries=0, **options)(ReplicaActor)
+            self._actors = [self._spawn() for _ in range(cfg.workers.count)]
+            fps = ray.get([a.base_fingerprint.remote() for a in self._actors])
+            self._base = check_agreement(fps, 0)
+            self._fingerprint = self._base
+        except BaseException:
+            self.close()
+            raise
+
+    # -- actors ----------------------------------------------------------------------------
+
+    def _spawn(self):
+        return self._remote.remote(self.cfg.model_dump(mode="json"), self.model_dir, self._threads)
+
+    def pids(self) -> list[int]:
+        """Worker process ids, in worker order."""
+        return ray.get([a.pid.remote() for a in self._actors])
+
+    def _replace(self, worker: int, why: BaseException) -> str:
+        """Swap a dead worker for a fresh actor at the pool's generation; its fingerprint."""
+        self.restarts += 1
+        try:
+            ray.kill(self._actors[worker], no_restart=True)
+        except Exception:  # already gone
+            pass
+        actor = self._spawn()
+        self._actors[worker] = actor
+        target = self.generation
+        if self._run is None:  # never restored: the base model is the state
+            fp = ray.get(actor.base_fingerprint.remote())
+        else:
+            committed = min(target, self._ledger.latest_generation(self._run))
+            committed = max(committed, self._restored_at)
+            fp = ray.get(actor.restore.remote(self._url, self._run, committed, self._anchors))
+            if target > committed:
+                step = self._last_step
+                if step is None or step.index != target or target != committed + 1:
+                    raise SeedLedgerError(
+                        f"worker {worker} died at generation {target}, and generations "
+                        f"{committed + 1}..{target} are neither committed nor held by the pool"
+                    ) from why
+                fp = ray.get(actor.apply.remote(step_to_wire(step)))
+        logging.getLogger(__name__).warning(
+            "worker %d died (%s); replaced and rebuilt to generation %d",
+            worker, type(why).__name__, target,
+        )
+        return fp
+
+    def _collect(self, refs: list[Any]) -> list[str]:
+        """Fingerprints from one call per worker; a dead worker is replaced, and the
+        replacement's fingerprint (at the pool's generation) stands in for its answer."""
+        out = []
+        for worker, ref in enumerate(refs):
+            try:
+                out.append(ray.get(ref))
+            except RayActorError as exc:
+                out.append(self._replace_checked(worker, exc, attempts=MAX_RESTARTS))
+        return out
+
+    def _replace_checked(self, worker: int, why: BaseException, attempts: int) -> str:
+        for attempt in range(attempts):
+            try:
+                return self._replace(worker, why)
+            except RayActorError as exc:
+                why = exc
+                if attempt == attempts - 1:
+                    break
+        raise SeedLedgerError(
+            f"worker {worker} kept dying at generation {self.generation} "
+            f"({attempts} replacements): {why}"
+        ) from why
+
+    # -- the LocalPool surface -------------------------------------------------------------
+
+    def base_fingerprint(self) -> str:
+        return self._base
+
+    def restore(self, ledger: Ledger, run: str, generation: int, anchors_dir: Path | None) -> str:
+        self._ledger, self._run = ledger, run
+        self._url = to_url(ledger.location)
+        self._anchors = str(anchors_dir) if anchors_dir else None
+        self._restored_at = self.generation = generation
+        self._last_step = None
+        refs = [a.restore.remote(self._url, run, generation, self._anchors) for a in self._actors]
+        self._fingerprint = check_agreement(self._collect(refs), generation)
+        return self._fingerprint
+
+    def evaluate(
+        self,
+        members: list[Member],
+        sigma: float,
+        generation: int,
+        run_key: int,
+        on_member: Callable[[MemberResult], None] | None = None,
+    ) -> list[MemberResult]:
+        """Score every member on its worker; results in member order."""
+        results: list[MemberResult | None] = [None] * len(members)
+        plan = assign(len(members), len(self._actors))
+        pending: dict[Any, tuple[int, int]] = {}  # ref -> (member position, worker)
+
+        def submit(worker: int) -> None:
+            actor = self._actors[worker]
+            for pos in plan[worker]:
+                if results[pos] is None:
+                    m = members[pos]
+                    ref = actor.score.remote((m.index, m.key, m.sign), sigma, generation, run_key)
+                    pending[ref] = (pos, worker)
+
+        def record(pos: int, out: dict[str, Any]) -> None:
+            results[pos] = MemberResult(**out)
+            if on_member:
+                on_member(results[pos])
+
+        for worker in range(len(self._actors)):
+            submit(worker)
+        deaths = [0] * len(self._actors)
+        while pending:
+            [ref], _ = ray.wait(list(pending), num_returns=1)
+            pos, worker = pending.pop(ref)
+            try:
+                record(pos, ray.get(ref))
+                continue
+            except RayActorError as exc:
+                why = exc
+            # The worker is gone: keep what it finished, replace it, resubmit the rest.
+            for other in [r for r, (_, w) in pending.items() if w == worker]:
+                other_pos, _ = pending.pop(other)
+                try:
+                    record(other_pos, ray.get(other, timeout=0))
+                except Exception:  # lost with the actor (or not finished): score again
+                    pass
+            deaths[worker] += 1
+            if deaths[worker] > MAX_RESTARTS:
+                raise SeedLedgerError(
+                    f"worker {worker} died {deaths[worker]} times in generation {generation}"
+                ) from why
+            fp = self._replace_checked(worker, why, attempts=MAX_RESTARTS)
+            if fp != self._fingerprint:
+                raise SeedLedgerError(
+                    f"worker {worker} rebuilt generation {self.generation} with fingerprint "
+                    f"{fp[:16]}…, expected {self._fingerprint[:16]}…; aborting the run"
+                )
+            submit(worker)
+        return results  # type: ignore[return-value]
+
+    def apply(self, step: ReplayStep) -> str:
+        """Every worker applies the record; they must agree on the fingerprint."""
+        self._last_step, self.generation = step, step.index
+        wire = step_to_wire(step)
+        refs = [a.apply.remote(wire) for a in self._actors]
+        self._fingerprint = check_agreement(self._collect(refs), step.index)
+        return self._fingerprint
+
+    def held_out_reward(self, limit: int) -> float:
+        try:
+            return ray.get(self._actors[0].held_out_reward.remote(limit))
+        except RayActorError as exc:
+            self._replace_checked(0, exc, attempts=MAX_RESTARTS)
+            return ray.get(self._actors[0].held_out_reward.remote(limit))
+
+    def state(self):
+        """(master, optimizer state) from worker 0: the one call that moves weights, for
+        anchors and session ends, never per generation."""
+        try:
+            return ray.get(self._actors[0].state.remote())
+        except RayActorError as exc:
+            self._replace_checked(0, exc, attempts=MAX_RESTARTS)
+            return ray.get(self._actors[0].state.remote())
+
+    def close(self) -> None:
+        """Stop the actors, and the Ray connection (with its local cluster) if ours."""
+        for actor in self._actors:
+            try:
+                ray.kill(actor, no_restart=True)
+            except Exception:  # already gone
+                pass
+        self._actors = []
+        if self._owns_connection and ray.is_initialized():
+            ray.shutdown()
+        self._owns_connection = False
