@@ -1,0 +1,157 @@
+"""Rebuild, verify and fork: the model at ``run@g`` is the base plus the ledger's replay.
+
+Replay starts from the nearest valid anchor (a cache, checked by sha256 and fingerprint)
+or from the base model (checked against the run's recorded base fingerprint), applies
+every generation with ``update.apply_step`` (the code training used) and compares
+fingerprints with the ledger's.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Literal
+
+import torch
+
+from ledger.errors import SeedLedgerError, VerifyMismatch
+from ledger.records import RunInfo
+
+from .anchors import AnchorError, load_anchor
+from .fingerprint import fingerprint
+from .noise import NOISE_SPEC
+from .update import OptimizerState, apply_step
+
+log = logging.getLogger(__name__)
+Progress = Callable[[int, int], None]  # (generations done, generations to do)
+
+
+def replay_steps(
+    master: dict[str, torch.Tensor], steps: Iterable[Any], state: OptimizerState | None = None,
+    *, expected: Mapping[int, str | None] | None = None, progress: Progress | None = None,
+) -> tuple[dict[str, torch.Tensor], OptimizerState]:
+    """Apply ``steps`` in order to ``master`` (in place); check ``expected[g]`` fingerprints."""
+    state = state or OptimizerState()
+    steps = list(steps)
+    for done, step in enumerate(steps, 1):
+        apply_step(master, state, step)
+        want = expected.get(step.index) if expected else None
+        if want is not None:
+            got = fingerprint(master)
+            if got != want:
+                raise VerifyMismatch(
+                    f"generation {step.index} of {step.run if hasattr(step, 'run') else 'the history'} "
+                    f"does not replay: fingerprint {got}, the ledger says {want}"
+                )
+        if progress is not None:
+            progress(done, len(steps))
+    return master, state
+
+
+def _lineage(ledger, run: str) -> list[RunInfo]:
+    """The run and its ancestors, root first."""
+    chain = [ledger.get_run(run)]
+    while chain[-1].parent is not None:
+        chain.append(ledger.get_run(chain[-1].parent[0]))
+    return chain[::-1]
+
+
+def _recorded_fingerprint(ledger, run: str, g: int, base_fp: str | None) -> str | None:
+    return base_fp if g == 0 else ledger.generation(run, g).fingerprint
+
+
+def _from_anchor(ledger, run: str, g: int, base: dict[str, torch.Tensor], anchors_dir, base_fp):
+    """(start generation, master, state) from the newest usable anchor at or before g."""
+    candidates = [a for a in ledger.anchors(run, lineage=True) if a.generation <= g]
+    for info in sorted(candidates, key=lambda a: a.generation, reverse=True):
+        try:
+            want = _recorded_fingerprint(ledger, run, info.generation, base_fp)
+            master, state = load_anchor(info, anchors_dir, want)
+        except AnchorError as exc:
+            warnings.warn(f"{exc}; falling back", RuntimeWarning, stacklevel=3)
+            log.warning("%s; falling back", exc)
+            continue
+        if set(master) != set(base):
+            warnings.warn(f"anchor {info.run}@{info.generation} has other tensors than the base; skipped",
+                          RuntimeWarning, stacklevel=3)
+            continue
+        device = next(iter(base.values())).device if base else torch.device("cpu")
+        for name, t in base.items():  # reuse the caller's storage (and device)
+            t.copy_(master[name])
+        for bufs in state.buffers.values():
+            for name in bufs:
+                bufs[name] = bufs[name].to(device)
+        return info.generation, base, state
+    return None
+
+
+def rebuild(
+    ledger, run: str, g: int | None, base: dict[str, torch.Tensor],
+    verify: Literal["end", "every", "none"] = "end",
+    anchors_dir: str | os.PathLike[str] | None = None, progress: Progress | None = None,
+) -> tuple[dict[str, torch.Tensor], OptimizerState]:
+    """The master and derived optimizer state at ``run@g`` (``g=None``: latest).
+
+    ``base`` is consumed: its tensors are updated in place and returned. With
+    ``anchors_dir=None`` no anchor is used. Raises SeedLedgerError for a base that is not
+    the run's, VerifyMismatch when a checked fingerprint differs.
+    """
+    if verify not in ("end", "every", "none"):
+        raise ValueError(f"verify must be 'end', 'every' or 'none', not {verify!r}")
+    g = ledger.latest_generation(run) if g is None else g
+    lineage = _lineage(ledger, run)
+    for info in lineage:
+        if info.noise_spec != NOISE_SPEC:
+            raise SeedLedgerError(f"run {info.name!r} uses noise spec {info.noise_spec!r}; this replay knows {NOISE_SPEC!r}")
+    base_fp = lineage[0].base_fingerprint
+    steps = ledger.replay_history(run, upto=g)  # also validates g
+
+    start = _from_anchor(ledger, run, g, base, anchors_dir, base_fp) if anchors_dir is not None else None
+    if start is None:
+        got = fingerprint(base)
+        if base_fp is not None and got != base_fp:
+            raise SeedLedgerError(
+                f"the base weights are not {lineage[0].base_model!r} as run {run!r} recorded it "
+                f"(fingerprint {got}, expected {base_fp})"
+            )
+        start = (0, base, OptimizerState())
+    start_g, master, state = start
+    todo = [s for s in steps if s.index > start_g]
+
+    expected: dict[int, str | None] = {}
+    if verify == "every":
+        expected = {s.index: ledger.generation(s.run, s.index).fingerprint for s in todo}
+    elif verify == "end" and todo:
+        expected = {g: ledger.generation(run, g).fingerprint}
+    return replay_steps(master, todo, state, expected=expected, progress=progress)
+
+
+def verify(
+    ledger, run: str, g: int | None, base: dict[str, torch.Tensor], *,
+    anchors_dir: str | os.PathLike[str] | None = None, progress: Progress | None = None,
+) -> str:
+    """Replay every generation up to ``run@g`` checking each fingerprint; returns the last.
+
+    Raises VerifyMismatch naming the first generation whose fingerprint differs.
+    """
+    master, _ = rebuild(ledger, run, g, base, verify="every", anchors_dir=anchors_dir, progress=progress)
+    return fingerprint(master)
+
+
+def fork(ledger, run: str, g: int, new_name: str, config: dict[str, Any] | None = None) -> RunInfo:
+    """Create ``new_name`` as a child of ``run@g`` (same base, noise spec and run key)."""
+    parent = ledger.get_run(run)
+    latest = ledger.latest_generation(run)
+    if not 0 <= g <= latest:
+        raise SeedLedgerError(f"cannot fork {run}@{g}: it has generations 0..{latest}")
+    info = ledger.create_run(
+        new_name, base_model=parent.base_model, base_revision=parent.base_revision,
+        base_fingerprint=parent.base_fingerprint, noise_spec=parent.noise_spec,
+        dtype_policy=parent.dtype_policy, param_selection=parent.param_selection,
+        config=parent.config if config is None else config, seed=parent.seed,
+        run_key=parent.run_key, parent=(run, g),
+    )
+    ledger.log_event(new_name, "fork", {"parent": run, "generation": g})
+    return info
