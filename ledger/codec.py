@@ -53,9 +53,12 @@ def sql_float(value: float) -> float | None:
     return None if value != value else value
 
 
+_ENC = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
+
+
 def dumps(obj: Any) -> str:
     """Canonical JSON text (sorted keys; Python's float repr round-trips exactly)."""
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"))
+    return _ENC.encode(obj)
 
 
 def loads(text: str | None) -> Any:

@@ -34,6 +34,25 @@ from ledger.schema import Anchor, Event, Generation, Lease, Member, Run
 Segment = tuple[str, int, int]
 
 
+_SQL_CACHE: dict[tuple[str, str, tuple[str, ...]], tuple[str, list[str] | None]] = {}
+
+
+def _insert_many(conn: Connection, model: Any, params: list[dict[str, Any]]) -> None:
+    """executemany with plain values: SQLAlchemy's per-row bind processing costs more than
+    SQLite's insert for a 256-member generation. Values are already int/float/str/bytes."""
+    names = tuple(params[0])
+    ck = (conn.dialect.name, model.__tablename__, names)
+    if ck not in _SQL_CACHE:
+        compiled = insert(model).compile(dialect=conn.dialect, column_keys=list(names))
+        order = list(compiled.positiontup or names) if compiled.positional else None
+        _SQL_CACHE[ck] = (str(compiled), order)
+    sql, order = _SQL_CACHE[ck]
+    if order is not None:
+        conn.exec_driver_sql(sql, [tuple(p[k] for k in order) for p in params])
+    else:
+        conn.exec_driver_sql(sql, params)
+
+
 class Ledger:
     """One ledger database. Open with `Ledger.open(path_or_url)`; use as a context manager."""
 
@@ -145,50 +164,73 @@ class Ledger:
         host: str | None = None,
     ) -> RunInfo:
         """Record a new run (a fork when `parent=(run, generation)`)."""
+        with self._write() as conn:
+            run_id = self._create_run(
+                conn,
+                name,
+                base_model=base_model,
+                base_revision=base_revision,
+                base_fingerprint=base_fingerprint,
+                noise_spec=noise_spec,
+                dtype_policy=dtype_policy,
+                param_selection=param_selection,
+                config=config,
+                seed=seed,
+                run_key=run_key,
+                parent=parent,
+                status=status,
+                software=software,
+                host=host,
+            )
+            return self._info(conn, conn.execute(select(Run).where(Run.id == run_id)).one())
+
+    def _create_run(
+        self,
+        conn: Connection,
+        name: str,
+        *,
+        parent: tuple[str, int] | None,
+        config: dict[str, Any] | None,
+        run_key: int,
+        software: dict[str, Any] | None,
+        host: str | None,
+        event: tuple[str, dict[str, Any]] | None = None,
+        **columns: Any,
+    ) -> int:
         if not name or "@" in name or len(name) > 200 or name != name.strip():
             raise SeedLedgerError(f"bad run name {name!r} (non-empty, no '@', no edge spaces)")
         software = software if software is not None else {"python": sys.version.split()[0]}
-        at = rows.now()
-        with self._write() as conn:
-            if conn.execute(select(Run.id).where(Run.name == name)).first():
-                raise SeedLedgerError(f"a run named {name!r} already exists")
-            parent_id = parent_gen = None
-            if parent is not None:
-                pname, parent_gen = parent
-                prow = self._run_row(conn, pname)
-                latest = self._latest(conn, prow)
-                if not isinstance(parent_gen, int) or not 0 <= parent_gen <= latest:
-                    raise SeedLedgerError(
-                        f"cannot fork {pname}@{parent_gen}: it has generations 0..{latest}"
-                    )
-                parent_id = prow.id
-            run_id = conn.execute(
-                insert(Run)
-                .values(
-                    name=name,
-                    created_at=at,
-                    status=status,
-                    base_model=base_model,
-                    base_revision=base_revision,
-                    base_fingerprint=base_fingerprint,
-                    noise_spec=noise_spec,
-                    dtype_policy=dtype_policy,
-                    param_selection=param_selection,
-                    config=codec.dumps(config or {}),
-                    seed=seed,
-                    run_key=codec.key_to_sql(run_key),
-                    parent_id=parent_id,
-                    parent_generation=parent_gen,
-                    software=codec.dumps(software),
-                    host=host if host is not None else socket.gethostname(),
+        if conn.execute(select(Run.id).where(Run.name == name)).first():
+            raise SeedLedgerError(f"a run named {name!r} already exists")
+        parent_id = parent_gen = None
+        if parent is not None:
+            pname, parent_gen = parent
+            prow = self._run_row(conn, pname)
+            latest = self._latest(conn, prow)
+            if not isinstance(parent_gen, int) or not 0 <= parent_gen <= latest:
+                raise SeedLedgerError(
+                    f"cannot fork {pname}@{parent_gen}: it has generations 0..{latest}"
                 )
-                .returning(Run.id)
-            ).scalar_one()
-            kind = "fork" if parent else "create"
-            payload = {"parent": list(parent)} if parent else {}
-            self._event(conn, run_id, kind, payload)
-            info = self._info(conn, self._run_row(conn, name))
-        return info
+            parent_id = prow.id
+        run_id = conn.execute(
+            insert(Run)
+            .values(
+                name=name,
+                created_at=rows.now(),
+                config=codec.dumps(config or {}),
+                run_key=codec.key_to_sql(run_key),
+                parent_id=parent_id,
+                parent_generation=parent_gen,
+                software=codec.dumps(software),
+                host=host if host is not None else socket.gethostname(),
+                **columns,
+            )
+            .returning(Run.id)
+        ).scalar_one()
+        if event is None:
+            event = ("fork", {"parent": list(parent)}) if parent else ("create", {})
+        self._event(conn, run_id, *event)
+        return run_id
 
     def get_run(self, name: str) -> RunInfo:
         with self._read() as conn:
@@ -309,6 +351,30 @@ class Ledger:
                     raise SeedLedgerError(f"run {run!r} is missing generation {expect}")
         return steps
 
+    def records(self, name: str, upto: int | None = None) -> list[GenerationRecord]:
+        """Every generation record along the lineage up to `upto`, oldest first, in few
+        queries (members without per-sample blobs: use `generation()` for those)."""
+        out: list[GenerationRecord] = []
+        with self._read() as conn:
+            for run, first, last in self._segments(conn, name, upto):
+                rid = self._run_row(conn, run).id
+                in_range = (Generation.run_id == rid, Generation.idx.between(first, last))
+                gens = conn.execute(select(Generation).where(*in_range).order_by(Generation.idx))
+                mq = (
+                    select(Member.generation_id, Member.idx, Member.sign, Member.components)
+                    .join(Generation, Generation.id == Member.generation_id)
+                    .where(*in_range)
+                    .order_by(Member.generation_id, Member.idx)
+                )
+                by_gen: dict[int, list[Any]] = {}
+                for m in conn.execute(mq):
+                    by_gen.setdefault(m.generation_id, []).append(m)
+                recs = [rows.generation_record(g, by_gen.get(g.id, [])) for g in gens]
+                if [r.index for r in recs] != list(range(first, last + 1)):
+                    raise SeedLedgerError(f"run {run!r} is missing generations in {first}..{last}")
+                out += recs
+        return out
+
     # -- generations -----------------------------------------------------------------------
 
     def _check_lease(self, conn: Connection, run: str, run_id: int) -> None:
@@ -339,15 +405,38 @@ class Ledger:
             )
         grow["run_id"] = run.id
         try:
-            gid = conn.execute(
-                insert(Generation).values(grow).returning(Generation.id)
-            ).scalar_one()
+            gid = conn.execute(insert(Generation).returning(Generation.id), grow).scalar_one()
         except IntegrityError:
             raise SeedLedgerError(
                 f"generation {name}@{record.index} is already committed"
             ) from None
         if record.members:
-            conn.execute(insert(Member), rows.member_rows(gid, record))
+            _insert_many(conn, Member, rows.member_rows(gid, record))
+
+    def import_run(
+        self,
+        name: str,
+        records: list[GenerationRecord],
+        *,
+        event: dict[str, Any],
+        **run: Any,
+    ) -> RunInfo:
+        """Create a run and commit its generations 1..n in ONE transaction (seed-file import)."""
+        grows = [rows.generation_row(0, r) for r in records]
+        with self._write() as conn:
+            rid = self._create_run(
+                conn,
+                name,
+                parent=None,
+                host=None,
+                status="imported",
+                event=("import", event),
+                **run,
+            )
+            row = conn.execute(select(Run).where(Run.id == rid)).one()
+            for rec, grow in zip(records, grows, strict=True):
+                self._insert_generation(conn, name, row, rec, grow)
+            return self._info(conn, row)
 
     def generation(self, name: str, g: int) -> GenerationRecord:
         """The record of `name@g`, which may live in an ancestor run."""

@@ -121,7 +121,7 @@ def generation_record(g: Generation, members: list[Member]) -> GenerationRecord:
                 reward=r,
                 coefficient=c,
                 components=codec.loads(m.components) if m else {},
-                samples=codec.unzjson(m.samples) if m else None,
+                samples=codec.unzjson(getattr(m, "samples", None)) if m else None,
             )
         )
     return GenerationRecord(

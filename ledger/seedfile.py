@@ -1,0 +1,489 @@
+"""Seed files: a run@g with its whole lineage in one small, self-describing file.
+
+Layout (all little-endian; no pickle, nothing executed):
+
+    magic    8 bytes  b"SLSEEDS\\0"
+    version  u16      FORMAT_VERSION
+    flags    u16      0
+    zlen     u64      length of the zstd body that follows
+    rawlen   u64      its decompressed length (checked against limits BEFORE decompressing)
+    body     zlen bytes, zstd
+    digest   32 bytes blake2b-256 of everything before it
+
+Body: u32 header length, header JSON (base model and fingerprint, noise spec, config,
+lineage segments with their run keys, per-generation σ / lr / optimizer / schedule step /
+fingerprint), then byte-planed arrays over all M members in generation order: signs (i8),
+keys, coefficients. Keys are member-key *indices* j with key = key_fn(run_key, g, j)
+when the exporter was given `key_fn` (replay.noise.member_key) and every key matched,
+else raw u64. Coefficients rounded to ≤ 12 significant bits are exactly the top 20 bits
+of a float32 and are stored in 3 bytes; anything else falls back to raw float64. Both
+round-trip bit-exactly. Every declared size is checked against the limits and the
+actual byte count before any array is built, so a hostile file cannot blow up memory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import struct
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import zstandard
+
+from ledger.errors import SeedLedgerError
+from ledger.ledger import Ledger
+from ledger.records import GenerationRecord, MemberRecord, ReplayStep, RunInfo
+
+MAGIC = b"SLSEEDS\x00"
+FORMAT_VERSION = 1
+PREFIX = struct.Struct("<8sHHQQ")
+DIGEST_SIZE = 32
+MAX_FILE = 256 << 20
+MAX_BODY = 512 << 20
+MAX_HEADER = 64 << 20
+MAX_GENERATIONS = 10_000_000
+MAX_POPULATION = 1 << 20
+MAX_MEMBERS = 40_000_000
+
+KeyFn = Callable[[int, int, int], int]
+
+
+@dataclass
+class SeedFile:
+    """A parsed seed file: the header and one ReplayStep per generation (oldest first)."""
+
+    header: dict[str, Any]
+    steps: list[ReplayStep]
+    signs: list[list[int]]
+    fingerprints: list[str | None]
+    lrs: list[float]
+    schedule_steps: list[int]
+    digest: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def generation(self) -> int:
+        return self.header["generation"]
+
+    @property
+    def base_model(self) -> str:
+        return self.header["base"]["model"]
+
+    @property
+    def base_revision(self) -> str | None:
+        return self.header["base"]["revision"]
+
+    @property
+    def base_fingerprint(self) -> str | None:
+        return self.header["base"]["fingerprint"]
+
+    @property
+    def noise_spec(self) -> str:
+        return self.header["noise_spec"]
+
+    @property
+    def final_fingerprint(self) -> str | None:
+        return self.header["final_fingerprint"]
+
+
+def _digest(data: bytes | memoryview) -> bytes:
+    return hashlib.blake2b(data, digest_size=DIGEST_SIZE).digest()
+
+
+def _planes(arr: np.ndarray, width: int) -> bytes:
+    """Byte-plane shuffle (all first bytes, then all second bytes...): zstd likes it."""
+    return np.ascontiguousarray(arr.view(np.uint8).reshape(-1, width).T).tobytes()
+
+
+def _unplanes(buf: bytes, width: int, count: int) -> np.ndarray:
+    return np.frombuffer(buf, dtype=np.uint8).reshape(width, count).T.copy()
+
+
+def _pack_coefficients(coefs: np.ndarray) -> tuple[str, bytes]:
+    with np.errstate(over="ignore", invalid="ignore"):
+        f32 = coefs.astype("<f4")
+    bits = f32.view("<u4")
+    exact = np.array_equal(f32.astype("<f8").view("<u8"), coefs.view("<u8"))
+    if exact and not (bits & 0xFFF).any():
+        hi = (bits >> 12).astype("<u4")
+        return "f32hi20", _planes(hi, 4)[: 3 * len(hi)]
+    return "f64", _planes(coefs, 8)
+
+
+def _key_indices(steps: list[ReplayStep], seg_key: dict[str, int], key_fn: KeyFn | None):
+    """Per member, j with key == key_fn(run_key, g, j), or None if some key is not derived."""
+    if key_fn is None:
+        return None
+    out: list[int] = []
+    for s in steps:
+        table: dict[int, int] = {}
+        rk = seg_key[s.run]
+        for j in range(len(s.keys)):
+            table.setdefault(key_fn(rk, s.index, j), j)
+        for k in s.keys:
+            if k not in table:
+                return None
+            out.append(table[k])
+    return out
+
+
+def export_seedfile(
+    ledger: Ledger,
+    run: str,
+    g: int | None,
+    path: str | os.PathLike[str],
+    *,
+    key_fn: KeyFn | None = None,
+) -> dict[str, Any]:
+    """Write `run@g` (default latest) and its lineage to `path`; returns the header.
+
+    Pass `key_fn=replay.noise.member_key` for compact files (keys stored as indices).
+    """
+    info = ledger.get_run(run)
+    g = ledger.latest_generation(run) if g is None else g
+    segments = ledger.ancestors(run, g)
+    records = ledger.records(run, g)
+    seg_info = {name: ledger.get_run(name) for name, _a, _b in segments}
+    seg_key = {name: ri.run_key for name, ri in seg_info.items()}
+    steps = [
+        ReplayStep(
+            name,
+            r.index,
+            [m.key for m in r.members],
+            [m.coefficient for m in r.members],
+            r.sigma,
+            r.optimizer,
+        )
+        for (name, a, b) in segments
+        for r in records[a - 1 : b]
+    ]
+    optimizers: list[dict[str, Any]] = []
+    opt_of: list[int] = []
+    seen: dict[str, int] = {}
+    for r in records:
+        text = json.dumps(r.optimizer, sort_keys=True)
+        if text not in seen:
+            seen[text] = len(optimizers)
+            optimizers.append(r.optimizer)
+        opt_of.append(seen[text])
+    keys = [k for s in steps for k in s.keys]
+    coefs = np.array([c for s in steps for c in s.coefficients], dtype="<f8")
+    signs = np.array([m.sign for r in records for m in r.members], dtype="<i1")
+    idx = _key_indices(steps, seg_key, key_fn)
+    max_pop = max((r.population for r in records), default=0)
+    if idx is not None:
+        kw = 2 if max_pop <= 1 << 16 else 4
+        key_mode, key_bytes = f"index-u{kw * 8}", _planes(np.array(idx, dtype=f"<u{kw}"), kw)
+    else:
+        key_mode, key_bytes = "raw-u64", _planes(np.array(keys, dtype="<u8"), 8)
+    coef_mode, coef_bytes = _pack_coefficients(coefs)
+    header = {
+        "format": "seedledger-seeds",
+        "run": run,
+        "generation": g,
+        "base": {
+            "model": info.base_model,
+            "revision": info.base_revision,
+            "fingerprint": info.base_fingerprint,
+        },
+        "noise_spec": info.noise_spec,
+        "dtype_policy": info.dtype_policy,
+        "param_selection": info.param_selection,
+        "config": info.config,
+        "seed": info.seed,
+        "run_key": str(info.run_key),
+        "segments": [
+            {
+                "run": n,
+                "first": a,
+                "last": b,
+                "run_key": str(seg_key[n]),
+                "noise_spec": seg_info[n].noise_spec,
+            }
+            for n, a, b in segments
+        ],
+        "generations": {
+            "population": [r.population for r in records],
+            "sigma": [r.sigma for r in records],
+            "lr": [r.lr for r in records],
+            "schedule_step": [r.schedule_step for r in records],
+            "optimizers": optimizers,
+            "optimizer_of": opt_of,
+            "fingerprint": [r.fingerprint for r in records],
+        },
+        "final_fingerprint": records[-1].fingerprint if records else None,
+        "keys": key_mode,
+        "coefficients": coef_mode,
+        "software": info.software,
+        "exported_at": datetime.now(UTC).isoformat(),
+    }
+    hjson = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
+    body = b"".join([struct.pack("<I", len(hjson)), hjson, signs.tobytes(), key_bytes, coef_bytes])
+    z = zstandard.ZstdCompressor(level=19, write_content_size=True).compress(body)
+    head = PREFIX.pack(MAGIC, FORMAT_VERSION, 0, len(z), len(body))
+    blob = head + z
+    blob += _digest(blob)
+    dest = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=dest.parent or ".", prefix=f".{dest.name}.")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(blob)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, dest)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return header
+
+
+# -- reading -------------------------------------------------------------------------------
+
+
+class _Bad(Exception):
+    """Internal: a malformed file; turned into one SeedLedgerError line."""
+
+
+def _need(cond: bool, what: str) -> None:
+    if not cond:
+        raise _Bad(what)
+
+
+def _int(v: Any, lo: int, hi: int, what: str) -> int:
+    _need(isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi, f"bad {what}")
+    return v
+
+
+def _float(v: Any, what: str) -> float:
+    _need(isinstance(v, float | int) and not isinstance(v, bool), f"bad {what}")
+    return float(v)
+
+
+def _str(v: Any, what: str, optional: bool = False) -> str | None:
+    _need(isinstance(v, str) or (optional and v is None), f"bad {what}")
+    return v
+
+
+def _u64_text(v: Any, what: str) -> int:
+    _need(isinstance(v, str) and v.isdigit() and len(v) <= 20, f"bad {what}")
+    n = int(v)
+    _need(n < 1 << 64, f"bad {what}")
+    return n
+
+
+def _list(v: Any, n: int, what: str) -> list[Any]:
+    _need(isinstance(v, list) and len(v) == n, f"{what} must list {n} generations")
+    return v
+
+
+def _body(data: bytes) -> bytes:
+    _need(len(data) >= PREFIX.size + DIGEST_SIZE, "too short to be a seed file")
+    magic, version, flags, zlen, rawlen = PREFIX.unpack_from(data)
+    _need(magic == MAGIC, "not a seedledger seed file (bad magic)")
+    if version > FORMAT_VERSION:
+        raise _Bad(f"format {version} is newer than this seedledger reads ({FORMAT_VERSION})")
+    _need(version == FORMAT_VERSION and flags == 0, f"unknown format {version}/{flags}")
+    _need(zlen == len(data) - PREFIX.size - DIGEST_SIZE, "truncated or has trailing bytes")
+    _need(4 <= rawlen <= MAX_BODY, f"declared body size {rawlen} is out of bounds")
+    _need(_digest(memoryview(data)[:-DIGEST_SIZE]) == data[-DIGEST_SIZE:], "checksum mismatch")
+    reader = zstandard.ZstdDecompressor().stream_reader(
+        io.BytesIO(memoryview(data)[PREFIX.size : -DIGEST_SIZE])
+    )
+    body = reader.read(rawlen + 1)
+    _need(len(body) == rawlen, "body length differs from the declared one")
+    return body
+
+
+def _parse(body: bytes, key_fn: KeyFn | None) -> SeedFile:
+    (hlen,) = struct.unpack_from("<I", body)
+    _need(hlen <= min(MAX_HEADER, len(body) - 4), "header length out of bounds")
+    h = json.loads(body[4 : 4 + hlen].decode("utf-8"))
+    _need(isinstance(h, dict) and h.get("format") == "seedledger-seeds", "bad header")
+    _str(h.get("run"), "run name")
+    G = _int(h.get("generation"), 0, MAX_GENERATIONS, "generation")
+    base = h.get("base")
+    _need(isinstance(base, dict), "bad base")
+    _str(base.get("model"), "base model")
+    _str(base.get("revision"), "base revision", optional=True)
+    _str(base.get("fingerprint"), "base fingerprint", optional=True)
+    for k in ("noise_spec", "dtype_policy", "param_selection"):
+        _str(h.get(k), k)
+    _need(isinstance(h.get("config"), dict), "bad config")
+    _need(isinstance(h.get("software"), dict), "bad software")
+    _need(h.get("seed") is None or isinstance(h.get("seed"), int), "bad seed")
+    _u64_text(h.get("run_key"), "run key")
+    _str(h.get("final_fingerprint"), "final fingerprint", optional=True)
+    segs = h.get("segments")
+    _need(isinstance(segs, list) and len(segs) <= MAX_GENERATIONS, "bad segments")
+    seg_of: list[tuple[str, int]] = []  # per generation: (run, run_key)
+    nxt = 1
+    for s in segs:
+        _need(isinstance(s, dict), "bad segment")
+        name = _str(s.get("run"), "segment run")
+        first = _int(s.get("first"), nxt, nxt, "segment start")
+        last = _int(s.get("last"), first, G, "segment end")
+        _str(s.get("noise_spec"), "segment noise spec")
+        rk = _u64_text(s.get("run_key"), "segment run key")
+        seg_of += [(name, rk)] * (last - first + 1)
+        nxt = last + 1
+    _need(nxt == G + 1, "segments do not cover the generations")
+    gens = h.get("generations")
+    _need(isinstance(gens, dict), "bad generations")
+    pops = [
+        _int(p, 0, MAX_POPULATION, "population")
+        for p in _list(gens.get("population"), G, "population")
+    ]
+    sigmas = [_float(v, "sigma") for v in _list(gens.get("sigma"), G, "sigma")]
+    lrs = [_float(v, "lr") for v in _list(gens.get("lr"), G, "lr")]
+    ssteps = [
+        _int(v, -(1 << 62), 1 << 62, "schedule step")
+        for v in _list(gens.get("schedule_step"), G, "schedule_step")
+    ]
+    fps = [
+        _str(v, "fingerprint", optional=True)
+        for v in _list(gens.get("fingerprint"), G, "fingerprint")
+    ]
+    opts = gens.get("optimizers")
+    _need(isinstance(opts, list) and all(isinstance(o, dict) for o in opts), "bad optimizers")
+    opt_of = [
+        _int(v, 0, len(opts) - 1, "optimizer index")
+        for v in _list(gens.get("optimizer_of"), G, "optimizer_of")
+    ]
+    M = sum(pops)
+    _need(M <= MAX_MEMBERS, f"declares {M} members, more than allowed")
+    key_mode, coef_mode = h.get("keys"), h.get("coefficients")
+    kw = {"index-u16": 2, "index-u32": 4, "raw-u64": 8}.get(key_mode)  # type: ignore[arg-type]
+    cw = {"f32hi20": 3, "f64": 8}.get(coef_mode)  # type: ignore[arg-type]
+    _need(kw is not None and cw is not None, "unknown key or coefficient encoding")
+    pos = 4 + hlen
+    _need(len(body) - pos == M * (1 + kw + cw), "array sizes differ from the header")
+    signs = np.frombuffer(body, dtype="<i1", count=M, offset=pos)
+    _need(bool(np.isin(signs, (-1, 1)).all()), "bad member sign")
+    pos += M
+    kraw = _unplanes(body[pos : pos + M * kw], kw, M)
+    pos += M * kw
+    if coef_mode == "f32hi20":
+        planes = _unplanes(body[pos : pos + 3 * M], 3, M).astype("<u4")
+        bits = (planes[:, 0] | (planes[:, 1] << 8) | (planes[:, 2] << 16)) << 12
+        coefs = bits.astype("<u4").view("<f4").astype("<f8").tolist()
+    else:
+        coefs = _unplanes(body[pos : pos + 8 * M], 8, M).view("<f8").ravel().tolist()
+    if key_mode == "raw-u64":
+        keys = kraw.view("<u8").ravel().tolist()
+    else:
+        if key_fn is None:
+            raise SeedLedgerError(
+                "this seed file stores derived member keys; pass key_fn "
+                "(replay.noise.member_key) to read it"
+            )
+        idx = kraw.view(f"<u{kw}").ravel().tolist()
+    steps: list[ReplayStep] = []
+    sign_lists: list[list[int]] = []
+    sl = signs.tolist()
+    at = 0
+    for gi in range(G):
+        n = pops[gi]
+        g = gi + 1
+        run, rk = seg_of[gi]
+        if key_mode == "raw-u64":
+            gk = keys[at : at + n]
+        else:
+            gk = []
+            for j in idx[at : at + n]:
+                _need(j < n, "member key index out of range")
+                gk.append(key_fn(rk, g, j))  # type: ignore[misc]
+        steps.append(ReplayStep(run, g, gk, coefs[at : at + n], sigmas[gi], dict(opts[opt_of[gi]])))
+        sign_lists.append(sl[at : at + n])
+        at += n
+    return SeedFile(h, steps, sign_lists, fps, lrs, ssteps)
+
+
+def read_seedfile(path: str | os.PathLike[str], *, key_fn: KeyFn | None = None) -> SeedFile:
+    """Parse and check a seed file; any defect raises one-line SeedLedgerError."""
+    p = Path(path)
+    try:
+        size = p.stat().st_size
+        if size > MAX_FILE:
+            raise _Bad(f"{size} bytes is larger than any seed file ({MAX_FILE})")
+        data = p.read_bytes()
+        body = _body(data)
+        sf = _parse(body, key_fn)
+    except _Bad as exc:
+        raise SeedLedgerError(f"seed file {p}: {exc}") from None
+    except OSError as exc:
+        raise SeedLedgerError(f"cannot read seed file {p}: {exc.strerror}") from None
+    except (
+        ValueError,
+        TypeError,
+        KeyError,
+        IndexError,
+        OverflowError,
+        RecursionError,
+        struct.error,
+        zstandard.ZstdError,
+        MemoryError,
+    ) as exc:
+        msg = " ".join(str(exc).split())[:200]
+        raise SeedLedgerError(f"seed file {p} is malformed: {type(exc).__name__}: {msg}") from None
+    sf.digest = data[-DIGEST_SIZE:].hex()
+    return sf
+
+
+def import_seedfile(
+    ledger: Ledger,
+    path: str | os.PathLike[str],
+    run_name: str | None = None,
+    *,
+    key_fn: KeyFn | None = None,
+) -> RunInfo:
+    """Import a seed file as ONE new run holding generations 1..g (lineage flattened).
+
+    The file is fully checked first; the run and all its generations then commit in one
+    transaction, so a bad file or a name clash writes nothing. Rewards are unknown (NaN).
+    """
+    sf = read_seedfile(path, key_fn=key_fn)
+    h = sf.header
+    name = run_name or h["run"]
+    records = []
+    for i, s in enumerate(sf.steps):
+        members = [
+            MemberRecord(j, k, sg, float("nan"), c)
+            for j, (k, sg, c) in enumerate(zip(s.keys, sf.signs[i], s.coefficients, strict=True))
+        ]
+        records.append(
+            GenerationRecord(
+                index=s.index,
+                lr=sf.lrs[i],
+                sigma=s.sigma,
+                population=len(members),
+                optimizer=s.optimizer,
+                schedule_step=sf.schedule_steps[i],
+                batch_indices=[],
+                members=members,
+                fingerprint=sf.fingerprints[i],
+                extra={"imported_from": sf.digest, "source_run": s.run},
+            )
+        )
+    return ledger.import_run(
+        name,
+        records,
+        base_model=sf.base_model,
+        base_revision=sf.base_revision,
+        base_fingerprint=sf.base_fingerprint,
+        noise_spec=h["noise_spec"],
+        dtype_policy=h["dtype_policy"],
+        param_selection=h["param_selection"],
+        config=h["config"],
+        seed=h["seed"],
+        run_key=int(h["run_key"]),
+        software=h["software"],
+        event={"file": str(path), "digest": sf.digest, "source": f"{h['run']}@{h['generation']}"},
+    )
