@@ -1,0 +1,149 @@
+"""Rich tables and trees for the audit views of `engine.audit` (humans; `--json` skips this)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console, Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+from rich.tree import Tree
+
+from engine.audit import FP_PREFIX
+
+
+def _f(x: float | None, fmt: str = ".3f") -> str:
+    return "–" if x is None else format(x, fmt)
+
+
+def _fp(fp: str | None) -> str:
+    return (fp or "–")[:FP_PREFIX]
+
+
+def _key(key: int) -> str:
+    return f"{key:016x}"
+
+
+def runs_table(rows: list[dict[str, Any]]) -> RenderableType:
+    if not rows:
+        return Text("no runs in this ledger; start one with `seedledger train CONFIG.yaml`")
+    t = Table(title="runs", title_justify="left")
+    for col, just in [("run", "left"), ("base model", "left"), ("gens", "right"),
+                      ("status", "left"), ("best reward", "right"), ("parent", "left")]:
+        t.add_column(col, justify=just)
+    for r in rows:
+        best = "–" if r["best_reward"] is None else f"{r['best_reward']:.3f} @{r['best_generation']}"
+        t.add_row(r["name"], r["base_model"], str(r["generations"]), r["status"], best,
+                  r["parent"] or "")
+    return t
+
+
+def run_log_view(data: dict[str, Any]) -> RenderableType:
+    run = data["run"]
+    title = f"{run['name']}  ({run['base_model']}, {run['status']}"
+    title += f", forked from {run['parent']})" if run["parent"] else ")"
+    t = Table(title=title, title_justify="left")
+    for col in ["gen", "run", "reward mean", "reward max", "lr", "σ", "fingerprint", "seconds"]:
+        t.add_column(col, justify="left" if col in ("run", "fingerprint") else "right")
+    for g in data["generations"]:
+        t.add_row(str(g["generation"]), g["run"], _f(g["reward_mean"]), _f(g["reward_max"]),
+                  _f(g["lr"], ".3g"), _f(g["sigma"], ".3g"), _fp(g["fingerprint"]),
+                  _f(g["seconds"], ".1f"))
+    parts: list[RenderableType] = [t]
+    if not data["generations"]:
+        parts.append(Text("no generations committed yet"))
+    if data["events"]:
+        ev = Table(title="events", title_justify="left", show_header=False, box=None)
+        for e in data["events"]:
+            payload = ", ".join(f"{k}={v}" for k, v in e["payload"].items())
+            ev.add_row(e["at"][:19].replace("T", " "), e["kind"], payload)
+        parts.append(ev)
+    return Group(*parts)
+
+
+def graph_view(roots: list[dict[str, Any]]) -> RenderableType:
+    if not roots:
+        return Text("no runs in this ledger")
+    tree = Tree("[bold]runs[/bold]", guide_style="dim")
+
+    def add(parent: Tree, node: dict[str, Any]) -> None:
+        label = f"[bold]{node['name']}[/bold]  gens 1..{node['generations']}  {node['status']}"
+        if node["forked_at"] is not None:
+            label = f"@{node['forked_at']} → " + label
+        branch = parent.add(label)
+        for child in node["children"]:
+            add(branch, child)
+
+    for root in roots:
+        add(tree, root)
+    return tree
+
+
+def show_view(data: dict[str, Any]) -> RenderableType:
+    hp = data["hyperparameters"]
+    where = "" if data["recorded_in"] == data["run"] else f" (recorded in {data['recorded_in']})"
+    head = Table.grid(padding=(0, 2))
+    head.add_row("generation", f"[bold]{data['run']}@{data['generation']}[/bold]{where}")
+    head.add_row("fingerprint", data["fingerprint"] or "–")
+    head.add_row("lr / σ / N", f"{hp['lr']:.4g} / {hp['sigma']:.4g} / {hp['population']}")
+    head.add_row("optimizer", ", ".join(f"{k}={v}" for k, v in hp["optimizer"].items()))
+    head.add_row("schedule step", str(hp["schedule_step"]))
+    head.add_row("batch", " ".join(map(str, data["batch_indices"])))
+    rw = data["reward"]
+    head.add_row("reward", f"mean {_f(rw['mean'])}  std {_f(rw['std'])}  "
+                 f"min {_f(rw['min'])}  max {_f(rw['max'])}")
+    head.add_row("timings", "  ".join(f"{k} {v:.2f}s" for k, v in data["timings"].items()) or "–")
+    head.add_row("committed", data["committed_at"] or "–")
+
+    comps = sorted({c for m in data["members"] for c in m["components"]})
+    t = Table(title="members", title_justify="left")
+    for col in ["#", "key", "sign", "reward", *comps, "coefficient"]:
+        t.add_column(col, justify="left" if col == "key" else "right")
+    for m in data["members"]:
+        t.add_row(str(m["index"]), _key(m["key"]), "+" if m["sign"] > 0 else "−",
+                  _f(m["reward"]), *[_f(m["components"].get(c)) for c in comps],
+                  repr(m["coefficient"]))
+    parts: list[RenderableType] = [head, t]
+    for m in data["members"]:
+        if "samples" in m:
+            parts.append(_samples_view(m))
+    return Group(*parts)
+
+
+def _samples_view(member: dict[str, Any]) -> RenderableType:
+    if not member["samples"]:
+        return Text(f"member {member['index']}: no stored outputs (train with keep_samples: true)")
+    t = Table(title=f"member {member['index']} outputs", title_justify="left", show_lines=True)
+    cols = list(dict.fromkeys(k for s in member["samples"] for k in s))
+    for col in cols:
+        t.add_column(col, overflow="fold")
+    for s in member["samples"]:
+        t.add_row(*[_cell(s.get(c)) for c in cols])
+    return t
+
+
+def _cell(v: Any) -> str:
+    return format(v, ".3f") if isinstance(v, float) else str(v)
+
+
+def diff_view(data: dict[str, Any], top: int | None = None) -> RenderableType:
+    a, b, tot = data["a"], data["b"], data["total"]
+    title = (f"{b['run']}@{b['generation']} − {a['run']}@{a['generation']}  "
+             f"(shared generations 1..{data['shared_generations']})")
+    t = Table(title=title, title_justify="left")
+    for col in ["tensor", "shape", "L2", "max |Δ|", "changed"]:
+        t.add_column(col, justify="left" if col in ("tensor", "shape") else "right")
+    rows = data["tensors"] if top is None else data["tensors"][:top]
+    for r in rows:
+        t.add_row(r["tensor"], "×".join(map(str, r["shape"])), f"{r['l2']:.4g}",
+                  f"{r['max_abs']:.4g}", f"{r['changed']:,}/{r['numel']:,}")
+    if top is not None and len(data["tensors"]) > top:
+        t.add_row(f"… {len(data['tensors']) - top} more", "", "", "", "")
+    t.add_section()
+    t.add_row("[bold]total[/bold]", f"{tot['tensors']} tensors", f"{tot['l2']:.4g}",
+              f"{tot['max_abs']:.4g}", f"{tot['changed']:,}/{tot['numel']:,}")
+    return t
+
+
+def print_view(view: RenderableType) -> None:
+    Console().print(view)
