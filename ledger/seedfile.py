@@ -15,7 +15,7 @@ lineage segments with their run keys, per-generation σ / lr / optimizer / sched
 fingerprint), then byte-planed arrays over all M members in generation order: signs (i8),
 keys, coefficients. Keys are member-key *indices* j with key = key_fn(run_key, g, j)
 when the exporter was given `key_fn` (replay.noise.member_key) and every key matched,
-else raw u64. Coefficients rounded to ≤ 12 significant bits are exactly the top 20 bits
+else raw u64 (not byte-planed, so repeated keys compress). Coefficients rounded to ≤ 12 significant bits are exactly the top 20 bits
 of a float32 and are stored in 3 bytes; anything else falls back to raw float64. Both
 round-trip bit-exactly. Every declared size is checked against the limits and the
 actual byte count before any array is built, so a hostile file cannot blow up memory.
@@ -183,7 +183,8 @@ def export_seedfile(
         kw = 2 if max_pop <= 1 << 16 else 4
         key_mode, key_bytes = f"index-u{kw * 8}", _planes(np.array(idx, dtype=f"<u{kw}"), kw)
     else:
-        key_mode, key_bytes = "raw-u64", _planes(np.array(keys, dtype="<u8"), 8)
+        # not byte-planed: whole 8-byte keys repeat (mirrored pairs) and zstd finds them
+        key_mode, key_bytes = "raw-u64", np.array(keys, dtype="<u8").tobytes()
     coef_mode, coef_bytes = _pack_coefficients(coefs)
     header = {
         "format": "seedledger-seeds",
@@ -368,7 +369,10 @@ def _parse(body: bytes, key_fn: KeyFn | None) -> SeedFile:
     signs = np.frombuffer(body, dtype="<i1", count=M, offset=pos)
     _need(bool(np.isin(signs, (-1, 1)).all()), "bad member sign")
     pos += M
-    kraw = _unplanes(body[pos : pos + M * kw], kw, M)
+    if key_mode == "raw-u64":
+        keys = np.frombuffer(body, dtype="<u8", count=M, offset=pos).tolist()
+    else:
+        kraw = _unplanes(body[pos : pos + M * kw], kw, M)
     pos += M * kw
     if coef_mode == "f32hi20":
         planes = _unplanes(body[pos : pos + 3 * M], 3, M).astype("<u4")
@@ -376,9 +380,7 @@ def _parse(body: bytes, key_fn: KeyFn | None) -> SeedFile:
         coefs = bits.astype("<u4").view("<f4").astype("<f8").tolist()
     else:
         coefs = _unplanes(body[pos : pos + 8 * M], 8, M).view("<f8").ravel().tolist()
-    if key_mode == "raw-u64":
-        keys = kraw.view("<u8").ravel().tolist()
-    else:
+    if key_mode != "raw-u64":
         if key_fn is None:
             raise SeedLedgerError(
                 "this seed file stores derived member keys; pass key_fn "
