@@ -23,7 +23,7 @@ CONFIG = {
 METRICS = {
     1: {"reward/mean": 0.25, "reward/max": 1.0},
     2: {"reward/mean": 0.5, "reward/max": 1.0},
-    3: {"reward/mean": 0.75, "reward/max": 1.0, "skipped": None},
+    3: {"reward/mean": 0.75, "reward/max": 1.0, "skipped": None, "note": "text"},
 }
 
 

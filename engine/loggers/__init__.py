@@ -46,7 +46,7 @@ class MultiLogger:
         return list(self.loggers)
 
     def log_generation(self, generation: int, metrics: dict[str, float]) -> None:
-        clean = {k: float(v) for k, v in metrics.items() if v is not None}
+        clean = _numeric(metrics)
         for name in list(self.loggers):
             self._guard(name, "log_generation", generation, clean)
 
@@ -76,6 +76,18 @@ class MultiLogger:
                 RuntimeWarning,
                 stacklevel=3,
             )
+
+
+def _numeric(metrics: dict[str, Any]) -> dict[str, float]:
+    """Drop what no tracker can plot (None, text) here, so an odd metric never reaches
+    a tracker, let alone the training loop."""
+    out: dict[str, float] = {}
+    for key, value in metrics.items():
+        try:
+            out[str(key)] = float(value)
+        except (TypeError, ValueError):
+            continue
+    return out
 
 
 def normalize(report_to: str | Iterable[str] | None) -> list[str]:
