@@ -90,7 +90,7 @@ class WriterLease:
         run_id = self.ledger._run_id(self.run)
         for _ in range(3):
             try:
-                with self.ledger._write() as conn:
+                with self.ledger._write(raw_integrity=True) as conn:
                     at = now()
                     row = conn.execute(select(Lease).where(Lease.run_id == run_id)).first()
                     if row is None:

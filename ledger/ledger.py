@@ -105,15 +105,15 @@ class Ledger:
         self.close()
 
     @contextmanager
-    def _write(self) -> Iterator[Connection]:
-        """One write transaction (BEGIN IMMEDIATE on SQLite)."""
+    def _write(self, raw_integrity: bool = False) -> Iterator[Connection]:
+        """One write transaction (BEGIN IMMEDIATE on SQLite); DB errors become one line."""
         try:
             with self.engine.connect() as conn:
                 conn.execution_options(write=True)
                 with conn.begin():
                     yield conn
         except DBAPIError as exc:
-            if isinstance(exc, IntegrityError):
+            if raw_integrity and isinstance(exc, IntegrityError):
                 raise
             raise SeedLedgerError(f"ledger {self.location}: {exc.orig}") from None
 
@@ -418,8 +418,17 @@ class Ledger:
         name: str,
         records: list[GenerationRecord],
         *,
-        event: dict[str, Any],
-        **run: Any,
+        base_model: str,
+        base_revision: str | None = None,
+        base_fingerprint: str | None = None,
+        noise_spec: str,
+        dtype_policy: str = "fp32-master",
+        param_selection: str = "all",
+        config: dict[str, Any] | None = None,
+        seed: int | None = None,
+        run_key: int,
+        software: dict[str, Any] | None = None,
+        event: dict[str, Any] | None = None,
     ) -> RunInfo:
         """Create a run and commit its generations 1..n in ONE transaction (seed-file import)."""
         grows = [rows.generation_row(0, r) for r in records]
@@ -430,8 +439,17 @@ class Ledger:
                 parent=None,
                 host=None,
                 status="imported",
-                event=("import", event),
-                **run,
+                event=("import", event or {}),
+                base_model=base_model,
+                base_revision=base_revision,
+                base_fingerprint=base_fingerprint,
+                noise_spec=noise_spec,
+                dtype_policy=dtype_policy,
+                param_selection=param_selection,
+                config=config,
+                seed=seed,
+                run_key=run_key,
+                software=software,
             )
             row = conn.execute(select(Run).where(Run.id == rid)).one()
             for rec, grow in zip(records, grows, strict=True):
