@@ -43,10 +43,13 @@ def save_anchor(
     for kind, bufs in state.buffers.items():
         tensors |= {f"state/{kind}/{n}": t.detach().cpu().contiguous() for n, t in bufs.items()}
     meta = {
-        "format": FORMAT, "run": run, "generation": str(g), "fingerprint": fp,
-        "optimizer": state.name, "step": str(state.step), "names": json.dumps(list(master)),
+        "format": FORMAT, "run": run, "generation": g, "fingerprint": fp,
+        "optimizer": state.name, "step": state.step, "names": list(master),
     }
-    blob = zstandard.ZstdCompressor(level=level).compress(st_save(tensors, metadata=meta))
+    # one metadata key: safetensors writes a map in arbitrary order, which would make
+    # the bytes (and so the content address) differ between identical saves
+    header = {"seedledger": json.dumps(meta, sort_keys=True)}
+    blob = zstandard.ZstdCompressor(level=level).compress(st_save(tensors, metadata=header))
     sha = hashlib.sha256(blob).hexdigest()
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -91,7 +94,7 @@ def load_anchor(
         raw = zstandard.ZstdDecompressor().decompress(blob)
         tensors = st_load(raw)
         meta = _metadata(raw)
-        names = json.loads(meta["names"])
+        names = meta["names"]
         master = {n: tensors[f"master/{n}"] for n in names}
         state = OptimizerState(name=meta["optimizer"], step=int(meta["step"]))
     except Exception as exc:  # any decode failure means the same thing: unusable cache
@@ -108,7 +111,7 @@ def load_anchor(
     return master, state
 
 
-def _metadata(raw: bytes) -> dict[str, str]:
+def _metadata(raw: bytes) -> dict:
     """The safetensors header's __metadata__ (load() does not return it)."""
     n = int.from_bytes(raw[:8], "little")
-    return json.loads(raw[8 : 8 + n])["__metadata__"]
+    return json.loads(json.loads(raw[8 : 8 + n])["__metadata__"]["seedledger"])
