@@ -1,0 +1,169 @@
+"""vLLM backend: the HF backend's surface, with vLLM's batched generation.
+
+The engine runs in this process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`, one worker), so the
+fp32 master is handed to the worker by reference and only `(key, sign·σ)` travel per
+member; the worker extension (`vllm_worker.py`) builds `cast(master + sign·σ·eps)` with
+replay's `perturb_` and reloads it (see there for why an in-place write would not work).
+
+Prompts are tokenized here with the model's own chat template, exactly as the HF backend
+does, and completions are decoded here from token ids, so both backends see and return the
+same text for the same tokens. Greedy decoding is the default; seeded sampling gives each
+prompt its own vLLM seed derived from `(seed, prompt index)`, so a prompt's stream does not
+depend on its batch (the stream differs from the HF backend's: seeded sampling is
+reproducible per backend, not across backends).
+
+Import side effects to know: vLLM's CPU worker binds this process's OpenMP threads to the
+cores of `VLLM_CPU_OMP_THREADS_BIND` and turns `torch.set_num_threads` into a no-op for the
+rest of the process.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from engine.backends.base import Messages
+from engine.backends.hf import prompt_stream_seed
+from replay import noise
+
+_EXTENSION = "engine.backends.vllm_worker.SeedLedgerWorkerExtension"
+
+
+def _cpu_env() -> None:
+    """Defaults that suit a small shared CPU box; anything already set is respected."""
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else [0]
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", ",".join(map(str, cores)))
+    os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB; the default takes 4
+    os.environ.setdefault("OMP_NUM_THREADS", str(len(cores)))  # else vLLM drops torch to 1
+
+
+def read_master(model_dir: Path) -> dict[str, torch.Tensor]:
+    """fp32 master from the checkpoint, named and ordered as `model.named_parameters()`.
+
+    The order and the names (tied weights once) come from a meta-device transformers model,
+    so no second copy of the weights is built.
+    """
+    from safetensors import safe_open
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(str(model_dir), local_files_only=True)
+    with torch.device("meta"):
+        names = [n for n, _ in AutoModelForCausalLM.from_config(config).named_parameters()]
+    tensors: dict[str, torch.Tensor] = {}
+    for file in sorted(model_dir.glob("*.safetensors")):
+        with safe_open(str(file), framework="pt") as f:
+            for name in f.keys():  # noqa: SIM118 (safe_open is not a dict)
+                tensors[name] = f.get_tensor(name)
+    missing = [n for n in names if n not in tensors]
+    if missing:
+        raise ValueError(f"{model_dir}: checkpoint lacks {missing[:3]}")
+    return {n: tensors[n].to(torch.float32).contiguous() for n in names}
+
+
+class VLLMBackend:
+    """One vLLM engine (in-process) evaluated at member weights built from the fp32 master."""
+
+    def __init__(
+        self,
+        model_dir: str | os.PathLike[str],
+        device: str = "cpu",
+        dtype: torch.dtype = torch.float32,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        max_model_len: int = 2048,
+        **llm_kwargs: Any,
+    ) -> None:
+        if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "0") not in ("0", "false", "False"):
+            raise NotImplementedError(
+                "the vLLM backend runs its engine in-process; unset VLLM_ENABLE_V1_MULTIPROCESSING"
+            )
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        if str(device).startswith("cpu"):
+            _cpu_env()
+        from transformers import AutoTokenizer
+        from vllm import LLM
+
+        self.model_dir = Path(model_dir)
+        self.temperature = temperature
+        self.top_p = top_p
+        self._master = read_master(self.model_dir)
+        self.llm = LLM(
+            model=str(self.model_dir),
+            tokenizer=str(self.model_dir),
+            dtype=dtype,
+            enforce_eager=True,
+            max_model_len=max_model_len,
+            seed=0,
+            worker_extension_cls=_EXTENSION,
+            disable_log_stats=True,
+            **llm_kwargs,
+        )
+        self.tokenizer = AutoTokenizer.from_pretrained(str(self.model_dir), local_files_only=True)
+        self._loaded: tuple[int, float] | None = None
+
+    # ------------------------------------------------------------------ weights
+
+    def master(self) -> dict[str, torch.Tensor]:
+        """fp32, contiguous clones in `named_parameters()` order (the HF backend's names)."""
+        return {n: t.clone() for n, t in self._master.items()}
+
+    def load_member(self, master: dict[str, torch.Tensor], key: int, sign: int, sigma: float) -> None:
+        """Set the engine's weights to `cast(master + sign*sigma*eps(key))` (built on the worker)."""
+        scale = noise.round_coefficient(float(sign) * float(sigma))
+        self.llm.collective_rpc("seedledger_load", args=(key, scale, master))
+
+    def load_master(self, master: dict[str, torch.Tensor]) -> None:
+        """Write the master itself into the engine."""
+        self.llm.collective_rpc("seedledger_load", args=(0, 0.0, master))
+
+    def probe(self, name: str) -> list[float]:
+        """First values of the engine's parameter `name` (vLLM's naming), for tests."""
+        return self.llm.collective_rpc("seedledger_probe", args=(name,))[0]
+
+    # ------------------------------------------------------------------ generation
+
+    def _token_prompts(self, prompts: list[Messages]) -> list[dict[str, list[int]]]:
+        out = []
+        for messages in prompts:
+            text = self.tokenizer.apply_chat_template(
+                messages, tokenize=False, add_generation_prompt=True
+            )
+            ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+            out.append({"prompt_token_ids": list(ids)})
+        return out
+
+    def generate(
+        self,
+        prompts: list[Messages],
+        max_new_tokens: int,
+        seed: int | None = None,
+        *,
+        temperature: float | None = None,
+        top_p: float | None = None,
+    ) -> list[str]:
+        """Completions for chat prompts, in order; greedy unless temperature > 0 (needs seed)."""
+        from vllm import SamplingParams
+
+        temperature = self.temperature if temperature is None else temperature
+        top_p = self.top_p if top_p is None else top_p
+        if temperature > 0.0 and seed is None:
+            raise ValueError("sampling (temperature > 0) needs a seed to stay deterministic")
+        params = [
+            SamplingParams(
+                max_tokens=max_new_tokens,
+                temperature=temperature,
+                top_p=top_p if temperature > 0.0 else 1.0,
+                seed=None if seed is None else prompt_stream_seed(seed, i),
+                detokenize=False,
+            )
+            for i in range(len(prompts))
+        ]
+        outputs = self.llm.generate(self._token_prompts(prompts), params, use_tqdm=False)
+        return [
+            self.tokenizer.decode(o.outputs[0].token_ids, skip_special_tokens=True)
+            for o in outputs
+        ]
