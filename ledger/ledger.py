@@ -47,7 +47,9 @@ def _insert_many(conn: Connection, model: Any, params: list[dict[str, Any]]) -> 
         order = list(compiled.positiontup or names) if compiled.positional else None
         _SQL_CACHE[ck] = (str(compiled), order)
     sql, order = _SQL_CACHE[ck]
-    if order is not None:
+    if order == list(names):  # the usual case: dicts are already in bind order
+        conn.exec_driver_sql(sql, [tuple(p.values()) for p in params])
+    elif order is not None:
         conn.exec_driver_sql(sql, [tuple(p[k] for k in order) for p in params])
     else:
         conn.exec_driver_sql(sql, params)
