@@ -43,8 +43,9 @@ def run_log_view(data: dict[str, Any]) -> RenderableType:
     title = f"{run['name']}  ({run['base_model']}, {run['status']}"
     title += f", forked from {run['parent']})" if run["parent"] else ")"
     t = Table(title=title, title_justify="left")
-    for col in ["gen", "run", "reward mean", "reward max", "lr", "σ", "fingerprint", "seconds"]:
-        t.add_column(col, justify="left" if col in ("run", "fingerprint") else "right")
+    for col in ["gen", "run", "R mean", "R max", "lr", "σ", "fingerprint", "sec"]:
+        t.add_column(col, justify="left" if col in ("run", "fingerprint") else "right",
+                     no_wrap=col == "fingerprint", min_width=FP_PREFIX if col == "fingerprint" else None)
     for g in data["generations"]:
         t.add_row(str(g["generation"]), g["run"], _f(g["reward_mean"]), _f(g["reward_max"]),
                   _f(g["lr"], ".3g"), _f(g["sigma"], ".3g"), _fp(g["fingerprint"]),
@@ -67,7 +68,9 @@ def graph_view(roots: list[dict[str, Any]]) -> RenderableType:
     tree = Tree("[bold]runs[/bold]", guide_style="dim")
 
     def add(parent: Tree, node: dict[str, Any]) -> None:
-        label = f"[bold]{node['name']}[/bold]  gens 1..{node['generations']}  {node['status']}"
+        first = (node["forked_at"] or 0) + 1  # a fork's own generations start after its fork point
+        own = f"gens {first}..{node['generations']}" if node["generations"] >= first else "no gens"
+        label = f"[bold]{node['name']}[/bold]  {own}  {node['status']}"
         if node["forked_at"] is not None:
             label = f"@{node['forked_at']} → " + label
         branch = parent.add(label)

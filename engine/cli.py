@@ -186,9 +186,8 @@ def export(
     as_json: JsonOpt = False,
 ):
     """Write RUN@G as a seed file: keys and coefficients, kilobytes instead of gigabytes."""
-    from ledger.seedfile import export_seedfile
-
     from engine.session import resolve_ref
+    from ledger.seedfile import export_seedfile
 
     with open_ledger(ledger) as led:
         run, gen = resolve_ref(led, ref)
@@ -239,6 +238,75 @@ def db_history(as_json: JsonOpt = False):
 
     revs = migrate.history()
     emit({"revisions": revs}, as_json, "\n".join(revs))
+
+
+# --- audit: log / show / diff (engine.audit computes, engine.audit_render draws) ---------
+
+
+@app.command()
+def log(
+    run: Annotated[str | None, typer.Argument(help="Run whose generations to list (omit: all runs).")] = None,
+    graph: Annotated[bool, typer.Option("--graph", help="Draw the fork tree.")] = False,
+    ledger: LedgerOpt = DEFAULT_LEDGER,
+    as_json: JsonOpt = False,
+):
+    """List runs, one run's generations, or (--graph) the fork tree."""
+    from engine import audit
+    from engine import audit_render as ar
+
+    with open_ledger(ledger) as led:
+        if graph:
+            payload, view = audit.fork_graph(led), ar.graph_view
+        elif run:
+            payload, view = audit.run_log(led, run), ar.run_log_view
+        else:
+            payload, view = audit.list_runs(led), ar.runs_table
+    if as_json:
+        emit(payload, as_json)
+    else:
+        ar.print_view(view(payload))
+
+
+@app.command()
+def show(
+    ref: Annotated[str, typer.Argument(help="RUN@G (RUN alone: its latest).")],
+    member: Annotated[int | None, typer.Argument(help="Member whose outputs --samples prints (default all).")] = None,
+    samples: Annotated[bool, typer.Option("--samples", help="Print stored outputs: --samples [MEMBER].")] = False,
+    ledger: LedgerOpt = DEFAULT_LEDGER,
+    as_json: JsonOpt = False,
+):
+    """Everything RUN@G committed: hyperparameters, batch, members, coefficients, fingerprint."""
+    from engine import audit
+    from engine import audit_render as ar
+
+    which = member if member is not None else ("all" if samples else None)
+    with open_ledger(ledger) as led:
+        payload = audit.show_generation(led, ref, which)
+    if as_json:
+        emit(payload, as_json)
+    else:
+        ar.print_view(ar.show_view(payload))
+
+
+@app.command()
+def diff(
+    ref_a: Annotated[str, typer.Argument(help="RUN@A.")],
+    ref_b: Annotated[str, typer.Argument(help="RUN@B (any run of the same base).")],
+    top: Annotated[int | None, typer.Option("--top", help="Show only the N largest tensors.")] = None,
+    device: Annotated[str, typer.Option("--device", help="cpu or cuda.")] = "cpu",
+    ledger: LedgerOpt = DEFAULT_LEDGER,
+    as_json: JsonOpt = False,
+):
+    """Per-tensor L2 and max |Δ| between two models, rebuilt by replay, largest first."""
+    from engine import audit
+    from engine import audit_render as ar
+
+    with open_ledger(ledger) as led:
+        payload = audit.diff(led, ref_a, ref_b, device)
+    if as_json:
+        emit(payload, as_json)
+    else:
+        ar.print_view(ar.diff_view(payload, top))
 
 
 @app.command()
@@ -293,3 +361,6 @@ def main() -> None:
         typer.echo(f"error: {type(exc).__name__}: {exc} (run with --debug for a traceback)", err=True)
         sys.exit(1)
 
+
+if __name__ == "__main__":
+    main()
