@@ -23,6 +23,11 @@ TINY = [
     "batch_size=2",
     "max_new_tokens=4",
     "seed=7",
+    # A random tiny model never answers right; a length penalty and a large σ give the
+    # members different rewards, so every generation moves the weights.
+    "task.rewards=[task, {fn: length, limit: 12}]",
+    "sigma=0.05",
+    "lr=0.01",
 ]
 GENERATIONS = 3
 RAY = ["workers.pool=ray", "workers.count=2"]
@@ -53,7 +58,7 @@ def test_cpu_workers_split_the_cluster_and_gpu_workers_take_one_gpu():
     assert actor_resources(gpu, 16.0) == ({"num_gpus": 1, "num_cpus": 1}, 1)
 
 
-# -- a real cluster ----------------------------------------------------------------------
+# -- a real cluster (the first test lets the pool start one; the next uses a fixture's) --
 
 
 def _train(tmp_path, overrides, hooks=None):
@@ -70,26 +75,6 @@ def _train(tmp_path, overrides, hooks=None):
 @pytest.fixture(scope="module")
 def local_run(tmp_path_factory):
     return _train(tmp_path_factory.mktemp("local"), [])
-
-
-@pytest.mark.ray
-def test_pool_starts_and_stops_its_own_cluster():
-    ray = pytest.importorskip("ray")
-    if ray.is_initialized():
-        pytest.skip("Ray already initialised in this process")
-    from engine.config import validate
-    from engine.models import resolve_model
-    from engine.pools.ray import RayPool
-
-    os.environ.pop("RAY_ADDRESS", None)
-    cfg = validate({"model": "tiny", "workers": {"pool": "ray", "count": 1}})
-    pool = RayPool(cfg, resolve_model("tiny"))
-    try:
-        assert ray.is_initialized()
-        assert len(pool.pids()) == 1
-    finally:
-        pool.close()
-    assert not ray.is_initialized()
 
 
 @pytest.fixture(scope="module")
@@ -109,8 +94,15 @@ def cluster():
 
 
 @pytest.mark.ray
-def test_two_workers_reach_the_local_pools_fingerprints(cluster, local_run, tmp_path):
+def test_two_workers_reach_the_local_pools_fingerprints(local_run, tmp_path, monkeypatch):
+    """The pool starts its own local cluster here (none is running yet) and stops it."""
+    ray = pytest.importorskip("ray")
+    if ray.is_initialized():
+        pytest.skip("Ray already initialised in this process")
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setenv("SEEDLEDGER_RAY_OBJECT_STORE", str(200 * 2**20))
     fingerprints, rewards, final = _train(tmp_path, RAY)
+    assert not ray.is_initialized()  # close() shut down the cluster it started
     assert len(fingerprints) == GENERATIONS
     assert (fingerprints, rewards, final) == local_run
     assert len(set(fingerprints)) == GENERATIONS  # the model moved every generation

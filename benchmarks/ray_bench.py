@@ -1,0 +1,111 @@
+"""Ray overhead: one ES generation with W Ray workers vs the local pool, `tiny` model.
+
+A generation here is what the loop times: score every member (`evaluate`), turn the
+rewards into coefficients, apply the record on every replica (`apply`). The first
+generation is a warm-up (first `generate` calls, kernel caches) and is not timed. Both
+pools must reach the same fingerprints; the benchmark fails otherwise.
+
+    .venv/bin/python benchmarks/ray_bench.py [--workers 2] [--population 8]
+        [--batch-size 4] [--max-new-tokens 16] [--generations 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+from engine.config import validate
+from engine.loop import hyperparameters
+from engine.models import resolve_model
+from ledger import ReplayStep
+from replay.noise import run_key
+from trainers.es import ES
+
+
+def one_generation(pool, cfg, strategy: ES, key: int, generation: int) -> tuple[float, str]:
+    started = time.perf_counter()
+    lr, sigma = hyperparameters(cfg, generation)
+    members = strategy.ask(key, generation)
+    results = pool.evaluate(members, sigma, generation, key)
+    scale = (lr if cfg.optimizer.folds_lr else 1.0) / len(members)
+    coefficients = strategy.tell(members, [r.reward for r in results], scale=scale)
+    step = ReplayStep(
+        run="bench",
+        index=generation,
+        keys=[m.key for m in members],
+        coefficients=coefficients,
+        sigma=sigma,
+        optimizer=cfg.optimizer.record(lr),
+    )
+    fingerprint = pool.apply(step)
+    return time.perf_counter() - started, fingerprint
+
+
+def measure(kind: str, cfg, generations: int) -> tuple[float, list[float], list[str]]:
+    """(startup seconds, timed seconds per generation, fingerprints)."""
+    started = time.perf_counter()
+    if kind == "ray":
+        from engine.pools.ray import RayPool
+
+        pool = RayPool(cfg, resolve_model(cfg.model))
+    else:
+        from engine.pools.local import LocalPool
+
+        pool = LocalPool(cfg, resolve_model(cfg.model))
+    startup = time.perf_counter() - started
+    strategy = ES(cfg.population, mirrored=cfg.mirrored, shaping=cfg.shaping)
+    key = run_key(cfg.seed)
+    seconds, fingerprints = [], []
+    try:
+        for generation in range(1, generations + 2):
+            took, fp = one_generation(pool, cfg, strategy, key, generation)
+            fingerprints.append(fp)
+            if generation > 1:
+                seconds.append(took)
+    finally:
+        pool.close()
+    return startup, seconds, fingerprints
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--population", type=int, default=8)
+    parser.add_argument("--batch-size", type=int, default=4)
+    parser.add_argument("--max-new-tokens", type=int, default=16)
+    parser.add_argument("--generations", type=int, default=3, help="timed, after one warm-up")
+    args = parser.parse_args()
+    base = {
+        "model": "tiny",
+        "task": {"name": "arithmetic", "rewards": ["task", {"fn": "length", "limit": 24}]},
+        "population": args.population,
+        "batch_size": args.batch_size,
+        "max_new_tokens": args.max_new_tokens,
+        "sigma": 0.05,
+        "lr": 0.01,
+    }
+    local_cfg = validate(base)
+    ray_cfg = validate({**base, "workers": {"pool": "ray", "count": args.workers}})
+    resolve_model("tiny")  # provision outside the timings
+
+    local = measure("local", local_cfg, args.generations)
+    remote = measure("ray", ray_cfg, args.generations)
+    if local[2] != remote[2]:
+        raise SystemExit(f"fingerprints differ: local {local[2]} vs ray {remote[2]}")
+
+    print(
+        f"tiny, population {args.population}, batch {args.batch_size}, "
+        f"{args.max_new_tokens} new tokens, {args.generations} timed generations"
+    )
+    for name, (startup, seconds, _) in (("local", local), (f"ray x{args.workers}", remote)):
+        print(
+            f"{name:>8}: startup {startup:6.2f} s, generation median "
+            f"{statistics.median(seconds):6.3f} s (min {min(seconds):.3f}, max {max(seconds):.3f})"
+        )
+    ratio = statistics.median(local[1]) / statistics.median(remote[1])
+    print(f"speed-up ray/local (local s ÷ ray s per generation): {ratio:.2f}x; fingerprints equal")
+
+
+if __name__ == "__main__":
+    main()
