@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit, prange, uint64
+from numba.typed import List
 
 BLOCK = 4096  # elements per parallel work item (multiple of 4); 16 KiB fp32 scratch
+PARALLEL_MIN = 1 << 16  # below this a tensor is done on the calling thread
 
 _G = uint64(0x9E3779B97F4A7C15)
 _M1 = uint64(0xBF58476D1CE4E5B9)
@@ -41,32 +43,47 @@ def _group_hash(key, kx, j):
     return _fmix((key + uint64(j) * _G) ^ kx)
 
 
+@njit(inline="always", **_OPTS)
+def _generate_block(key, kx, offset, out, table, b):
+    """Groups [g0 + b·BLOCK/4, ...) of the output (a group = 4 elements of one hash)."""
+    n = out.shape[0]
+    gpb = BLOCK >> 2
+    g1 = (offset + n + 3) >> 2
+    ja = (offset >> 2) + b * gpb
+    jb = min(ja + gpb, g1)
+    for j in range(ja, jb):
+        h = _group_hash(key, kx, j)
+        p = 4 * j - offset
+        if p >= 0 and p + 4 <= n:
+            out[p] = table[h & _F]
+            out[p + 1] = table[(h >> _S16) & _F]
+            out[p + 2] = table[(h >> _S32) & _F]
+            out[p + 3] = table[h >> _S48]
+        else:
+            for lane in range(4):
+                q = p + lane
+                if q >= 0 and q < n:
+                    out[q] = table[(h >> uint64(16 * lane)) & _F]
+
+
+@njit(inline="always", **_OPTS)
+def _n_generate_blocks(offset, n):
+    gpb = BLOCK >> 2
+    return (((offset + n + 3) >> 2) - (offset >> 2) + gpb - 1) // gpb if n > 0 else 0
+
+
 @njit(parallel=True, **_OPTS)
 def generate(key, kx, offset, out, table):
-    """out[p] = eps(key, offset + p)."""
-    n = out.shape[0]
-    if n == 0:
-        return
-    g0 = offset >> 2
-    g1 = (offset + n + 3) >> 2
-    gpb = BLOCK >> 2
-    nb = (g1 - g0 + gpb - 1) // gpb
-    for b in prange(nb):
-        ja = g0 + b * gpb
-        jb = min(ja + gpb, g1)
-        for j in range(ja, jb):
-            h = _group_hash(key, kx, j)
-            p = 4 * j - offset
-            if p >= 0 and p + 4 <= n:
-                out[p] = table[h & _F]
-                out[p + 1] = table[(h >> _S16) & _F]
-                out[p + 2] = table[(h >> _S32) & _F]
-                out[p + 3] = table[h >> _S48]
-            else:
-                for lane in range(4):
-                    q = p + lane
-                    if q >= 0 and q < n:
-                        out[q] = table[(h >> uint64(16 * lane)) & _F]
+    """out[p] = eps(key, offset + p), blocks spread over threads."""
+    for b in prange(_n_generate_blocks(offset, out.shape[0])):
+        _generate_block(key, kx, offset, out, table, b)
+
+
+@njit(**_OPTS)
+def generate_serial(key, kx, offset, out, table):
+    """Same as ``generate`` on the calling thread (small tensors: no fork/join cost)."""
+    for b in range(_n_generate_blocks(offset, out.shape[0])):
+        _generate_block(key, kx, offset, out, table, b)
 
 
 @njit(inline="always", **_OPTS)
@@ -93,108 +110,126 @@ def _accumulate_block(delta, start, stop, keys, kxs, coefs, table):
                 delta[full + lane] = delta[full + lane] + c * table[(h >> uint64(16 * lane)) & _F]
 
 
-@njit(parallel=True, **_OPTS)
-def apply(theta, keys, kxs, coefs, table, rule, scal, buf1, buf2):
-    """theta (and optimizer buffers) updated in place, one pass over memory per block.
+@njit(inline="always", **_OPTS)
+def _apply_block(theta, start, keys, kxs, coefs, table, rule, scal, buf1, buf2):
+    """One block of the fused update: Δ for all members, then the rule, in one pass.
 
     rule SGD: θ += Δ. MOMENTUM (scal = β, 1−d, lr; buf1 = v): v = v·β; t = Δ·(1−d);
     v = v + t; θ = θ + v·lr. ADAM (scal = β1, 1−β1, β2, 1−β2, 1/√bc2, eps, lr/bc1;
-    buf1 = m, buf2 = v): see ``_reference.apply_rule_ref`` for the same op sequence.
+    buf1 = m, buf2 = v): the op sequence of ``_reference.apply_rule_ref``.
     """
-    n = theta.shape[0]
-    nb = (n + BLOCK - 1) // BLOCK
-    for b in prange(nb):
-        start = b * BLOCK
-        stop = min(start + BLOCK, n)
-        delta = np.empty(BLOCK, dtype=np.float32)
-        _accumulate_block(delta, start, stop, keys, kxs, coefs, table)
-        for p in range(stop - start):
-            i = start + p
-            g = delta[p]
-            if rule == SGD:
-                theta[i] = theta[i] + g
-            elif rule == MOMENTUM:
-                v = buf1[i] * scal[0]
-                t = g * scal[1]
-                v = v + t
-                buf1[i] = v
-                u = v * scal[2]
-                theta[i] = theta[i] + u
-            else:
-                m1 = buf1[i] * scal[0]
-                t = g * scal[1]
-                m1 = m1 + t
-                buf1[i] = m1
-                v2 = buf2[i] * scal[2]
-                t = g * g
-                t = t * scal[3]
-                v2 = v2 + t
-                buf2[i] = v2
-                d = np.sqrt(v2)
-                d = d * scal[4]
-                d = d + scal[5]
-                u = m1 / d
-                u = u * scal[6]
-                theta[i] = theta[i] + u
+    stop = min(start + BLOCK, theta.shape[0])
+    delta = np.empty(BLOCK, dtype=np.float32)
+    _accumulate_block(delta, start, stop, keys, kxs, coefs, table)
+    for p in range(stop - start):
+        i = start + p
+        g = delta[p]
+        if rule == SGD:
+            theta[i] = theta[i] + g
+        elif rule == MOMENTUM:
+            v = buf1[i] * scal[0]
+            t = g * scal[1]
+            v = v + t
+            buf1[i] = v
+            u = v * scal[2]
+            theta[i] = theta[i] + u
+        else:
+            m1 = buf1[i] * scal[0]
+            t = g * scal[1]
+            m1 = m1 + t
+            buf1[i] = m1
+            v2 = buf2[i] * scal[2]
+            t = g * g
+            t = t * scal[3]
+            v2 = v2 + t
+            buf2[i] = v2
+            d = np.sqrt(v2)
+            d = d * scal[4]
+            d = d + scal[5]
+            u = m1 / d
+            u = u * scal[6]
+            theta[i] = theta[i] + u
 
 
 @njit(parallel=True, **_OPTS)
-def delta(out, keys, kxs, coefs, table):
-    """out = Δ only (for tests and callers that want the raw update)."""
-    n = out.shape[0]
-    nb = (n + BLOCK - 1) // BLOCK
-    for b in prange(nb):
-        start = b * BLOCK
-        stop = min(start + BLOCK, n)
-        buf = np.empty(BLOCK, dtype=np.float32)
-        _accumulate_block(buf, start, stop, keys, kxs, coefs, table)
-        for p in range(stop - start):
-            out[start + p] = buf[p]
+def apply_many(thetas, keys, kxs, coefs, table, rule, scal, buf1s, buf2s, work_t, work_s):
+    """Every tensor of a master in one parallel region; work item w = (tensor, block start).
+
+    keys/kxs are [tensors, members]; buf1s/buf2s are lists parallel to thetas (ignored
+    by rules that do not use them).
+    """
+    for w in prange(work_t.shape[0]):
+        t = work_t[w]
+        _apply_block(thetas[t], work_s[w], keys[t], kxs[t], coefs, table, rule, scal, buf1s[t], buf2s[t])
+
+
+@njit(inline="always", **_OPTS)
+def _perturb_block(out, master, key, kx, scale, table, b):
+    start = b * BLOCK
+    stop = min(start + BLOCK, out.shape[0])
+    for q in range(start, stop, 4):
+        h = _group_hash(key, kx, q >> 2)
+        if q + 4 <= stop:
+            out[q] = master[q] + scale * table[h & _F]
+            out[q + 1] = master[q + 1] + scale * table[(h >> _S16) & _F]
+            out[q + 2] = master[q + 2] + scale * table[(h >> _S32) & _F]
+            out[q + 3] = master[q + 3] + scale * table[h >> _S48]
+        else:
+            for lane in range(stop - q):
+                e = table[(h >> uint64(16 * lane)) & _F]
+                out[q + lane] = master[q + lane] + scale * e
 
 
 @njit(parallel=True, **_OPTS)
 def perturb(out, master, key, kx, scale, table):
     """out = master + scale·eps (product exact; one fp32 rounding)."""
-    n = out.shape[0]
-    nb = (n + BLOCK - 1) // BLOCK
-    for b in prange(nb):
-        start = b * BLOCK
-        stop = min(start + BLOCK, n)
-        for q in range(start, stop, 4):
-            h = _group_hash(key, kx, q >> 2)
-            if q + 4 <= stop:
-                out[q] = master[q] + scale * table[h & _F]
-                out[q + 1] = master[q + 1] + scale * table[(h >> _S16) & _F]
-                out[q + 2] = master[q + 2] + scale * table[(h >> _S32) & _F]
-                out[q + 3] = master[q + 3] + scale * table[h >> _S48]
-            else:
-                for lane in range(stop - q):
-                    e = table[(h >> uint64(16 * lane)) & _F]
-                    out[q + lane] = master[q + lane] + scale * e
+    for b in prange((out.shape[0] + BLOCK - 1) // BLOCK):
+        _perturb_block(out, master, key, kx, scale, table, b)
+
+
+@njit(**_OPTS)
+def perturb_serial(out, master, key, kx, scale, table):
+    """``perturb`` on the calling thread (small tensors)."""
+    for b in range((out.shape[0] + BLOCK - 1) // BLOCK):
+        _perturb_block(out, master, key, kx, scale, table, b)
 
 
 @njit(parallel=True, **_OPTS)
-def fingerprint_lanes(bits, salt0, salt1):
-    """(Σ bits_i·(fmix(salt0 + i·G)|1), Σ bits_i·(fmix(salt1 + i·G)|1)) mod 2**64."""
-    n = bits.shape[0]
-    nb = (n + BLOCK - 1) // BLOCK
-    acc0 = np.zeros(nb, dtype=np.uint64)
-    acc1 = np.zeros(nb, dtype=np.uint64)
-    for b in prange(nb):
-        start = b * BLOCK
-        stop = min(start + BLOCK, n)
+def fingerprint_many(bits, salt0, salt1, work_t, work_s):
+    """Per tensor (Σ bits_i·(fmix(salt0 + i·G)|1), same with salt1) mod 2**64: [tensors, 2]."""
+    nw = work_t.shape[0]
+    acc = np.zeros((nw, 2), dtype=np.uint64)
+    for w in prange(nw):
+        x_all = bits[work_t[w]]
+        start = work_s[w]
+        stop = min(start + BLOCK, x_all.shape[0])
         a0 = uint64(0)
         a1 = uint64(0)
         for i in range(start, stop):
-            x = uint64(bits[i])
-            w = uint64(i) * _G
-            a0 += x * (_fmix(salt0 + w) | _ONE)
-            a1 += x * (_fmix(salt1 + w) | _ONE)
-        acc0[b] = a0
-        acc1[b] = a1
-    s0 = uint64(0)
-    s1 = uint64(0)
-    for b in range(nb):
-        s0 += acc0[b]
-        s1 += acc1[b]
-    return s0, s1
+            x = uint64(x_all[i])
+            s = uint64(i) * _G
+            a0 += x * (_fmix(salt0 + s) | _ONE)
+            a1 += x * (_fmix(salt1 + s) | _ONE)
+        acc[w, 0] = a0
+        acc[w, 1] = a1
+    out = np.zeros((len(bits), 2), dtype=np.uint64)
+    for w in range(nw):
+        out[work_t[w], 0] += acc[w, 0]
+        out[work_t[w], 1] += acc[w, 1]
+    return out
+
+
+def work_items(sizes: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """(tensor index, block start) for every BLOCK of every tensor, in order."""
+    counts = [(n + BLOCK - 1) // BLOCK for n in sizes]
+    work_t = np.repeat(np.arange(len(sizes), dtype=np.int64), counts)
+    work_s = np.concatenate([np.arange(c, dtype=np.int64) * BLOCK for c in counts] or [np.zeros(0, np.int64)])
+    return work_t, work_s.astype(np.int64)
+
+
+def typed_list(arrays: list[np.ndarray]) -> List:
+    """A numba typed list (one compiled signature for any number of tensors)."""
+    out = List()
+    for a in arrays:
+        out.append(a)
+    return out

@@ -23,25 +23,42 @@ _NP_BITS = {4: np.uint32, 2: np.uint16, 1: np.uint8}
 
 def tensor_lanes(t: torch.Tensor) -> tuple[int, int]:
     """The two 64-bit lanes of one tensor (numba on CPU, torch reference elsewhere)."""
-    size = t.element_size()
-    if _use_fast(t.device) and size in _NP_BITS and t.numel() > 0:
-        from . import _cpu_kernels as k
+    return all_lanes({"t": t})["t"]
 
-        flat = t.detach().contiguous().view(-1)
-        bits = flat.numpy().view(_NP_BITS[size]) if t.dtype != torch.bfloat16 else (
-            flat.view(torch.int16).numpy().view(np.uint16)
-        )
-        a, b = k.fingerprint_lanes(bits, np.uint64(ref.FP_SALTS[0]), np.uint64(ref.FP_SALTS[1]))
-        return int(a), int(b)
-    return ref.fingerprint_lanes_ref(t.contiguous())
+
+def _bits_np(t: torch.Tensor) -> np.ndarray:
+    flat = t.detach().contiguous().view(-1)
+    if not flat.dtype.is_floating_point or flat.dtype == torch.bfloat16:
+        flat = flat.view({4: torch.int32, 2: torch.int16, 1: torch.uint8}[flat.element_size()])
+    return flat.numpy().view(_NP_BITS[flat.element_size()])
+
+
+def all_lanes(master: Mapping[str, torch.Tensor]) -> dict[str, tuple[int, int]]:
+    """Lanes of every tensor; CPU tensors of one element width share one parallel call."""
+    from . import _cpu_kernels as k
+
+    out: dict[str, tuple[int, int]] = {}
+    groups: dict[int, list[str]] = {}
+    for name, t in master.items():
+        if _use_fast(t.device) and t.element_size() in _NP_BITS:
+            groups.setdefault(t.element_size(), []).append(name)
+        else:
+            out[name] = ref.fingerprint_lanes_ref(t.contiguous())
+    for names in groups.values():
+        bits = [_bits_np(master[n]) for n in names]
+        work_t, work_s = k.work_items([b.shape[0] for b in bits])
+        lanes = k.fingerprint_many(k.typed_list(bits), np.uint64(ref.FP_SALTS[0]), np.uint64(ref.FP_SALTS[1]), work_t, work_s)
+        out |= {n: (int(lanes[i, 0]), int(lanes[i, 1])) for i, n in enumerate(names)}
+    return out
 
 
 def fingerprint(master: Mapping[str, torch.Tensor]) -> str:
     """32 hex chars naming the exact bits, names, dtypes and shapes of ``master``."""
+    lanes = all_lanes(master)
     h = hashlib.blake2b(b"seedledger/fingerprint/v1", digest_size=16)
     for name in sorted(master):
         t = master[name]
-        a, b = tensor_lanes(t)
+        a, b = lanes[name]
         h.update(name.encode("utf-8") + b"\0")
         h.update(f"{str(t.dtype).removeprefix('torch.')}{tuple(t.shape)}".encode() + b"\0")
         h.update(a.to_bytes(8, "little") + b.to_bytes(8, "little"))

@@ -87,7 +87,8 @@ def generate(key: int, numel: int, *, offset: int = 0, device: str | torch.devic
     from . import _cpu_kernels as k
 
     out = torch.empty(numel, dtype=torch.float32)
-    k.generate(np.uint64(key & MASK64), np.uint64(noise_xkey(key)), np.int64(offset), out.numpy(), TABLE_NP)
+    fn = k.generate if numel >= k.PARALLEL_MIN else k.generate_serial
+    fn(np.uint64(key & MASK64), np.uint64(noise_xkey(key)), np.int64(offset), out.numpy(), TABLE_NP)
     return out
 
 
@@ -105,11 +106,12 @@ def perturb_(out: torch.Tensor, master: torch.Tensor, key: int, scale: float) ->
 
         src = master.reshape(-1).numpy()
         key64, kx = np.uint64(key & MASK64), np.uint64(noise_xkey(key))
+        fn = k.perturb if master.numel() >= k.PARALLEL_MIN else k.perturb_serial
         if out.dtype == torch.float32 and out.is_contiguous():
-            k.perturb(out.view(-1).numpy(), src, key64, kx, np.float32(scale), TABLE_NP)
+            fn(out.view(-1).numpy(), src, key64, kx, np.float32(scale), TABLE_NP)
         else:
             tmp = torch.empty(master.numel(), dtype=torch.float32)
-            k.perturb(tmp.numpy(), src, key64, kx, np.float32(scale), TABLE_NP)
+            fn(tmp.numpy(), src, key64, kx, np.float32(scale), TABLE_NP)
             out.copy_(tmp.view(out.shape))
         return out
     eps = ref.noise_ref(key, master.numel(), 0, master.device).view(master.shape)

@@ -106,12 +106,36 @@ def apply_step(master: dict[str, torch.Tensor], state: OptimizerState, step: Any
     scal = _scalars(name, opt, state.step)
     rule = RULES[name]
     kinds = BUFFERS[name]
+    fast, slow = [], []
     for tname, theta in master.items():
         if theta.dtype != torch.float32 or not theta.is_contiguous():
             raise SeedLedgerError(f"master tensor {tname!r} must be contiguous fp32")
         bufs = [state.buffer(kind, tname, theta) for kind in kinds]
         tkeys = [tensor_key(k, tname) for k in keys]
-        apply_tensor(theta, tkeys, coefs, rule, scal, bufs)
+        (fast if _use_fast(theta.device) else slow).append((theta, tkeys, bufs))
+    if fast:
+        _apply_fast(fast, coefs, rule, scal)
+    for theta, tkeys, bufs in slow:
+        apply_tensor(theta, tkeys, coefs, rule, scal, bufs, fast=False)
+
+
+def _apply_fast(items: list, coefs: Sequence[float], rule: int, scal: Sequence[float]) -> None:
+    """All CPU tensors of one generation in a single parallel numba call."""
+    from . import _cpu_kernels as k
+
+    thetas = [theta.view(-1).numpy() for theta, _, _ in items]
+    bufs = [[b.view(-1).numpy() for b in bs] for _, _, bs in items]
+    buf1s = [b[0] if b else t for b, t in zip(bufs, thetas, strict=True)]  # unused when rule has none
+    buf2s = [b[1] if len(b) > 1 else t for b, t in zip(bufs, thetas, strict=True)]
+    keys = np.array([tk for _, tk, _ in items], dtype=np.uint64).reshape(len(items), len(coefs))
+    kxs = np.array([[noise_xkey(x) for x in tk] for _, tk, _ in items], dtype=np.uint64).reshape(keys.shape)
+    work_t, work_s = k.work_items([t.shape[0] for t in thetas])
+    if work_t.shape[0] == 0:
+        return
+    k.apply_many(
+        k.typed_list(thetas), keys, kxs, np.array(coefs, dtype=np.float32), TABLE_NP, rule,
+        np.array(scal or [0.0], dtype=np.float32), k.typed_list(buf1s), k.typed_list(buf2s), work_t, work_s,
+    )
 
 
 def apply_tensor(
@@ -124,18 +148,7 @@ def apply_tensor(
     if fast is None:
         fast = _use_fast(theta.device)
     if fast:
-        from . import _cpu_kernels as k
-
-        empty = np.empty(0, dtype=np.float32)
-        k.apply(
-            theta.view(-1).numpy(),
-            np.array(tkeys, dtype=np.uint64),
-            np.array([noise_xkey(t) for t in tkeys], dtype=np.uint64),
-            np.array(coefs, dtype=np.float32),
-            TABLE_NP, rule, np.array(scal or [0.0], dtype=np.float32),
-            b1.view(-1).numpy() if b1 is not None else empty,
-            b2.view(-1).numpy() if b2 is not None else empty,
-        )
+        _apply_fast([(theta, list(tkeys), list(bufs))], coefs, rule, scal)
         return
     g = ref.delta_ref(list(tkeys), list(coefs), theta.numel(), theta.device).view(theta.shape)
     ref.apply_rule_ref(theta, g, rule, list(scal), b1, b2)
