@@ -191,63 +191,48 @@ def _common_prefix(a: list, b: list) -> int:
     return n
 
 
-def _clone_state(state):
-    """A deep copy of derived optimizer state, so two suffixes can continue from one prefix."""
-    import copy
-
-    return copy.deepcopy(state)
+def _recorded(ledger: Ledger, info: RunInfo, g: int) -> str | None:
+    """The fingerprint the ledger holds for `run@g` (the base's for g = 0)."""
+    return ledger.generation(info.name, g).fingerprint if g else info.base_fingerprint
 
 
 def _replay_pair(ledger: Ledger, a: tuple[RunInfo, int], b: tuple[RunInfo, int], device: str):
-    """Masters at both refs, replaying their shared prefix once (via replay.rebuild)."""
+    """Masters at both refs, replaying their shared prefix once; every result is checked
+    against the ledger's fingerprint (replay raises VerifyMismatch otherwise)."""
+    import copy
+
     from engine.models import resolve_model
     from engine.rebuilding import load_base_master
     from engine.session import anchors_dir
-    from replay.fingerprint import fingerprint
-    from replay.rebuild import rebuild
-    from replay.update import OptimizerState, apply_step
+    from replay.rebuild import rebuild, replay_steps
+    from replay.update import OptimizerState
 
     (run_a, g_a), (run_b, g_b) = a, b
-    if run_a.base_fingerprint != run_b.base_fingerprint or run_a.base_model != run_b.base_model:
+    if run_a.base_fingerprint != run_b.base_fingerprint:
         raise SeedLedgerError(
             f"{run_a.name} and {run_b.name} start from different base models "
             f"({run_a.base_model}, {run_b.base_model}): diff compares runs of one base"
         )
     base = load_base_master(resolve_model(run_a.base_model), device)
-    if run_a.base_fingerprint and fingerprint(base) != run_a.base_fingerprint:
-        raise SeedLedgerError(
-            f"base model {run_a.base_model!r} is not the one {run_a.name} was trained from"
-        )
     steps_a = ledger.replay_history(run_a.name, upto=g_a)
     steps_b = ledger.replay_history(run_b.name, upto=g_b)
     k = _common_prefix(steps_a, steps_b)
-    if k:
-        out = rebuild(ledger, steps_a[k - 1].run, k, base, verify="end",
-                      anchors_dir=anchors_dir(ledger))
-        prefix, state = out if isinstance(out, tuple) else (out, OptimizerState())
+    anchors = anchors_dir(ledger)
+    if k:  # rebuild consumes (and checks) the base; may start from an anchor
+        last = steps_a[k - 1]
+        prefix, state = rebuild(ledger, last.run, last.index, base, verify="end", anchors_dir=anchors)
     else:
         prefix, state = base, OptimizerState()
 
-    def finish(steps: list, info: RunInfo, g: int):
+    def finish(steps: list, info: RunInfo, g: int) -> dict:
         if len(steps) == k:
             return prefix
-        if k == 0:  # nothing shared: a plain rebuild (it may start from an anchor)
-            out = rebuild(ledger, info.name, g, {n: t.clone() for n, t in base.items()},
-                          verify="end", anchors_dir=anchors_dir(ledger))
-            return out[0] if isinstance(out, tuple) else out
+        if k == 0:  # nothing shared: a plain rebuild from a copy of the base
+            master = {n: t.clone() for n, t in base.items()}
+            return rebuild(ledger, info.name, g, master, verify="end", anchors_dir=anchors)[0]
         master = {n: t.clone() for n, t in prefix.items()}
-        st = _clone_state(state)
-        for step in steps[k:]:
-            apply_step(master, st, step)
-        expected = ledger.generation(info.name, g).fingerprint
-        got = fingerprint(master)
-        if expected and got != expected:
-            from ledger.errors import VerifyMismatch
-
-            raise VerifyMismatch(
-                f"replaying {info.name}@{g} gives fingerprint {got}, the ledger says {expected}"
-            )
-        return master
+        want = {g: _recorded(ledger, info, g)}
+        return replay_steps(master, steps[k:], copy.deepcopy(state), expected=want)[0]
 
     return finish(steps_a, run_a, g_a), finish(steps_b, run_b, g_b), k
 
@@ -257,7 +242,6 @@ def diff(ledger: Ledger, ref_a: str, ref_b: str, device: str = "cpu") -> dict[st
     import torch
 
     from engine.session import resolve_ref
-    from replay.fingerprint import fingerprint
 
     a = resolve_ref(ledger, ref_a)
     b = resolve_ref(ledger, ref_b)
@@ -269,9 +253,9 @@ def diff(ledger: Ledger, ref_a: str, ref_b: str, device: str = "cpu") -> dict[st
     numel_total = 0
     with torch.no_grad():
         for name, ta in master_a.items():
-            d = master_b[name].double() - ta.double()
+            d = (master_b[name].double() - ta.double()).abs_()  # float64 keeps tiny differences
             l2 = float(torch.linalg.vector_norm(d))
-            mx = float(d.abs().max()) if d.numel() else 0.0
+            mx = float(d.max()) if d.numel() else 0.0
             changed = int(torch.count_nonzero(d))
             tensors.append({
                 "tensor": name,
@@ -287,8 +271,8 @@ def diff(ledger: Ledger, ref_a: str, ref_b: str, device: str = "cpu") -> dict[st
             numel_total += ta.numel()
     tensors.sort(key=lambda t: (-t["l2"], -t["max_abs"], t["tensor"]))
     return {
-        "a": {"run": a[0].name, "generation": a[1], "fingerprint": fingerprint(master_a)},
-        "b": {"run": b[0].name, "generation": b[1], "fingerprint": fingerprint(master_b)},
+        "a": {"run": a[0].name, "generation": a[1], "fingerprint": _recorded(ledger, *a)},
+        "b": {"run": b[0].name, "generation": b[1], "fingerprint": _recorded(ledger, *b)},
         "shared_generations": shared,
         "tensors": tensors,
         "total": {

@@ -135,7 +135,7 @@ def diff_view(data: dict[str, Any], top: int | None = None) -> RenderableType:
              f"(shared generations 1..{data['shared_generations']})")
     t = Table(title=title, title_justify="left")
     for col in ["tensor", "shape", "L2", "max |Δ|", "changed"]:
-        t.add_column(col, justify="left" if col in ("tensor", "shape") else "right")
+        t.add_column(col, justify="left" if col in ("tensor", "shape") else "right", overflow="fold")
     rows = data["tensors"] if top is None else data["tensors"][:top]
     for r in rows:
         t.add_row(r["tensor"], "×".join(map(str, r["shape"])), f"{r['l2']:.4g}",
