@@ -22,6 +22,17 @@ def _num(x: float | None) -> float | None:
     return x
 
 
+def _strict(obj: Any) -> Any:
+    """Free-form data (samples, extra) with NaN/inf replaced by None, recursively."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _strict(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_strict(v) for v in obj]
+    return obj
+
+
 def _seconds(timings: dict[str, float]) -> float | None:
     """Wall seconds of a generation: evaluate + update (load_member is summed per member)."""
     if not timings:
@@ -96,7 +107,8 @@ def run_log(ledger: Ledger, run: str) -> dict[str, Any]:
         for g in range(first, last + 1)
     ]
     events = [
-        {"at": e.at.isoformat(), "kind": e.kind, "payload": e.payload} for e in ledger.events(run)
+        {"at": e.at.isoformat(), "kind": e.kind, "payload": _strict(e.payload)}
+        for e in ledger.events(run)
     ]
     return {"run": run_summary(ledger, info), "generations": rows, "events": events}
 
@@ -131,7 +143,7 @@ def _member(m, with_samples: bool) -> dict[str, Any]:
         "coefficient": m.coefficient,
     }
     if with_samples:
-        out["samples"] = m.samples
+        out["samples"] = _strict(m.samples)
     return out
 
 
@@ -171,9 +183,9 @@ def show_generation(
         "reward": {k: _num(v) for k, v in record.reward_stats().items()},
         "members": members,
         "fingerprint": record.fingerprint,
-        "timings": record.timings,
+        "timings": _strict(record.timings),
         "seconds": _seconds(record.timings),
-        "extra": record.extra,
+        "extra": _strict(record.extra),
         "committed_at": record.committed_at.isoformat() if record.committed_at else None,
     }
 
