@@ -77,18 +77,25 @@ def _fast_enabled() -> bool:
     return _backend.fast_cpu()
 
 
-def generate(key: int, numel: int, *, offset: int = 0, device: str | torch.device = "cpu") -> torch.Tensor:
-    """fp32 noise elements offset .. offset+numel-1 of ``key``."""
+def generate(
+    key: int, numel: int, *, offset: int = 0, device: str | torch.device = "cpu",
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """fp32 noise elements offset .. offset+numel-1 of ``key`` (into ``out`` if given)."""
     if numel < 0 or offset < 0:
         raise ValueError("numel and offset must be >= 0")
-    device = torch.device(device)
+    if out is not None and (out.dtype != torch.float32 or out.numel() != numel or not out.is_contiguous()):
+        raise ValueError("out must be a contiguous fp32 tensor of numel elements")
+    device = out.device if out is not None else torch.device(device)
     if not _use_fast(device):
-        return ref.noise_ref(key, numel, offset, device)
+        res = ref.noise_ref(key, numel, offset, device)
+        return res if out is None else out.copy_(res.view(out.shape))
     from . import _cpu_kernels as k
 
-    out = torch.empty(numel, dtype=torch.float32)
+    if out is None:
+        out = torch.empty(numel, dtype=torch.float32)
     fn = k.generate if numel >= k.PARALLEL_MIN else k.generate_serial
-    fn(np.uint64(key & MASK64), np.uint64(noise_xkey(key)), np.int64(offset), out.numpy(), TABLE_NP)
+    fn(np.uint64(key & MASK64), np.uint64(noise_xkey(key)), np.int64(offset), out.view(-1).numpy(), TABLE_NP)
     return out
 
 

@@ -85,6 +85,9 @@ def test_offset_law():
     full = noise.generate(key, 20000)
     for a, b in [(0, 0), (0, 1), (1, 2), (3, 9), (5, 4101), (4096, 8193), (12345, 20000), (19999, 20000)]:
         assert torch.equal(full[a:b], noise.generate(key, b - a, offset=a))
+    buf = torch.full((2, 5), 7.0)
+    assert noise.generate(key, 10, offset=4, out=buf) is buf
+    assert torch.equal(buf.view(-1), full[4:14])
     big = noise.generate(key, 3, offset=2**40 + 1)
     assert torch.equal(big, ref.noise_ref(key, 3, 2**40 + 1))
 

@@ -1,0 +1,166 @@
+"""Replay benchmarks (issue 4): noise throughput, fused apply cost, rebuild vs loading weights.
+
+    .venv/bin/python benchmarks/replay_bench.py [--generations 100] [--population 8]
+
+Every ratio is measured within one run (best of --repeat), so machine load affects both
+sides; absolute times on a shared machine are not comparable between runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from ledger import GenerationRecord, Ledger, MemberRecord  # noqa: E402
+from replay import noise, update  # noqa: E402
+from replay.fingerprint import fingerprint  # noqa: E402
+from replay.rebuild import rebuild  # noqa: E402
+
+SMOLLM2 = Path(os.environ.get("SEEDLEDGER_HOME", Path.home() / ".cache/seedledger")) / "models/smollm2-135m-instruct"
+
+
+def best(fn: Callable[[], object], repeat: int, sync: bool = False) -> float:
+    times = []
+    for _ in range(repeat):
+        if sync:
+            torch.cuda.synchronize()
+        t = time.perf_counter()
+        fn()
+        if sync:
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - t)
+    return min(times)
+
+
+def bench_noise(n: int, repeat: int) -> float:
+    gen = torch.Generator().manual_seed(0)
+    noise.generate(1, 1 << 20), torch.randn(1 << 20, generator=gen)  # warm-up (numba cache load)
+    t_randn = best(lambda: torch.randn(n, generator=gen), repeat)
+    t_noise = best(lambda: noise.generate(123, n), repeat)
+    print(f"noise {n:.0e} fp32, fresh tensor: replay.noise.generate {t_noise:.3f}s ({n / t_noise / 1e9:.2f} G/s), "
+          f"torch.randn(generator) {t_randn:.3f}s -> ratio {t_randn / t_noise:.2f}x (need >= 2, target 3)")
+    buf = torch.empty(n)
+    buf.zero_()  # fault the pages in once: compares generators, not the allocator
+    t_randn = best(lambda: torch.randn(n, generator=gen, out=buf), repeat)
+    t_noise = best(lambda: noise.generate(123, n, out=buf), repeat)
+    print(f"noise {n:.0e} fp32, into out=: replay.noise.generate {t_noise:.3f}s ({n / t_noise / 1e9:.2f} G/s), "
+          f"torch.randn(generator) {t_randn:.3f}s -> ratio {t_randn / t_noise:.2f}x")
+    return t_noise
+
+
+def bench_apply(n: int, repeat: int) -> None:
+    theta = torch.zeros(n)
+    t_noise = best(lambda: noise.generate(7, n), repeat)
+    for pop in (8, 30):
+        keys = [noise.member_key(1, 1, i) for i in range(pop)]
+        coefs = [noise.round_coefficient(1e-3 * (i + 1)) for i in range(pop)]
+        t = best(lambda: update.apply_tensor(theta, keys, coefs, 0, [], []), repeat)  # noqa: B023
+        print(f"apply N={pop:2d} on {n:.0e}: {t:.3f}s; / (N x noise {t_noise:.3f}s) = {t / (pop * t_noise):.2f} (need <= 1)")
+
+
+def smollm2_master() -> tuple[dict[str, torch.Tensor], str]:
+    """The provisioned SmolLM2-135M weights, or random tensors of its shapes."""
+    path = SMOLLM2 / "model.safetensors"
+    if path.exists():
+        from safetensors.torch import load_file
+
+        return {k: v.float().contiguous() for k, v in load_file(str(path)).items()}, str(path)
+    g = torch.Generator().manual_seed(0)
+    h, inter, kv, layers = 576, 1536, 192, 30
+    shapes = {"model.embed_tokens.weight": (49152, h), "model.norm.weight": (h,)}
+    for i in range(layers):
+        p = f"model.layers.{i}."
+        shapes |= {p + "self_attn.q_proj.weight": (h, h), p + "self_attn.k_proj.weight": (kv, h),
+                   p + "self_attn.v_proj.weight": (kv, h), p + "self_attn.o_proj.weight": (h, h),
+                   p + "mlp.gate_proj.weight": (inter, h), p + "mlp.up_proj.weight": (inter, h),
+                   p + "mlp.down_proj.weight": (h, inter), p + "input_layernorm.weight": (h,),
+                   p + "post_attention_layernorm.weight": (h,)}
+    return {k: torch.randn(s, generator=g) * 0.02 for k, s in shapes.items()}, "synthetic (SmolLM2-135M shapes)"
+
+
+def bench_rebuild(generations: int, pop: int, repeat: int) -> None:
+    from safetensors.torch import load_file, save_file
+
+    master, source = smollm2_master()
+    numel = sum(t.numel() for t in master.values())
+    print(f"rebuild: master {numel / 1e6:.1f}M fp32 parameters in {len(master)} tensors from {source}")
+    with tempfile.TemporaryDirectory() as tmp:
+        led = Ledger.open(str(Path(tmp) / "bench.db"))
+        t = time.perf_counter()
+        base_fp = fingerprint(master)
+        t_fp = time.perf_counter() - t
+        run = led.create_run("bench", base_model="smollm2-135m-instruct", base_fingerprint=base_fp,
+                             noise_spec=noise.NOISE_SPEC, seed=0, run_key=noise.run_key(0))
+        gen = torch.Generator().manual_seed(0)
+        for g in range(1, generations + 1):
+            coefs = [noise.round_coefficient(x) for x in (torch.randn(pop, generator=gen) * 1e-4).tolist()]
+            members = [MemberRecord(i, noise.member_key(run.run_key, g, i), 1, 0.0, c) for i, c in enumerate(coefs)]
+            led.commit_generation("bench", GenerationRecord(g, 1e-3, noise.round_coefficient(1e-3), pop,
+                                                            {"name": "sgd"}, g, [], members, None))
+        t = time.perf_counter()
+        out, _ = rebuild(led, "bench", generations, master, verify="none")
+        t_rebuild = time.perf_counter() - t
+        print(f"rebuild {generations} generations x N={pop}: {t_rebuild:.1f}s "
+              f"({t_rebuild / generations:.2f}s per generation, incl. one base fingerprint {t_fp:.2f}s)")
+        path = Path(tmp) / "model.safetensors"
+        save_file(out, str(path))
+        t_load = best(lambda: load_file(str(path)), repeat)
+        print(f"load the same {path.stat().st_size / 2**20:.0f} MiB safetensors (page cache warm): {t_load:.2f}s "
+              f"-> rebuild / load = {t_rebuild / t_load:.0f}x")
+        led.close()
+
+
+def bench_cuda(numel: int, repeat: int) -> None:
+    if not torch.cuda.is_available():
+        print("cuda: not available, skipped")
+        return
+    src = torch.empty(numel, device="cuda")
+    dst = torch.empty_like(src)
+    t_copy = best(lambda: dst.copy_(src), repeat, sync=True)
+    noise.generate(1, 1 << 20, device="cuda")
+    t_noise = best(lambda: noise.generate(5, numel, device="cuda"), repeat, sync=True)
+    master = {"w": torch.zeros(numel, device="cuda")}
+    keys = [noise.member_key(1, 1, i) for i in range(8)]
+    step = type("S", (), {"index": 1, "keys": keys, "coefficients": [noise.round_coefficient(1e-3)] * 8,
+                          "optimizer": {"name": "sgd"}})()
+    t_apply = best(lambda: update.apply_step(master, update.OptimizerState(), step), repeat, sync=True)
+    gbps = 2 * 4 * numel / t_copy / 1e9
+    print(f"cuda {torch.cuda.get_device_name()}: copy {gbps:.0f} GB/s; noise {numel / t_noise / 1e9:.2f} G values/s "
+          f"({t_noise / t_copy:.1f}x one copy); apply N=8 on {numel / 1e9:.1f}B fp32: {t_apply:.3f}s "
+          f"({t_apply / t_copy:.1f}x one copy; reference torch path, no Triton kernel)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--noise-numel", type=float, default=1e8)
+    ap.add_argument("--apply-numel", type=float, default=2e7)
+    ap.add_argument("--generations", type=int, default=100)
+    ap.add_argument("--population", type=int, default=8)
+    ap.add_argument("--cuda-numel", type=float, default=5e8)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--skip-rebuild", action="store_true")
+    args = ap.parse_args()
+    import numba
+
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"torch {torch.__version__}, numba {numba.__version__} ({numba.get_num_threads()} threads), "
+          f"{os.cpu_count()} CPUs, load average {load:.1f}")
+    bench_noise(int(args.noise_numel), args.repeat)
+    bench_apply(int(args.apply_numel), args.repeat)
+    if not args.skip_rebuild:
+        bench_rebuild(args.generations, args.population, args.repeat)
+    bench_cuda(int(args.cuda_numel), args.repeat)
+
+
+if __name__ == "__main__":
+    main()
