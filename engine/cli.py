@@ -188,10 +188,11 @@ def export(
     """Write RUN@G as a seed file: keys and coefficients, kilobytes instead of gigabytes."""
     from engine.session import resolve_ref
     from ledger.seedfile import export_seedfile
+    from replay.noise import member_key
 
     with open_ledger(ledger) as led:
         run, gen = resolve_ref(led, ref)
-        export_seedfile(led, run.name, gen, output)
+        export_seedfile(led, run.name, gen, output, key_fn=member_key)
     payload = {"run": run.name, "generation": gen, "file": str(output), "bytes": output.stat().st_size}
     emit(payload, as_json, f"wrote {output} ({payload['bytes']:,} bytes) for {run.name}@{gen}")
 
@@ -205,9 +206,10 @@ def import_(
 ):
     """Import a seed file into the ledger as a run."""
     from ledger.seedfile import import_seedfile
+    from replay.noise import member_key
 
     with open_ledger(ledger) as led:
-        info = import_seedfile(led, file, run)
+        info = import_seedfile(led, file, run, key_fn=member_key)
         latest = led.latest_generation(info.name)
     emit({"run": info.name, "latest_generation": latest}, as_json, f"imported {info.name}@{latest}")
 

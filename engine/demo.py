@@ -10,7 +10,6 @@ import shutil
 import time
 from pathlib import Path
 
-from ledger.seedfile import export_seedfile
 from rich.console import Console
 from rich.table import Table
 
@@ -21,6 +20,8 @@ from engine.models import resolve_model
 from engine.plot import plot_run
 from engine.progress import TrainingProgress
 from ledger import Ledger
+from ledger.seedfile import export_seedfile
+from replay.noise import member_key
 
 CONFIG = Path(__file__).resolve().parent.parent / "configs" / "demo.yaml"
 
@@ -56,7 +57,7 @@ def run_demo(workdir: Path, generations: int | None = None, config: Path = CONFI
         info = rebuilding.rebuild_ref(ledger, f"demo@{latest}", rebuilt, None, "cpu")
         verified = rebuilding.verify_ref(ledger, f"demo@{latest}")
         seeds = workdir / "demo.seeds"
-        export_seedfile(ledger, "demo", latest, seeds)
+        export_seedfile(ledger, "demo", latest, seeds, key_fn=member_key)
         png = workdir / "demo-reward.png"
         plot_run(ledger, "demo", png)
 

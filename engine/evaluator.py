@@ -12,13 +12,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from replay.fingerprint import fingerprint
-from replay.rebuild import rebuild
-
 from engine.config import TrainConfig
 from ledger import Ledger, ReplayStep
 from replay import update
+from replay.fingerprint import fingerprint
 from replay.noise import member_key
+from replay.rebuild import rebuild
 from trainers.es import Member
 from trainers.tasks import load_task
 

@@ -12,13 +12,14 @@ import tempfile
 from pathlib import Path
 
 import torch
-from replay.fingerprint import fingerprint
-from replay.rebuild import rebuild, replay_steps
 
 from engine.models import resolve_model
 from engine.session import anchors_dir, resolve_ref
 from ledger import Ledger
 from ledger.errors import SeedLedgerError
+from replay.fingerprint import fingerprint
+from replay.noise import member_key
+from replay.rebuild import rebuild, replay_steps
 
 
 def load_base_master(model_dir: Path, device: str = "cpu") -> dict[str, torch.Tensor]:
@@ -95,7 +96,7 @@ def rebuild_seedfile(path: Path, output: Path, base: str | None, device: str) ->
     """Rebuild from a seed file alone: its header names the base and every step."""
     from ledger.seedfile import read_seedfile
 
-    seeds = read_seedfile(path)
+    seeds = read_seedfile(path, key_fn=member_key)
     model_dir = resolve_model(base or seeds.base_model)
     master = load_base_master(model_dir, device)
     if fingerprint(master) != seeds.base_fingerprint:
@@ -109,6 +110,6 @@ def rebuild_seedfile(path: Path, output: Path, base: str | None, device: str) ->
         from ledger.errors import VerifyMismatch
 
         raise VerifyMismatch(f"{path}: rebuilt fingerprint {fp} differs from the file's {seeds.final_fingerprint}")
-    meta = {"run": seeds.run, "generation": seeds.generation, "fingerprint": fp, "base_model": seeds.base_model}
+    meta = {"run": seeds.header["run"], "generation": seeds.generation, "fingerprint": fp, "base_model": seeds.base_model}
     write_model_dir(model_dir, master, output, meta)
     return {**meta, "output": str(output)}

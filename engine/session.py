@@ -1,7 +1,9 @@
 """Training sessions: open the ledger, provision the model, hold the lease, run the loop.
 
 `train`, `resume` and `fork` differ only in how the run and its starting generation are
-found; everything after that is the same loop.
+found; everything after that is the same loop. `--generations N` says how many to train
+in this session; the config's `generations` is the run's target (schedules are laid out
+over it), which `resume` and `fork` continue towards by default.
 """
 
 from __future__ import annotations
@@ -119,8 +121,6 @@ def start(
     hooks: Hooks | None = None,
 ) -> SessionResult:
     cfg = load_config(config_path, overrides)
-    if generations is not None:
-        cfg = cfg.model_copy(update={"generations": generations})
     name = run_name or (Path(config_path).stem if config_path else "run")
     if _has_run(ledger, name):
         raise SeedLedgerError(f"run {name!r} exists: `seedledger resume {name}` or pick another --run")
@@ -143,7 +143,8 @@ def start(
             host=socket.gethostname(),
         )
         pool.restore(ledger, run.name, 0, None)
-        return _run_loop(ledger, run, cfg, pool, cfg.generations, hooks)
+        count = cfg.generations if generations is None else generations
+        return _run_loop(ledger, run, cfg, pool, count, hooks)
     finally:
         pool.close()
 
@@ -175,8 +176,6 @@ def fork(
     parent, gen = resolve_ref(ledger, ref)
     data = apply_overrides(dict(parent.config), list(overrides))
     cfg = validate(data, "fork config")
-    if generations is not None:
-        cfg = cfg.model_copy(update={"generations": generations})
     if cfg.model != parent.base_model:
         raise SeedLedgerError("a fork keeps its parent's base model; `model` cannot be changed")
     if _has_run(ledger, new_name):
@@ -201,7 +200,8 @@ def fork(
         )
         ledger.log_event(run.name, "fork", {"parent": parent.name, "generation": gen})
         pool.restore(ledger, run.name, gen, anchors_dir(ledger))
-        return _run_loop(ledger, run, cfg, pool, cfg.generations, hooks)
+        count = max(cfg.generations - gen, 0) if generations is None else generations
+        return _run_loop(ledger, run, cfg, pool, count, hooks)
     finally:
         pool.close()
 

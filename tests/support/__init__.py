@@ -1,0 +1,1 @@
+"""Test support: a reward with a gradient even for the random `tiny` model."""
