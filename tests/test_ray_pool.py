@@ -140,5 +140,7 @@ def test_a_worker_killed_mid_generation_is_rebuilt_and_changes_nothing(
     hooks = Hooks(on_generation_start=on_generation_start, on_member=on_member)
     fingerprints, rewards, final = _train(tmp_path, RAY, hooks)
     assert state["killed"] is not None
-    assert pools[0].restarts >= 1
+    # Replaced while the pool stood at generation 1, i.e. during generation 2's evaluate.
+    assert [r["worker"] for r in pools[0].replacements] == [1]
+    assert pools[0].replacements[0]["generation"] == 1
     assert (fingerprints, rewards, final) == local_run

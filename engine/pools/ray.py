@@ -102,7 +102,7 @@ class RayPool:
         self.cfg = cfg
         self.model_dir = str(model_dir)
         self.task = load_task(cfg.task, seed=cfg.seed)
-        self.restarts = 0
+        self.replacements: list[dict[str, Any]] = []  # one per dead worker replaced
         self.generation = 0
         self._owns_connection = connect(cfg.workers.address)
         self._actors: list[Any] = []
@@ -138,7 +138,9 @@ class RayPool:
 
     def _replace(self, worker: int, why: BaseException) -> str:
         """Swap a dead worker for a fresh actor at the pool's generation; its fingerprint."""
-        self.restarts += 1
+        self.replacements.append(
+            {"worker": worker, "generation": self.generation, "error": type(why).__name__}
+        )
         try:
             ray.kill(self._actors[worker], no_restart=True)
         except Exception:  # already gone
@@ -164,6 +166,11 @@ class RayPool:
             "worker %d died (%s); replaced and rebuilt to generation %d",
             worker, type(why).__name__, target,
         )
+        if self._ledger is not None and self._run is not None:
+            try:  # the audit trail; the driver is the ledger's writer
+                self._ledger.log_event(self._run, "worker_restart", self.replacements[-1])
+            except SeedLedgerError:
+                pass
         return fp
 
     def _collect(self, refs: list[Any]) -> list[str]:

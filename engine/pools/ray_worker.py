@@ -37,9 +37,15 @@ class ReplicaActor:
     def __init__(self, cfg: dict[str, Any], model_dir: str, threads: int):
         import torch
 
-        # Ray sets OMP_NUM_THREADS=num_cpus only for whole CPUs; set torch's pool
-        # explicitly so that W actors on W cores do not oversubscribe them.
+        # Ray sets OMP_NUM_THREADS only for whole CPUs; size torch's pool explicitly so
+        # that W actors on W cores do not oversubscribe them.
         torch.set_num_threads(max(1, threads))
+        try:  # replay's CPU kernels are numba-parallel: same budget
+            import numba
+
+            numba.set_num_threads(min(max(1, threads), numba.config.NUMBA_NUM_THREADS))
+        except ImportError:
+            pass
         self.replica = Evaluator(TrainConfig.model_validate(cfg), Path(model_dir))
 
     def pid(self) -> int:
