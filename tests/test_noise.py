@@ -156,3 +156,16 @@ def test_fresh_processes_and_thread_counts_agree():
     assert (one.pop("threads"), two.pop("threads")) == (1, 2)
     assert one == two
     assert one["noise"] == digest(noise.generate(12345, 1_000_003, offset=3))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_random_shapes_fast_equals_reference(seed):
+    """Random sizes/offsets/keys, including sizes no block size divides."""
+    rng = np.random.default_rng(seed)
+    for _ in range(8):
+        n = int(rng.integers(0, 20000))
+        offset = int(rng.integers(0, 1 << 20))
+        key = int(rng.integers(0, 2**63)) * 2 + int(rng.integers(0, 2))
+        a = noise.generate(key, n, offset=offset)
+        b = ref.noise_ref(key, n, offset)
+        assert torch.equal(a.view(torch.int32), b.view(torch.int32)), (key, n, offset)
