@@ -4,7 +4,7 @@ Runs on CPU, and on CUDA when available. Counts the tokens each row actually pro
 (up to and including its EOS), and also reports decode steps x batch (the work done, since
 finished rows still ride along in the batch).
 
-    .venv/bin/python benchmarks/hf_bench.py [--model smollm2-135m-instruct] [--repeats 2]
+    .venv/bin/python benchmarks/hf_bench.py [--model smollm2-135m-instruct] [--repeats 2] [--threads N]
 """
 
 from __future__ import annotations
@@ -75,7 +75,10 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=0, help="CPU threads (0: torch's default)")
     args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     model_dir = resolve_model(args.model)
     runs = [("cpu", torch.float32)]
     if torch.cuda.is_available():
