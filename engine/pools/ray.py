@@ -220,7 +220,8 @@ class RayPool:
         run_key: int,
         on_member: Callable[[MemberResult], None] | None = None,
     ) -> list[MemberResult]:
-        """Score every member on its worker; results in member order."""
+        """Score every member on its worker; results in member order (`on_member` is
+        called as results arrive, which is the order progress happens in)."""
         results: list[MemberResult | None] = [None] * len(members)
         plan = assign(len(members), len(self._actors))
         pending: dict[Any, tuple[int, int]] = {}  # ref -> (member position, worker)
