@@ -1,0 +1,60 @@
+"""Base-model mean test reward per task (greedy), so the demo task's difficulty can be checked.
+
+    .venv/bin/python benchmarks/task_baseline.py --rows 64
+    .venv/bin/python benchmarks/task_baseline.py --tasks countdown --max-new-tokens 128 --show 3
+
+Uses the engine's model provisioning and HF backend (chat template, left padding, greedy),
+i.e. exactly what training evaluates. Prints one line per task: mean reward, the share of
+each reward value, the settings, and the seconds it took.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+from engine.backends.hf import HFBackend  # noqa: E402
+from engine.models import resolve_model  # noqa: E402
+from trainers.tasks import load_task  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="smollm2-135m-instruct")
+    ap.add_argument("--tasks", default="arithmetic,countdown")
+    ap.add_argument("--rows", type=int, default=64, help="test rows per task")
+    ap.add_argument("--max-new-tokens", type=int, default=None, help="default: the task's own")
+    ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--show", type=int, default=0, help="print this many completions per task")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+
+    backend = HFBackend(resolve_model(args.model), batch_size=args.batch_size)
+    for spec in args.tasks.split(","):
+        task = load_task(spec, seed=0)
+        rows = task.test_rows()[: args.rows]
+        max_new = args.max_new_tokens or task.max_new_tokens or 32
+        prompts = [task.prompt(r) for r in rows]
+        started = time.perf_counter()
+        completions = backend.generate(prompts, max_new, seed=None)
+        seconds = time.perf_counter() - started
+        rewards, _ = task.reward(prompts, completions, rows)
+        mean = sum(rewards) / len(rewards)
+        shares = collections.Counter(round(r, 3) for r in rewards)
+        dist = ", ".join(f"{k}: {v / len(rewards):.0%}" for k, v in sorted(shares.items()))
+        print(f"{task.name}: mean reward {mean:.3f} over {len(rows)} test rows "
+              f"(greedy, max_new_tokens={max_new}, level={task.level}; {dist}) in {seconds:.0f} s")
+        for r, c, rw in list(zip(rows, completions, rewards, strict=True))[: args.show]:
+            print(f"  {rw:.1f}  {r}  ->  {c!r}")
+
+
+if __name__ == "__main__":
+    main()

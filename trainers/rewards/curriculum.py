@@ -1,0 +1,73 @@
+"""A curriculum that moves a task's difficulty level by its recent success rate.
+
+Deterministic: the level depends only on the success rates fed in, so the engine can rebuild
+it on resume by feeding the rates recorded in the ledger again. Each change is returned as
+a JSON-able record, which the engine writes to the ledger's events (kind ``curriculum``).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def success_rate(rewards: Sequence[float], threshold: float = 1.0) -> float:
+    """Fraction of rewards ``>= threshold`` (0.0 for none)."""
+    return sum(1 for r in rewards if r >= threshold) / len(rewards) if rewards else 0.0
+
+
+@dataclass
+class Curriculum:
+    """Raise the level when the mean rate over ``window`` generations exceeds ``raise_above``,
+    lower it below ``lower_below``; the window restarts after each change."""
+
+    levels: int
+    level: int = 0
+    window: int = 5
+    raise_above: float = 0.7
+    lower_below: float = 0.2
+    _rates: deque = field(default_factory=deque, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.levels < 1 or not 0 <= self.level < self.levels or self.window < 1:
+            raise ValueError("curriculum needs levels >= 1, 0 <= level < levels, window >= 1")
+        if not self.lower_below < self.raise_above:
+            raise ValueError("curriculum needs lower_below < raise_above")
+
+    def observe(self, generation: int, rate: float) -> dict[str, Any] | None:
+        """Feed one generation's success rate; return the change record, or None."""
+        self._rates.append(float(rate))
+        if len(self._rates) < self.window:
+            return None
+        while len(self._rates) > self.window:
+            self._rates.popleft()
+        mean = sum(self._rates) / len(self._rates)
+        new = self.level
+        if mean > self.raise_above and self.level < self.levels - 1:
+            new = self.level + 1
+        elif mean < self.lower_below and self.level > 0:
+            new = self.level - 1
+        if new == self.level:
+            return None
+        record = {
+            "kind": "curriculum",
+            "generation": generation,
+            "from_level": self.level,
+            "to_level": new,
+            "success_rate": mean,
+            "window": self.window,
+        }
+        self.level = new
+        self._rates.clear()
+        return record
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "levels": self.levels,
+            "level": self.level,
+            "window": self.window,
+            "raise_above": self.raise_above,
+            "lower_below": self.lower_below,
+        }

@@ -1,0 +1,40 @@
+"""pass@k as a training reward: k-of-n sampling per prompt, unbiased estimator.
+
+With n samples of one prompt of which c succeed, pass@k = 1 − C(n−c, k) / C(n, k) (Chen et
+al. 2021), computed as a stable product. The engine samples n completions per prompt
+(consecutive, prompt-major, seeded decoding), scores them with the task, and replaces each
+sample's reward by its prompt's pass@k.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k for ``c`` successes among ``n`` samples (``1 ≤ k ≤ n``)."""
+    if not 1 <= k <= n or not 0 <= c <= n:
+        raise ValueError(f"pass@k needs 1 <= k <= n and 0 <= c <= n (n={n}, c={c}, k={k})")
+    if n - c < k:
+        return 1.0
+    prob_all_fail = 1.0
+    for i in range(n - c + 1, n + 1):
+        prob_all_fail *= 1.0 - k / i
+    return 1.0 - prob_all_fail
+
+
+def pass_at_k_rewards(
+    rewards: Sequence[float], n: int, k: int, threshold: float = 1.0
+) -> list[float]:
+    """Each sample's reward becomes its prompt's pass@k (groups of ``n`` consecutive samples).
+
+    A sample succeeds when its reward is ``>= threshold``.
+    """
+    if n <= 0 or len(rewards) % n:
+        raise ValueError(f"{len(rewards)} rewards do not split into groups of n={n}")
+    out: list[float] = []
+    for start in range(0, len(rewards), n):
+        group = rewards[start : start + n]
+        value = pass_at_k(n, sum(1 for r in group if r >= threshold), k)
+        out.extend([value] * n)
+    return out

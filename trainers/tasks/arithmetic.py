@@ -1,0 +1,158 @@
+"""``arithmetic``: the demo task — short generated sums with answers in ``<answer>`` tags.
+
+Small enough that SmolLM2-135M-Instruct gets part of it right greedily with a handful of
+tokens, so ES has a signal to climb on 2 CPU cores. Levels (for a curriculum) change the
+operand ranges and operators; the default level is the tuned one.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from ledger.errors import SeedLedgerError
+from trainers.rewards.answers import as_text, extract_tag, parse_number
+from trainers.rewards.combine import WeightedReward
+
+from .base import Messages, Task, chat
+from .sampling import Rng
+
+
+@dataclass(frozen=True)
+class Level:
+    operands: int
+    lo: int
+    hi: int
+    ops: str
+
+
+LEVELS = (
+    Level(2, 1, 9, "+"),
+    Level(2, 1, 20, "+-"),
+    Level(2, 2, 50, "+-"),
+    Level(2, 2, 99, "+-*"),
+    Level(3, 1, 30, "+-*"),
+)
+DEFAULT_LEVEL = 1
+SYSTEM = "Answer with the number in <answer></answer> tags."
+EXAMPLE = ({"role": "user", "content": "What is 3 + 4?"},
+           {"role": "assistant", "content": "<answer>7</answer>"})
+MAX_NEW_TOKENS = 16
+UNTAGGED_SCORE = 0.5
+_LEADING_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+FORMAT_SCORE = 0.1
+
+
+def make_problem(rng: Rng, level: Level) -> dict[str, Any]:
+    """One question ``a op b [op c]`` and its integer answer (no division)."""
+    nums = [rng.randint(level.lo, level.hi) for _ in range(level.operands)]
+    ops = [rng.choice(level.ops) for _ in range(level.operands - 1)]
+    if level.operands == 2 and ops[0] == "-" and nums[0] < nums[1]:
+        nums.reverse()  # keep two-number differences non-negative
+    if "*" in ops and level.operands == 2:
+        nums[1] = 2 + nums[1] % 11  # products stay small: a × (2..12)
+    expr = " ".join(str(n) if i == 0 else f"{op} {n}" for i, (n, op) in enumerate(zip(nums, [""] + ops, strict=True)))
+    answer = _value(nums, ops)
+    return {"question": f"What is {expr}?", "answer": answer}
+
+
+def _value(nums: list[int], ops: list[str]) -> int:
+    """Evaluate with the usual precedence (× before + −), without eval."""
+    terms = [nums[0]]
+    signs = [1]
+    for n, op in zip(nums[1:], ops, strict=True):
+        if op == "*":
+            terms[-1] *= n
+        else:
+            terms.append(n)
+            signs.append(1 if op == "+" else -1)
+    return sum(s * t for s, t in zip(signs, terms, strict=True))
+
+
+def generate(
+    data_seed: int, level: int, count: int, role: int = 0, exclude: set[str] | None = None
+) -> list[dict]:
+    """``count`` distinct problems at ``level`` (fewer if the level has fewer); ``role`` 0 is
+    the test stream, 1 the training stream."""
+    rng = Rng(data_seed, 0xA417, level, role)
+    rows: list[dict[str, Any]] = []
+    seen = set(exclude or ())
+    attempts = 0
+    while len(rows) < count and attempts < 20 * count:
+        attempts += 1
+        row = make_problem(rng, LEVELS[level])
+        if row["question"] not in seen:
+            seen.add(row["question"])
+            rows.append(row)
+    return rows
+
+
+def prompt(row: dict[str, Any]) -> Messages:
+    """System line, one worked example as a previous turn, then the question."""
+    msgs = chat(SYSTEM, row["question"])
+    return [msgs[0], *(dict(m) for m in EXAMPLE), msgs[1]]
+
+
+def untagged_answer(text: str) -> Any:
+    """The answer a model wrote without tags: on the first line, the number right after the
+    last ``=`` (SmolLM2's habit: ``12 + 4 = 16``), or the line itself if it is a number."""
+    line = text.strip().split("\n", 1)[0]
+    if "=" in line:
+        m = _LEADING_NUMBER.match(line.rsplit("=", 1)[1].strip())
+        return parse_number(m.group(0)) if m else None
+    return parse_number(line)
+
+
+def arithmetic_reward(
+    prompts: list[Any], completions: list[Any], answer: list[Any], **kwargs: Any
+) -> list[float | None]:
+    """1.0: right answer in ``<answer>`` tags; 0.5: right answer without tags (``a + b = c``
+    or a bare number on the first line); 0.1: tags with a wrong answer; else 0.
+
+    The partial credits give ES a slope to climb from the base model, which answers right
+    about a third of the time but almost never uses the tags."""
+    out: list[float | None] = []
+    for completion, gold in zip(completions, answer, strict=True):
+        text = as_text(completion)
+        want = parse_number(gold)
+        tagged = extract_tag(text)
+        if tagged is not None:
+            value = parse_number(tagged)
+            out.append(1.0 if value is not None and value == want else FORMAT_SCORE)
+            continue
+        value = untagged_answer(text)
+        out.append(UNTAGGED_SCORE if value is not None and value == want else 0.0)
+    return out
+
+
+def load(
+    data_seed: int = 0,
+    seed: int = 0,
+    level: int = DEFAULT_LEVEL,
+    train_size: int = 2000,
+    test_size: int = 200,
+    rewards: list[WeightedReward] | None = None,
+    **unused: Any,
+) -> Task:
+    """The arithmetic task; the test split is generated first and kept out of training."""
+    if not 0 <= level < len(LEVELS):
+        raise SeedLedgerError(f"task arithmetic: level {level} outside 0..{len(LEVELS) - 1}")
+    test = generate(data_seed, level, test_size)
+    held_out = {r["question"] for r in test}
+
+    def train(lvl: int) -> list[dict[str, Any]]:
+        return generate(data_seed, lvl, train_size, role=1, exclude=held_out)
+
+    return Task(
+        "arithmetic",
+        train,
+        test,
+        prompt,
+        rewards or [WeightedReward("arithmetic", arithmetic_reward, 1.0)],
+        seed=seed,
+        levels=len(LEVELS),
+        level=level,
+        max_new_tokens=MAX_NEW_TOKENS,
+        info={"data_seed": data_seed, "system": SYSTEM, "example": list(EXAMPLE)},
+    )

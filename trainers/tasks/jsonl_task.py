@@ -1,0 +1,125 @@
+"""``jsonl:PATH``: any local dataset (jsonl or parquet) with an exact-match or regex reward.
+
+Rows need a prompt column (text, or a list of chat messages as in TRL's conversational
+datasets) and an answer column. The model's answer is its last ``<answer>`` span when it
+writes one, else its whole stripped text. ``match``: ``exact`` (equal after whitespace
+collapsing; ``casefold`` optional), ``regex`` (the answer cell is a pattern that must
+match the whole answer), or ``numeric`` (equal as numbers).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from ledger.errors import SeedLedgerError
+from trainers.rewards.answers import as_text, extract_tag, parse_number
+from trainers.rewards.combine import RewardFn, WeightedReward
+
+from .base import Messages, Task, chat
+from .datafiles import as_scalar_text, check_columns, read_rows
+from .sampling import split_indices
+
+MATCHES = ("exact", "regex", "numeric")
+
+
+def _norm(text: str, casefold: bool) -> str:
+    text = " ".join(text.split())
+    return text.casefold() if casefold else text
+
+
+def _prompt_cell(value: Any) -> Any:
+    if isinstance(value, str) and value.strip():
+        return value
+    if (
+        isinstance(value, list)
+        and value
+        and all(isinstance(m, dict) and isinstance(m.get("role"), str)
+                and isinstance(m.get("content"), str) for m in value)
+    ):
+        return value
+    raise ValueError("expected text or a list of {role, content} messages")
+
+
+def match_reward(match: str = "exact", answer_column: str = "answer", casefold: bool = False) -> RewardFn:
+    """A TRL-style reward: 1.0 when the model's answer matches the row's answer cell."""
+    if match not in MATCHES:
+        raise SeedLedgerError(f"task jsonl: match must be one of {', '.join(MATCHES)}, not {match!r}")
+
+    def reward(prompts: list[Any], completions: list[Any], **columns: Any) -> list[float | None]:
+        golds = columns[answer_column]
+        out: list[float | None] = []
+        for completion, gold in zip(completions, golds, strict=True):
+            text = as_text(completion)
+            tagged = extract_tag(text)
+            got = (tagged if tagged is not None else text).strip()
+            if match == "exact":
+                ok = _norm(got, casefold) == _norm(str(gold), casefold)
+            elif match == "numeric":
+                a, b = parse_number(got), parse_number(str(gold))
+                ok = a is not None and a == b
+            else:
+                ok = re.fullmatch(str(gold), got, re.IGNORECASE if casefold else 0) is not None
+            out.append(1.0 if ok else 0.0)
+        return out
+
+    reward.__name__ = f"{match}_match"
+    return reward
+
+
+def load(
+    path: str | None = None,
+    test_path: str | None = None,
+    prompt_column: str = "prompt",
+    answer_column: str = "answer",
+    match: str = "exact",
+    casefold: bool = False,
+    system: str | None = None,
+    data_seed: int = 0,
+    seed: int = 0,
+    test_size: int = 100,
+    max_new_tokens: int | None = 64,
+    rewards: list[WeightedReward] | None = None,
+    **unused: Any,
+) -> Task:
+    if path is None:
+        raise SeedLedgerError("task jsonl: needs a file, e.g. 'jsonl:data/qa.jsonl'")
+    checks = {prompt_column: _prompt_cell, answer_column: as_scalar_text}
+
+    def read(p: str) -> list[dict[str, Any]]:
+        rows = check_columns(read_rows(p), p, checks)
+        if match == "regex":
+            for i, row in enumerate(rows):
+                try:
+                    re.compile(row[answer_column])
+                except re.error as exc:
+                    raise SeedLedgerError(
+                        f"{p}: row {i}: column {answer_column!r}: bad regex: {exc}"
+                    ) from None
+        return rows
+
+    rows = read(path)
+    if test_path is not None:
+        train, test = rows, read(test_path)
+    else:
+        if not 0 < test_size < len(rows):
+            raise SeedLedgerError(
+                f"{path}: cannot split {len(rows)} rows into train and test (test_size {test_size})"
+            )
+        tr, te = split_indices(len(rows), test_size, data_seed)
+        train, test = [rows[i] for i in tr], [rows[i] for i in te]
+
+    def prompt(row: dict[str, Any]) -> Messages:
+        cell = row[prompt_column]
+        if isinstance(cell, list):
+            msgs = [dict(m) for m in cell]
+            return ([{"role": "system", "content": system}] + msgs) if system else msgs
+        return chat(system, cell)
+
+    default = WeightedReward(f"{match}_match", match_reward(match, answer_column, casefold), 1.0)
+    return Task(f"jsonl:{Path(path).name}", train, test, prompt, rewards or [default],
+                seed=seed, max_new_tokens=max_new_tokens,
+                info={"data_seed": data_seed, "source": str(path), "test_source": test_path,
+                      "prompt_column": prompt_column, "answer_column": answer_column,
+                      "match": match, "casefold": casefold, "system": system})

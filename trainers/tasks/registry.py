@@ -1,0 +1,141 @@
+"""``load_task(spec, seed)``: from a config's ``task`` value to a Task.
+
+Spec forms (YAML or ``--set task=...``):
+- ``"arithmetic"``, ``"countdown"`` — generated tasks;
+- ``"countdown:PATH"``, ``"math:PATH"``, ``"jsonl:PATH"`` — local files;
+- a mapping ``{name: countdown, path: ..., test_size: 100, level: 2, rewards: [...]}``;
+- a mix: ``{mix: [{task: arithmetic, weight: 0.7}, {task: "math:gsm8k.jsonl", weight: 0.3}]}``
+  or the same list alone.
+
+``rewards`` (optional) replaces the task's reward list; each item is ``"task"`` (the task's
+own reward), ``"format"``, ``"length"`` or a user function ``"module:function"`` /
+``"file.py:function"``, as a string or a mapping with ``fn``, ``weight``, ``name`` and, for
+the built-ins, their options (``format``: think_start, think_end, answer_start,
+answer_end, partial; ``length``: limit, unit, scale).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ledger.errors import SeedLedgerError
+from trainers.rewards.combine import WeightedReward
+from trainers.rewards.format import format_reward
+from trainers.rewards.length import length_penalty
+from trainers.rewards.loader import load_reward_fn
+
+from . import arithmetic, countdown, jsonl_task, math_task
+from .base import Task
+from .mixture import MixtureTask
+
+LOADERS: dict[str, Callable[..., Task]] = {
+    "arithmetic": arithmetic.load,
+    "countdown": countdown.load,
+    "math": math_task.load,
+    "jsonl": jsonl_task.load,
+}
+_COMMON = {"name", "rewards", "weight"}
+
+
+def load_task(spec: Any, seed: int = 0, base_dir: str | Path | None = None) -> Task:
+    """A Task from a spec; ``seed`` is the run seed (batches use the seed passed to
+    ``train_batch``; data generation and the split use the spec's ``data_seed``, default 0,
+    so runs with different seeds share their test split)."""
+    if isinstance(spec, list):
+        return _load_mix(spec, seed, base_dir)
+    if isinstance(spec, dict) and "mix" in spec:
+        if set(spec) - {"mix"}:
+            raise SeedLedgerError(f"task mix: unknown keys {sorted(set(spec) - {'mix'})}")
+        return _load_mix(spec["mix"], seed, base_dir)
+    if isinstance(spec, str):
+        name, _, path = spec.partition(":")
+        opts: dict[str, Any] = {"path": path} if path else {}
+    elif isinstance(spec, dict):
+        opts = dict(spec)
+        name = opts.pop("name", None)
+        if not isinstance(name, str):
+            raise SeedLedgerError(f"task {spec!r}: a mapping needs a 'name'")
+    else:
+        raise SeedLedgerError(f"task {spec!r}: expected a name, a mapping or a mix")
+    if name not in LOADERS:
+        raise SeedLedgerError(f"unknown task {name!r} (known: {', '.join(LOADERS)})")
+    loader = LOADERS[name]
+    reward_spec = opts.pop("rewards", None)
+    opts.pop("weight", None)
+    allowed = {p for p in inspect.signature(loader).parameters if p not in ("unused", "rewards")}
+    unknown = set(opts) - allowed - _COMMON
+    if unknown:
+        raise SeedLedgerError(f"task {name}: unknown options {sorted(unknown)} (allowed: {sorted(allowed - {'seed'})})")
+    for key in ("path", "test_path"):
+        if opts.get(key) and base_dir is not None and not Path(opts[key]).is_absolute():
+            opts[key] = str(Path(base_dir) / opts[key])
+    opts["seed"] = seed
+    task = loader(**opts)
+    if reward_spec is not None:
+        task.rewards = build_rewards(reward_spec, task.rewards, base_dir)
+    return task
+
+
+def _load_mix(items: Any, seed: int, base_dir: str | Path | None) -> Task:
+    if not isinstance(items, list) or not items:
+        raise SeedLedgerError("task mix: expected a non-empty list of {task, weight}")
+    tasks, weights = [], []
+    for item in items:
+        if isinstance(item, dict) and "task" in item:
+            sub, weight = item["task"], item.get("weight", 1.0)
+        elif isinstance(item, dict):
+            sub, weight = item, item.get("weight", 1.0)
+        else:
+            sub, weight = item, 1.0
+        if isinstance(weight, bool) or not isinstance(weight, int | float):
+            raise SeedLedgerError(f"task mix: weight {weight!r} is not a number")
+        tasks.append(load_task(sub, seed, base_dir))
+        weights.append(float(weight))
+    return MixtureTask(tasks, weights, seed=seed)
+
+
+def build_rewards(
+    spec: Any, task_rewards: list[WeightedReward], base_dir: str | Path | None = None
+) -> list[WeightedReward]:
+    """The reward list named by a config (see the module docstring)."""
+    if not isinstance(spec, list) or not spec:
+        raise SeedLedgerError("rewards: expected a non-empty list")
+    out: list[WeightedReward] = []
+    for item in spec:
+        opts = {"fn": item} if isinstance(item, str) else dict(item) if isinstance(item, dict) else None
+        if opts is None or not isinstance(opts.get("fn"), str):
+            raise SeedLedgerError(f"rewards: bad entry {item!r} (expected a name or {{fn: ...}})")
+        ref = opts.pop("fn")
+        weight = opts.pop("weight", 1.0)
+        name = opts.pop("name", None)
+        if isinstance(weight, bool) or not isinstance(weight, int | float):
+            raise SeedLedgerError(f"rewards: weight of {ref!r} is not a number: {weight!r}")
+        try:
+            if ref == "task":
+                _no_options(ref, opts)
+                out.extend(WeightedReward(r.name, r.fn, r.weight * weight) for r in task_rewards)
+                continue
+            if ref == "format":
+                fn = format_reward(**opts)
+            elif ref == "length":
+                fn = length_penalty(**opts)
+            else:
+                _no_options(ref, opts)
+                fn = load_reward_fn(ref, base_dir)
+        except TypeError as exc:
+            raise SeedLedgerError(f"rewards: {ref!r}: {exc}") from None
+        except ValueError as exc:
+            raise SeedLedgerError(f"rewards: {ref!r}: {exc}") from None
+        out.append(WeightedReward(name or ref, fn, float(weight)))
+    names = [r.name for r in out]
+    if len(set(names)) != len(names):
+        raise SeedLedgerError(f"rewards: component names repeat: {names} (give each a 'name')")
+    return out
+
+
+def _no_options(ref: str, opts: dict) -> None:
+    if opts:
+        raise SeedLedgerError(f"rewards: {ref!r} takes no options, got {sorted(opts)}")

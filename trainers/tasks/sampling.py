@@ -1,0 +1,76 @@
+"""Deterministic splits and mini-batches: pure functions of integers (splitmix64).
+
+No ``random`` module and no hash randomization, so the same (seed, generation) picks the
+same rows on every Python version and machine — a requirement for replay and resume.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+_MASK = (1 << 64) - 1
+
+
+def mix64(*values: int) -> int:
+    """Combine integers into one 64-bit value with the splitmix64 finalizer."""
+    h = 0x9E3779B97F4A7C15
+    for v in values:
+        h = (h ^ (v & _MASK)) & _MASK
+        h = (h + 0x9E3779B97F4A7C15) & _MASK
+        h = ((h ^ (h >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+        h = ((h ^ (h >> 27)) * 0x94D049BB133111EB) & _MASK
+        h ^= h >> 31
+    return h
+
+
+def uniform(*values: int) -> float:
+    """A float in [0, 1) from the mix of ``values`` (53 bits)."""
+    return (mix64(*values) >> 11) / float(1 << 53)
+
+
+@lru_cache(maxsize=64)
+def permutation(n: int, *key: int) -> tuple[int, ...]:
+    """A permutation of ``range(n)`` determined by ``key``."""
+    return tuple(sorted(range(n), key=lambda i: (mix64(*key, i), i)))
+
+
+def split_indices(n: int, test_size: int, seed: int) -> tuple[list[int], list[int]]:
+    """(train, test) index lists: the first ``test_size`` of a seeded permutation are test."""
+    order = permutation(n, seed, 0x5B1D)
+    test = sorted(order[:test_size])
+    train = sorted(order[test_size:])
+    return train, test
+
+
+def stream(n: int, seed: int, start: int, count: int) -> list[int]:
+    """Positions ``start … start+count`` of an endless stream of fresh permutations of
+    ``range(n)`` (one per epoch), so consecutive batches cover the data without repeats."""
+    out: list[int] = []
+    pos = start
+    while len(out) < count:
+        epoch, offset = divmod(pos, n)
+        order = permutation(n, seed, 0xBA7C, epoch)
+        take = min(count - len(out), n - offset)
+        out.extend(order[offset : offset + take])
+        pos += take
+    return out
+
+
+class Rng:
+    """A tiny counter-based generator over ``mix64`` for the data generators (portable)."""
+
+    def __init__(self, *key: int) -> None:
+        self._key = mix64(*key)
+        self._n = 0
+
+    def below(self, n: int) -> int:
+        """An integer in ``[0, n)``."""
+        self._n += 1
+        return mix64(self._key, self._n) % n
+
+    def randint(self, lo: int, hi: int) -> int:
+        """An integer in ``[lo, hi]``."""
+        return lo + self.below(hi - lo + 1)
+
+    def choice(self, seq):  # noqa: ANN001, ANN201 - any sequence
+        return seq[self.below(len(seq))]
