@@ -8,25 +8,29 @@ from typing import Any
 from engine.backends.base import Backend
 from ledger.errors import SeedLedgerError
 
-__all__ = ["Backend", "HFBackend", "make_backend"]
+__all__ = ["Backend", "HFBackend", "make_backend"]  # VLLMBackend: engine.backends.vllm
 
 
 def make_backend(cfg: Any, model_dir: Path) -> Backend:
     """The backend a training config asks for (`backend`, `device`, `dtype`, `sampling`)."""
     import torch
 
+    kwargs = {
+        "device": cfg.device,
+        "dtype": getattr(torch, cfg.dtype),
+        "batch_size": cfg.batch_size,
+        "temperature": cfg.sampling.temperature,
+        "top_p": cfg.sampling.top_p,
+    }
     if cfg.backend == "hf":
         from engine.backends.hf import HFBackend
 
-        return HFBackend(
-            model_dir,
-            device=cfg.device,
-            dtype=getattr(torch, cfg.dtype),
-            batch_size=cfg.batch_size,
-            temperature=cfg.sampling.temperature,
-            top_p=cfg.sampling.top_p,
-        )
-    raise SeedLedgerError(f"backend {cfg.backend!r} is not built yet: use backend=hf")
+        return HFBackend(model_dir, **kwargs)
+    if cfg.backend == "vllm":
+        from engine.backends.vllm import VLLMBackend
+
+        return VLLMBackend(model_dir, **kwargs)
+    raise SeedLedgerError(f"unknown backend {cfg.backend!r}: use hf or vllm")
 
 
 def __getattr__(name: str) -> Any:
