@@ -151,7 +151,7 @@ def show_generation(
     ledger: Ledger, ref: str, samples_member: int | str | None = None
 ) -> dict[str, Any]:
     """Everything `RUN@G` committed; `samples_member` (an index or "all") adds stored outputs."""
-    from engine.session import resolve_ref  # lazily: it pulls in torch via the training loop
+    from engine.refs import resolve_ref
 
     info, g = resolve_ref(ledger, ref)
     if g < 1:
@@ -253,7 +253,7 @@ def diff(ledger: Ledger, ref_a: str, ref_b: str, device: str = "cpu") -> dict[st
     """Per-tensor L2 norm and max |Δ| of (B − A), by replay, largest first, with a total."""
     import torch
 
-    from engine.session import resolve_ref
+    from engine.refs import resolve_ref
 
     a = resolve_ref(ledger, ref_a)
     b = resolve_ref(ledger, ref_b)

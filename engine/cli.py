@@ -7,6 +7,7 @@ Exit codes: 0 ok, 1 failure (verify mismatch), 2 bad input (one line on stderr).
 from __future__ import annotations
 
 import json
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -186,7 +187,7 @@ def export(
     as_json: JsonOpt = False,
 ):
     """Write RUN@G as a seed file: keys and coefficients, kilobytes instead of gigabytes."""
-    from engine.session import resolve_ref
+    from engine.refs import resolve_ref
     from ledger.seedfile import export_seedfile
     from replay.noise import member_key
 
@@ -341,6 +342,11 @@ def demo(
 def main() -> None:
     """Console-script entry point: map errors to one line and an exit code."""
     State.debug = "--debug" in sys.argv
+    # Models are local files: never ask a hub, and keep library progress bars off stderr
+    # (ours go there; an error must stay one line).
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     try:
         app(standalone_mode=False)
     except SeedLedgerError as exc:

@@ -14,7 +14,8 @@ from pathlib import Path
 import torch
 
 from engine.models import resolve_model
-from engine.session import anchors_dir, resolve_ref
+from engine.refs import resolve_ref
+from engine.session import anchors_dir
 from ledger import Ledger
 from ledger.errors import SeedLedgerError
 from replay.fingerprint import fingerprint

@@ -18,6 +18,7 @@ from engine.config import TrainConfig, apply_overrides, load_config, validate
 from engine.loop import Hooks, train
 from engine.models import model_revision, resolve_model
 from engine.pools import make_pool
+from engine.refs import resolve_ref
 from ledger import GenerationRecord, Ledger, RunInfo
 from ledger.db import sqlite_path, to_url
 from ledger.errors import RunNotFound, SeedLedgerError
@@ -31,30 +32,6 @@ class SessionResult:
     run: RunInfo
     records: list[GenerationRecord]
     fingerprint: str
-
-
-def parse_ref(ref: str) -> tuple[str, int | None]:
-    """`RUN@G` → (RUN, G); `RUN` → (RUN, None), meaning its latest generation."""
-    name, sep, gen = ref.partition("@")
-    if not name:
-        raise SeedLedgerError(f"{ref!r}: expected RUN or RUN@G")
-    if not sep:
-        return name, None
-    if not gen.isdigit():
-        raise SeedLedgerError(f"{ref!r}: generation must be a non-negative integer")
-    return name, int(gen)
-
-
-def resolve_ref(ledger: Ledger, ref: str) -> tuple[RunInfo, int]:
-    """The run and a generation that exists in its lineage (exit 2 naming the latest)."""
-    name, gen = parse_ref(ref)
-    run = ledger.get_run(name)
-    latest = ledger.latest_generation(name)
-    if gen is None:
-        return run, latest
-    if gen > latest:
-        raise RunNotFound(f"{name}@{gen} does not exist; the latest generation is {name}@{latest}")
-    return run, gen
 
 
 def anchors_dir(ledger: Ledger) -> Path:
@@ -98,11 +75,18 @@ def _run_loop(ledger: Ledger, run: RunInfo, cfg: TrainConfig, pool, generations:
         loggers = make_loggers(cfg.report_to, run.name, anchors_dir(ledger).parent / "logs", cfg.model_dump())
     try:
         with ledger.lease(run.name, ttl=LEASE_TTL) as lease:
-            records = train(
-                ledger, run, cfg, pool, generations,
-                anchors_dir=anchors_dir(ledger), loggers=loggers, hooks=hooks,
-                heartbeat=lease.heartbeat,
-            )
+            ledger.set_status(run.name, "training")
+            try:
+                records = train(
+                    ledger, run, cfg, pool, generations,
+                    anchors_dir=anchors_dir(ledger), loggers=loggers, hooks=hooks,
+                    heartbeat=lease.heartbeat,
+                )
+            except BaseException:
+                ledger.set_status(run.name, "interrupted")
+                raise
+            done = ledger.latest_generation(run.name) - run.parent_generation
+            ledger.set_status(run.name, "finished" if done >= cfg.generations else "stopped")
     finally:
         if loggers is not None:
             loggers.close()
@@ -198,7 +182,6 @@ def fork(
             software=software_versions(),
             host=socket.gethostname(),
         )
-        ledger.log_event(run.name, "fork", {"parent": parent.name, "generation": gen})
         pool.restore(ledger, run.name, gen, anchors_dir(ledger))
         count = max(cfg.generations - gen, 0) if generations is None else generations
         return _run_loop(ledger, run, cfg, pool, count, hooks)
