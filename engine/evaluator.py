@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine.backends import make_backend
 from engine.config import TrainConfig
 from ledger import Ledger, ReplayStep
 from replay import update
@@ -20,21 +21,6 @@ from replay.noise import member_key
 from replay.rebuild import rebuild
 from trainers.es import Member
 from trainers.tasks import load_task
-
-
-def make_backend(cfg: TrainConfig, model_dir: Path):
-    """The evaluation backend named by the config."""
-    if cfg.backend == "vllm":
-        from engine.backends.vllm import VLLMBackend
-
-        return VLLMBackend(model_dir, dtype=cfg.dtype)
-    import torch
-
-    from engine.backends.hf import HFBackend
-
-    return HFBackend(
-        model_dir, device=cfg.device, dtype=getattr(torch, cfg.dtype), batch_size=cfg.batch_size
-    )
 
 
 @dataclass
