@@ -87,27 +87,38 @@ def generate_serial(key, kx, offset, out, table):
 
 
 @njit(inline="always", **_OPTS)
-def _accumulate_block(delta, start, stop, keys, kxs, coefs, table):
-    """delta[0:stop-start] = Σ_m coefs[m]·eps(keys[m], start..stop) in member order."""
+def _noise_block(eps, start, n, key, kx, table):
+    """eps[0:n] = eps(key, start..start+n); start is a multiple of 4."""
+    full = n & ~3
+    j0 = start >> 2
+    for q in range(0, full, 4):
+        h = _group_hash(key, kx, j0 + (q >> 2))
+        eps[q] = table[h & _F]
+        eps[q + 1] = table[(h >> _S16) & _F]
+        eps[q + 2] = table[(h >> _S32) & _F]
+        eps[q + 3] = table[h >> _S48]
+    if full < n:
+        h = _group_hash(key, kx, j0 + (full >> 2))
+        for lane in range(n - full):
+            eps[full + lane] = table[(h >> uint64(16 * lane)) & _F]
+
+
+@njit(inline="always", **_OPTS)
+def _accumulate_block(delta, eps, start, stop, keys, kxs, coefs, table):
+    """delta[0:stop-start] = Σ_m coefs[m]·eps(keys[m], start..stop) in member order.
+
+    A member whose key repeats the previous one (mirrored pairs) reuses its noise block;
+    the arithmetic is unchanged, only the hashing is skipped.
+    """
     n = stop - start
     for p in range(n):
         delta[p] = np.float32(0.0)
-    full = n & ~3
     for m in range(keys.shape[0]):
-        key = keys[m]
-        kx = kxs[m]
+        if m == 0 or keys[m] != keys[m - 1]:
+            _noise_block(eps, start, n, keys[m], kxs[m], table)
         c = coefs[m]
-        j0 = start >> 2
-        for q in range(0, full, 4):
-            h = _group_hash(key, kx, j0 + (q >> 2))
-            delta[q] = delta[q] + c * table[h & _F]
-            delta[q + 1] = delta[q + 1] + c * table[(h >> _S16) & _F]
-            delta[q + 2] = delta[q + 2] + c * table[(h >> _S32) & _F]
-            delta[q + 3] = delta[q + 3] + c * table[h >> _S48]
-        if full < n:
-            h = _group_hash(key, kx, j0 + (full >> 2))
-            for lane in range(n - full):
-                delta[full + lane] = delta[full + lane] + c * table[(h >> uint64(16 * lane)) & _F]
+        for p in range(n):
+            delta[p] = delta[p] + c * eps[p]
 
 
 @njit(inline="always", **_OPTS)
@@ -120,7 +131,8 @@ def _apply_block(theta, start, keys, kxs, coefs, table, rule, scal, buf1, buf2):
     """
     stop = min(start + BLOCK, theta.shape[0])
     delta = np.empty(BLOCK, dtype=np.float32)
-    _accumulate_block(delta, start, stop, keys, kxs, coefs, table)
+    eps = np.empty(BLOCK, dtype=np.float32)
+    _accumulate_block(delta, eps, start, stop, keys, kxs, coefs, table)
     for p in range(stop - start):
         i = start + p
         g = delta[p]

@@ -92,8 +92,8 @@ def generate(
         return res if out is None else out.copy_(res.view(out.shape))
     from . import _cpu_kernels as k
 
-    if out is None:
-        out = torch.empty(numel, dtype=torch.float32)
+    if out is None:  # numpy asks the kernel for huge pages on large arrays: fewer page faults
+        out = torch.from_numpy(np.empty(numel, dtype=np.float32))
     fn = k.generate if numel >= k.PARALLEL_MIN else k.generate_serial
     fn(np.uint64(key & MASK64), np.uint64(noise_xkey(key)), np.int64(offset), out.view(-1).numpy(), TABLE_NP)
     return out

@@ -100,6 +100,9 @@ def apply_step(master: dict[str, torch.Tensor], state: OptimizerState, step: Any
     name = str(opt.get("name", "sgd"))
     if name not in RULES:
         raise SeedLedgerError(f"generation {step.index}: unknown optimizer {name!r}")
+    for tname, theta in master.items():  # check before any state changes
+        if theta.dtype != torch.float32 or not theta.is_contiguous():
+            raise SeedLedgerError(f"master tensor {tname!r} must be contiguous fp32")
     if state.name != name:
         state.reset(name)  # a fork may switch rules: state restarts from zero
     state.step += 1
@@ -108,8 +111,6 @@ def apply_step(master: dict[str, torch.Tensor], state: OptimizerState, step: Any
     kinds = BUFFERS[name]
     fast, slow = [], []
     for tname, theta in master.items():
-        if theta.dtype != torch.float32 or not theta.is_contiguous():
-            raise SeedLedgerError(f"master tensor {tname!r} must be contiguous fp32")
         bufs = [state.buffer(kind, tname, theta) for kind in kinds]
         tkeys = [tensor_key(k, tname) for k in keys]
         (fast if _use_fast(theta.device) else slow).append((theta, tkeys, bufs))

@@ -28,11 +28,11 @@ def make_master(seed: int = 0) -> dict[str, torch.Tensor]:
     return {name: torch.randn(shape, generator=g) for name, shape in SHAPES.items()}
 
 
-def steps(n: int, population: int, optimizer: dict, seed: int = 1) -> list[ReplayStep]:
+def steps(n: int, population: int, optimizer: dict, seed: int = 1, mirrored: bool = False) -> list[ReplayStep]:
     rng = np.random.default_rng(seed)
     out = []
     for g in range(1, n + 1):
-        keys = [noise.member_key(555, g, i) for i in range(population)]
+        keys = [noise.member_key(555, g, i // 2 if mirrored else i) for i in range(population)]
         coefs = [noise.round_coefficient(float(x)) for x in rng.standard_normal(population) * 0.01]
         out.append(ReplayStep("t", g, keys, coefs, noise.round_coefficient(1e-3), dict(optimizer)))
     return out
@@ -51,11 +51,12 @@ def reference_apply(master, state, step) -> None:
         update.apply_tensor(theta, tkeys, step.coefficients, update.RULES[name], scal, bufs, fast=False)
 
 
+@pytest.mark.parametrize("mirrored", [False, True], ids=["distinct", "mirrored"])
 @pytest.mark.parametrize("rule", list(OPTS))
-def test_fast_equals_reference(rule):
+def test_fast_equals_reference(rule, mirrored):
     fast, slow = make_master(), make_master()
     sf, ss = update.OptimizerState(), update.OptimizerState()
-    for step in steps(4, 5, OPTS[rule]):
+    for step in steps(4, 5, OPTS[rule], mirrored=mirrored):
         update.apply_step(fast, sf, step)
         reference_apply(slow, ss, step)
     for name in fast:
