@@ -3,6 +3,7 @@ never hangs: every call under 10 ms)."""
 
 from __future__ import annotations
 
+import gc
 import time
 from fractions import Fraction
 
@@ -14,6 +15,8 @@ from trainers.rewards.verifier import MAX_MAGNITUDE, numbers_used, safe_eval
 from trainers.tasks.countdown import score
 
 LIMIT_S = 0.010
+"""Per call, in CPU time of this thread: wall time on a shared 2-core box measures the
+neighbours, not the verifier."""
 
 
 @pytest.mark.parametrize(
@@ -54,9 +57,13 @@ def test_numbers_used_reads_ascii_digit_runs() -> None:
 
 
 def _timed(fn, *args):  # noqa: ANN001, ANN202
-    started = time.perf_counter()
-    out = fn(*args)
-    elapsed = time.perf_counter() - started
+    gc.disable()  # a collection of hypothesis's garbage is not the verifier's time
+    try:
+        started = time.thread_time()
+        out = fn(*args)
+        elapsed = time.thread_time() - started
+    finally:
+        gc.enable()
     assert elapsed < LIMIT_S, f"{elapsed * 1e3:.1f} ms on {args[0][:60]!r}"
     return out
 
@@ -84,10 +91,13 @@ def test_fuzz_arithmetic_alphabet(text: str) -> None:
     _check(text)
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.text(alphabet="0123456789+-*/() ", min_size=100_000, max_size=100_000))
-def test_fuzz_100kb_inputs(text: str) -> None:
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.text(min_size=1, max_size=64) | st.lists(ARITH, min_size=1, max_size=64).map("".join))
+def test_fuzz_100kb_inputs(unit: str) -> None:
+    """100 KB built by repeating a random unit (cheap to generate, same size to refuse)."""
+    text = (unit * (100_000 // len(unit) + 1))[:100_000]
     _check(text)
+    _check(text.replace("\n", " "))
 
 
 @FUZZ
@@ -113,4 +123,4 @@ def test_fuzz_unicode_digits(digits: str) -> None:
 
 def test_huge_products_stop_at_the_magnitude_bound() -> None:
     assert _timed(safe_eval, " * ".join(["999999"] * 40)) is None
-    assert _timed(safe_eval, " / ".join(["1"] + ["999999"] * 40)) is not None
+    assert _timed(safe_eval, " / ".join(["1"] + ["99"] * 40)) == Fraction(1, 99**40)

@@ -14,11 +14,13 @@ from fractions import Fraction
 
 MAX_LENGTH = 256
 """Longest expression accepted, in characters (longer text is refused before parsing)."""
-MAX_DEPTH = 32
-"""Deepest syntax tree accepted (parentheses and operators both count)."""
+MAX_PARENS = 32
+"""Deepest parenthesis nesting accepted (checked on the text, before parsing)."""
+MAX_DEPTH = 100
+"""Deepest syntax tree accepted (a chain ``1+1+…`` is as deep as it is long)."""
 MAX_MAGNITUDE = 10**12
 """Largest absolute value of a literal or an intermediate result."""
-MAX_NODES = 128
+MAX_NODES = 256
 """Most syntax-tree nodes accepted."""
 
 _BINOPS = (ast.Add, ast.Sub, ast.Mult, ast.Div)
@@ -32,15 +34,16 @@ class _Refused(Exception):
 def safe_eval(expression: object) -> Fraction | None:
     """Return the exact value of ``expression``, or ``None`` when it is refused or invalid.
 
-    Refused: anything but a str, text over ``MAX_LENGTH``, syntax errors, names, calls,
-    ``**`` and every other operator, non-numeric literals, depth over ``MAX_DEPTH``,
+    Refused: anything but a str, text over ``MAX_LENGTH``, non-ASCII text, parentheses
+    nested deeper than ``MAX_PARENS``, syntax errors, names, calls, ``**`` and every other
+    operator, non-numeric literals, trees deeper than ``MAX_DEPTH``,
     magnitudes over ``MAX_MAGNITUDE``, division by zero. Never raises.
     """
     try:
         if not isinstance(expression, str) or len(expression) > MAX_LENGTH:
             return None
         text = expression.strip()
-        if not text or not text.isascii():
+        if not text or not text.isascii() or _paren_depth(text) > MAX_PARENS:
             return None
         tree = ast.parse(text, mode="eval")
         budget = [MAX_NODES]
@@ -52,6 +55,17 @@ def safe_eval(expression: object) -> Fraction | None:
         return None
     except Exception:  # noqa: BLE001 - a verifier must answer, whatever the input
         return None
+
+
+def _paren_depth(text: str) -> int:
+    depth = deepest = 0
+    for ch in text:
+        if ch == "(":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch == ")":
+            depth -= 1
+    return deepest
 
 
 def _check(value: Fraction) -> Fraction:
