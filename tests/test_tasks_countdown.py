@@ -85,9 +85,10 @@ def test_generated_problems_are_solvable_and_in_range() -> None:
 
 
 def test_levels_set_the_number_count() -> None:
-    for level, n in [(0, 3), (2, 4)]:
-        rows = load_task({"name": "countdown", "level": level, "test_size": 20}).test_rows()
-        assert {len(r["nums"]) for r in rows} == {n}
+    for level, counts in [(0, {3}), (1, {3}), (2, {3, 4}), (3, {4})]:
+        rows = load_task({"name": "countdown", "level": level, "test_size": 40}).test_rows()
+        assert {len(r["nums"]) for r in rows} == counts
+    assert load_task("countdown").level == 2
 
 
 def test_tinyzero_files_load(tmp_path: Path) -> None:

@@ -37,9 +37,10 @@ USER = (
 )
 MAX_NEW_TOKENS = 256
 FORMAT_SCORE = 0.1
-# (numbers per problem, largest number, largest target) per difficulty level
-LEVELS = ((3, 20, 50), (3, 100, 100), (4, 100, 100))
-DEFAULT_LEVEL = 1
+# (fewest numbers, most numbers, largest number, largest target) per difficulty level;
+# the default is TinyZero's mix of 3 and 4 numbers up to 100.
+LEVELS = ((3, 3, 20, 50), (3, 3, 100, 100), (3, 4, 100, 100), (4, 4, 100, 100))
+DEFAULT_LEVEL = 2
 
 
 def score(completion: object, target: int | float, nums: list[int]) -> float:
@@ -95,14 +96,14 @@ def make_problem(rng: Rng, count: int, largest: int, max_target: int) -> dict[st
 
 def generate(data_seed: int, level: int, count: int, role: int, exclude: set | None = None) -> list[dict]:
     """``count`` distinct solvable problems at ``level``; ``role`` 0 test, 1 train."""
-    n, largest, max_target = LEVELS[level]
+    fewest, most, largest, max_target = LEVELS[level]
     rng = Rng(data_seed, 0xC0DE, level, role)
     seen = set(exclude or ())
     rows: list[dict[str, Any]] = []
     attempts = 0
     while len(rows) < count and attempts < 50 * count:
         attempts += 1
-        row = make_problem(rng, n, largest, max_target)
+        row = make_problem(rng, rng.randint(fewest, most), largest, max_target)
         if row is None:
             continue
         key = (row["target"], tuple(sorted(row["nums"])))
