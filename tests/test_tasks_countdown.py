@@ -59,7 +59,7 @@ def test_agrees_with_tinyzero(completion: str, target: int, nums: list[int], exp
 
 def test_generated_problems_are_solvable_and_in_range() -> None:
     task = load_task("countdown")
-    rows = task.test_rows() + task.train_batch(0, 1, 32)[1]
+    rows = task.test_rows()[:30] + task.train_batch(0, 1, 10)[1]
     from itertools import permutations, product
 
     def solvable(target: int, nums: list[int]) -> bool:
