@@ -95,7 +95,7 @@ def generate(
     if out is None:  # numpy asks the kernel for huge pages on large arrays: fewer page faults
         out = torch.from_numpy(np.empty(numel, dtype=np.float32))
     fn = k.generate if numel >= k.PARALLEL_MIN else k.generate_serial
-    fn(np.uint64(key & MASK64), np.uint64(noise_xkey(key)), np.int64(offset), out.view(-1).numpy(), TABLE_NP)
+    fn(np.uint64(key & MASK64), np.uint64(noise_xkey(key)), np.int64(offset), out.detach().view(-1).numpy(), TABLE_NP)
     return out
 
 
@@ -111,16 +111,18 @@ def perturb_(out: torch.Tensor, master: torch.Tensor, key: int, scale: float) ->
     if _use_fast(master.device) and master.is_contiguous() and out.device.type == "cpu":
         from . import _cpu_kernels as k
 
-        src = master.reshape(-1).numpy()
+        src = master.detach().reshape(-1).numpy()
         key64, kx = np.uint64(key & MASK64), np.uint64(noise_xkey(key))
         fn = k.perturb if master.numel() >= k.PARALLEL_MIN else k.perturb_serial
         if out.dtype == torch.float32 and out.is_contiguous():
-            fn(out.view(-1).numpy(), src, key64, kx, np.float32(scale), TABLE_NP)
+            fn(out.detach().view(-1).numpy(), src, key64, kx, np.float32(scale), TABLE_NP)
         else:
             tmp = torch.empty(master.numel(), dtype=torch.float32)
             fn(tmp.numpy(), src, key64, kx, np.float32(scale), TABLE_NP)
-            out.copy_(tmp.view(out.shape))
+            with torch.no_grad():
+                out.copy_(tmp.view(out.shape))
         return out
     eps = ref.noise_ref(key, master.numel(), 0, master.device).view(master.shape)
-    out.copy_(torch.add(master, torch.mul(eps, scale)))
+    with torch.no_grad():
+        out.copy_(torch.add(master.detach(), torch.mul(eps, scale)))
     return out

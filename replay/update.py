@@ -124,8 +124,8 @@ def _apply_fast(items: list, coefs: Sequence[float], rule: int, scal: Sequence[f
     """All CPU tensors of one generation in a single parallel numba call."""
     from . import _cpu_kernels as k
 
-    thetas = [theta.view(-1).numpy() for theta, _, _ in items]
-    bufs = [[b.view(-1).numpy() for b in bs] for _, _, bs in items]
+    thetas = [theta.detach().view(-1).numpy() for theta, _, _ in items]
+    bufs = [[b.detach().view(-1).numpy() for b in bs] for _, _, bs in items]
     buf1s = [b[0] if b else t for b, t in zip(bufs, thetas, strict=True)]  # unused when rule has none
     buf2s = [b[1] if len(b) > 1 else t for b, t in zip(bufs, thetas, strict=True)]
     keys = np.array([tk for _, tk, _ in items], dtype=np.uint64).reshape(len(items), len(coefs))

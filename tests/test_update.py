@@ -140,3 +140,14 @@ def test_adam_matches_torch_adam_closely():
         opt.step()
         update.apply_step(master, state, step)
     assert torch.allclose(master["w"], p.detach(), rtol=0, atol=1e-6)
+
+
+def test_perturb_into_parameters():
+    """Model parameters (requires_grad) can be written directly, in fp32 and bf16."""
+    master = torch.randn(70000, generator=torch.Generator().manual_seed(2))
+    scale = noise.round_coefficient(2e-3)
+    expect = torch.add(master, torch.mul(ref.noise_ref(5, master.numel()), scale))
+    for dtype in (torch.float32, torch.bfloat16):
+        p = torch.nn.Parameter(torch.empty(70000, dtype=dtype))
+        noise.perturb_(p, master, 5, scale)
+        assert torch.equal(p.detach(), expect.to(dtype))
