@@ -83,6 +83,7 @@ def cluster():
     owned = not ray.is_initialized()
     if owned:
         ray.init(
+            address="local",
             num_cpus=2,
             object_store_memory=200 * 2**20,
             include_dashboard=False,

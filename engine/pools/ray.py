@@ -46,7 +46,9 @@ def connect(address: str | None) -> bool:
 
     An already-initialised Ray (a caller's, a test's) is used as it is and left running.
     Otherwise an address from the config or $RAY_ADDRESS joins that cluster; with
-    neither, a local cluster is started with this machine's CPUs and no dashboard.
+    neither, a new local cluster (`address="local"`, so a `ray start` cluster on this
+    machine is not joined by accident) is started with this machine's CPUs and no
+    dashboard.
     """
     if ray.is_initialized():
         return False
@@ -56,6 +58,7 @@ def connect(address: str | None) -> bool:
         return True
     store = int(os.environ.get("SEEDLEDGER_RAY_OBJECT_STORE", LOCAL_OBJECT_STORE_BYTES))
     ray.init(
+        address="local",
         num_cpus=os.cpu_count() or 1,
         include_dashboard=False,
         object_store_memory=store,
