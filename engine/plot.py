@@ -8,6 +8,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from ledger import Ledger  # noqa: E402
 
@@ -27,6 +28,7 @@ def plot_run(ledger: Ledger, run: str, output: Path) -> dict:
     ax.fill_between(gens, mins, maxes, alpha=0.2, label="population min–max")
     ax.plot(gens, means, marker="o", markersize=3, label="population mean")
     ax.set_xlabel("generation")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel("train-batch reward")
     ax.set_title(f"seedledger run {run}")
     ax.grid(alpha=0.3)
