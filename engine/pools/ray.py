@@ -12,6 +12,9 @@ from the ledger up to the last committed generation (plus the one applied but no
 committed, which the pool keeps), and its unfinished members are scored again. Scoring
 is deterministic, so the generation's result is what it would have been without the
 fault.
+
+Workers import seedledger themselves: install it on every node (a local cluster also
+finds it through the driver's working directory, which Ray puts on workers' path).
 """
 
 from __future__ import annotations
