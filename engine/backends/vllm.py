@@ -74,6 +74,7 @@ class VLLMBackend:
         dtype: torch.dtype = torch.float32,
         temperature: float = 0.0,
         top_p: float = 1.0,
+        batch_size: int | None = None,
         max_model_len: int = 2048,
         **llm_kwargs: Any,
     ) -> None:
@@ -91,6 +92,8 @@ class VLLMBackend:
         self.temperature = temperature
         self.top_p = top_p
         self._master = read_master(self.model_dir)
+        if batch_size is not None:  # the HF backend's knob: sequences decoded together
+            llm_kwargs.setdefault("max_num_seqs", batch_size)
         self.llm = LLM(
             model=str(self.model_dir),
             tokenizer=str(self.model_dir),
