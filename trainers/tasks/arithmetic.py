@@ -3,6 +3,11 @@
 Small enough that SmolLM2-135M-Instruct gets part of it right greedily with a handful of
 tokens, so ES has a signal to climb on 2 CPU cores. Levels (for a curriculum) change the
 operand ranges and operators; the default level is the tuned one.
+
+Measured (benchmarks/task_baseline.py, 64 test rows, greedy, max_new_tokens=16): base
+SmolLM2-135M-Instruct scores a mean 0.203 at the default level (addition up to 30):
+6% right in tags, 17% right without tags, 55% tags with a wrong number, 22% nothing.
+With subtraction (level 2's operators, numbers up to 20) it was 0.153.
 """
 
 from __future__ import annotations
