@@ -38,6 +38,15 @@ class Sampling(Strict):
     top_p: float = Field(1.0, gt=0.0, le=1.0)
 
 
+class CurriculumConfig(Strict):
+    """Move the task's difficulty level by the recent success rate (trainers.rewards.curriculum)."""
+
+    window: int = Field(5, ge=1, description="generations averaged before a change")
+    raise_above: float = Field(0.7, ge=0.0, le=1.0)
+    lower_below: float = Field(0.2, ge=0.0, le=1.0)
+    threshold: float = Field(1.0, description="a sample counts as a success at reward >= this")
+
+
 class Evaluation(Strict):
     rows: int = Field(64, ge=1, description="held-out rows scored by `evaluate`")
 
@@ -65,6 +74,7 @@ class TrainConfig(Strict):
     report_to: list[Literal["tensorboard", "mlflow", "wandb"]] = []
     keep_samples: bool = Field(False, description="store every completion in the ledger (audit)")
     evaluation: Evaluation = Evaluation()
+    curriculum: CurriculumConfig | None = None
 
     @model_validator(mode="after")
     def _mirrored_needs_pairs(self) -> TrainConfig:

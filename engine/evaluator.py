@@ -20,6 +20,7 @@ from replay.fingerprint import fingerprint
 from replay.noise import member_key
 from replay.rebuild import rebuild
 from trainers.es import Member
+from trainers.rewards.curriculum import success_rate
 from trainers.tasks import load_task
 
 
@@ -29,6 +30,7 @@ class MemberResult:
     components: dict[str, float | None]
     samples: list[dict[str, Any]] | None = field(default=None)
     seconds: dict[str, float] = field(default_factory=dict)
+    success: float = 0.0  # share of the batch's samples at reward >= the curriculum threshold
 
 
 def _mean(values: list[float | None]) -> float | None:
@@ -44,6 +46,7 @@ class Evaluator:
         self.master = self.backend.master()
         self.state = update.OptimizerState()
         self.generation = 0
+        self._threshold = cfg.curriculum.threshold if cfg.curriculum else 1.0
 
     def base_fingerprint(self) -> str:
         return fingerprint(self.master)
@@ -58,9 +61,13 @@ class Evaluator:
         self.backend.load_master(self.master)
         return fingerprint(self.master)
 
-    def score(self, member: Member, sigma: float, generation: int, run_key: int) -> MemberResult:
-        """Evaluate one member on the generation's batch; rewards are computed here, so only
-        numbers leave a worker."""
+    def score(
+        self, member: Member, sigma: float, generation: int, run_key: int, level: int | None = None
+    ) -> MemberResult:
+        """Evaluate one member on the generation's batch (at the curriculum's `level`, if any);
+        rewards are computed here, so only numbers leave a worker."""
+        if level is not None:
+            self.task.set_level(level)
         indices, rows = self.task.train_batch(self.cfg.seed, generation, self.cfg.batch_size)
         started = time.perf_counter()
         self.backend.load_member(self.master, member.key, member.sign, sigma)
@@ -83,6 +90,7 @@ class Evaluator:
             components={name: _mean(vals) for name, vals in components.items()},
             samples=samples,
             seconds={"load_member": loaded - started, "generate": generated - loaded},
+            success=success_rate([r or 0.0 for r in rewards], self._threshold),
         )
 
     def apply(self, step: ReplayStep) -> str:

@@ -22,6 +22,7 @@ from ledger import GenerationRecord, Ledger, MemberRecord, ReplayStep, RunInfo
 from replay.anchors import save_anchor
 from replay.noise import round_coefficient
 from trainers.es import ES
+from trainers.rewards.curriculum import Curriculum
 
 
 @dataclass
@@ -67,6 +68,7 @@ def train(
     hooks = hooks or Hooks()
     strategy = ES(cfg.population, mirrored=cfg.mirrored, shaping=cfg.shaping)
     start = ledger.latest_generation(run.name)
+    curriculum = restore_curriculum(cfg, pool.task, ledger.records(run.name, upto=start))
     committed = []
     for generation in range(start + 1, start + generations + 1):
         started = time.perf_counter()
@@ -80,14 +82,22 @@ def train(
                 heartbeat()  # keep the writer lease while a long generation evaluates
             failpoint("member", generation)
 
-        results = pool.evaluate(members, sigma, generation, run.run_key, on_member)
+        level = curriculum.level if curriculum else None
+        results = pool.evaluate(members, sigma, generation, run.run_key, on_member, level)
         failpoint("evaluated", generation)
         evaluated = time.perf_counter()
 
         rewards = [r.reward for r in results]
         scale = (lr if cfg.optimizer.folds_lr else 1.0) / len(members)
         coefficients = strategy.tell(members, rewards, scale=scale)
-        batch_indices, _ = pool_batch(pool, cfg, generation)
+        batch_indices, _ = pool_batch(pool, cfg, generation, level)
+        extra = {}
+        if curriculum:
+            rate = sum(r.success for r in results) / len(results)
+            extra = {"level": level, "success_rate": rate}
+            change = curriculum.observe(generation, rate)
+            if change:
+                extra["curriculum"] = change  # commits with the generation: the level's audit trail
         record = GenerationRecord(
             index=generation,
             lr=lr,
@@ -110,7 +120,7 @@ def train(
             ],
             fingerprint="",
             timings={},
-            extra={},
+            extra=extra,
         )
         record.fingerprint = pool.apply(record_to_step(run.name, record))
         applied = time.perf_counter()
@@ -134,9 +144,26 @@ def train(
     return committed
 
 
-def pool_batch(pool, cfg: TrainConfig, generation: int) -> tuple[list[int], list]:
+def pool_batch(pool, cfg: TrainConfig, generation: int, level: int | None) -> tuple[list[int], list]:
     """The generation's batch indices, from the same deterministic function workers use."""
+    if level is not None:
+        pool.task.set_level(level)
     return pool.task.train_batch(cfg.seed, generation, cfg.batch_size)
+
+
+def restore_curriculum(cfg: TrainConfig, task, history: list[GenerationRecord]) -> Curriculum | None:
+    """The curriculum as of the end of `history`: it is a pure function of the success rates
+    recorded there, so a resumed or forked run continues at the level it left."""
+    if cfg.curriculum is None:
+        return None
+    c = cfg.curriculum
+    curriculum = Curriculum(
+        task.levels, task.level, c.window, raise_above=c.raise_above, lower_below=c.lower_below
+    )
+    for record in history:
+        if "success_rate" in record.extra:
+            curriculum.observe(record.index, record.extra["success_rate"])
+    return curriculum
 
 
 def generation_metrics(record: GenerationRecord, seconds: float) -> dict[str, float]:

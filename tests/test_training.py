@@ -143,3 +143,29 @@ def test_sigkill_then_resume_reaches_the_same_bits(reference, tmp_path, failpoin
     payload = json.loads(out.stdout)
     assert payload["latest_generation"] == 3
     assert fingerprints(ledger_path, "c") == fps
+
+
+def test_curriculum_moves_the_level_and_resume_continues_it(tmp_path):
+    """Every sample counts as a success (threshold −1), so with a window of 1 the level rises
+    each generation; the level in force and each change commit with the generation, and a
+    resumed run rebuilds the curriculum from the ledger to the same levels and bits."""
+    curriculum = ["curriculum.window=1", "curriculum.raise_above=0.5", "curriculum.threshold=-1"]
+    config = str(write_config(tmp_path))
+
+    def levels(path: Path, run: str) -> list:
+        with Ledger.open(str(path)) as led:
+            return [led.generation(run, g).extra for g in (1, 2, 3)]
+
+    with Ledger.open(str(tmp_path / "a.db")) as led:
+        session.start(led, config, "a", curriculum, None)
+    with Ledger.open(str(tmp_path / "b.db")) as led:
+        session.start(led, config, "b", curriculum, 1)
+        session.resume(led, "b", None)
+    extra = levels(tmp_path / "a.db", "a")
+    assert [e["level"] for e in extra] == [1, 2, 3]  # arithmetic's default level is 1
+    assert all(e["success_rate"] == 1.0 for e in extra)
+    assert [(e["curriculum"]["from_level"], e["curriculum"]["to_level"]) for e in extra] == [
+        (1, 2), (2, 3), (3, 4)
+    ]
+    assert levels(tmp_path / "b.db", "b") == extra
+    assert fingerprints(tmp_path / "b.db", "b") == fingerprints(tmp_path / "a.db", "a")

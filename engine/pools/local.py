@@ -29,10 +29,11 @@ class LocalPool:
         generation: int,
         run_key: int,
         on_member: Callable[[MemberResult], None] | None = None,
+        level: int | None = None,
     ) -> list[MemberResult]:
         results = []
         for member in members:
-            results.append(self.replica.score(member, sigma, generation, run_key))
+            results.append(self.replica.score(member, sigma, generation, run_key, level))
             if on_member:
                 on_member(results[-1])
         return results

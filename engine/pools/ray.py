@@ -225,6 +225,7 @@ class RayPool:
         generation: int,
         run_key: int,
         on_member: Callable[[MemberResult], None] | None = None,
+        level: int | None = None,
     ) -> list[MemberResult]:
         """Score every member on its worker; results in member order (`on_member` is
         called as results arrive, which is the order progress happens in)."""
@@ -237,7 +238,9 @@ class RayPool:
             for pos in plan[worker]:
                 if results[pos] is None:
                     m = members[pos]
-                    ref = actor.score.remote((m.index, m.key, m.sign), sigma, generation, run_key)
+                    ref = actor.score.remote(
+                        (m.index, m.key, m.sign), sigma, generation, run_key, level
+                    )
                     pending[ref] = (pos, worker)
 
         def record(pos: int, out: dict[str, Any]) -> None:

@@ -65,10 +65,15 @@ class ReplicaActor:
             ledger.close()
 
     def score(
-        self, member: tuple[int, int, int], sigma: float, generation: int, run_key: int
+        self,
+        member: tuple[int, int, int],
+        sigma: float,
+        generation: int,
+        run_key: int,
+        level: int | None = None,
     ) -> dict[str, Any]:
         index, key, sign = member
-        result = self.replica.score(Member(index, key, sign), sigma, generation, run_key)
+        result = self.replica.score(Member(index, key, sign), sigma, generation, run_key, level)
         return asdict(result)
 
     def apply(self, step: dict[str, Any]) -> str:
