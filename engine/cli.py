@@ -73,7 +73,7 @@ def _session_payload(result) -> dict:
     return {
         "run": result.run.name,
         "generations_committed": [r.index for r in result.records],
-        "latest_generation": last.index if last else None,
+        "latest_generation": result.latest_generation,
         "fingerprint": result.fingerprint,
         "reward_mean": last.reward_stats()["mean"] if last else None,
     }

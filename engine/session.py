@@ -30,8 +30,9 @@ LEASE_TTL = 300.0  # seconds; the loop renews it after every member
 @dataclass
 class SessionResult:
     run: RunInfo
-    records: list[GenerationRecord]
-    fingerprint: str
+    records: list[GenerationRecord]  # committed by this session (none when already done)
+    fingerprint: str  # of the master at `latest_generation`
+    latest_generation: int
 
 
 def anchors_dir(ledger: Ledger) -> Path:
@@ -85,7 +86,8 @@ def _run_loop(ledger: Ledger, run: RunInfo, cfg: TrainConfig, pool, generations:
             except BaseException:
                 ledger.set_status(run.name, "interrupted")
                 raise
-            done = ledger.latest_generation(run.name) - run.parent_generation
+            latest = ledger.latest_generation(run.name)
+            done = latest - run.parent_generation
             ledger.set_status(run.name, "finished" if done >= cfg.generations else "stopped")
     finally:
         if loggers is not None:
@@ -93,7 +95,7 @@ def _run_loop(ledger: Ledger, run: RunInfo, cfg: TrainConfig, pool, generations:
     master, _ = pool.state()
     from replay.fingerprint import fingerprint
 
-    return SessionResult(run, records, fingerprint(master))
+    return SessionResult(run, records, fingerprint(master), latest)
 
 
 def start(

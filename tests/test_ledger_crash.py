@@ -63,7 +63,12 @@ def test_sigkill_while_committing(tmp_path):
         p.start()
         assert parent.poll(30)
         assert parent.recv()[0] == "ready"
+        # one commit first, so each holder makes progress however slow the machine; then a
         # kill at a random moment: sometimes mid-commit, sometimes between commits
+        assert parent.poll(30)
+        kind, g = parent.recv()
+        assert kind == "committed"
+        committed.add(g)
         parent.poll(rng.uniform(0.0, 0.15))
         os.kill(p.pid, signal.SIGKILL)
         p.join(10)

@@ -31,7 +31,11 @@ KEY, SIGN, SIGMA = 12345, 1, 0.01
 def backends(smollm2_dir: Path) -> Iterator[tuple]:
     from engine.backends.hf import HFBackend
     from engine.backends.vllm import VLLMBackend
+    from replay import noise
 
+    # Replay's numba kernels compiled first, as in training: llvmlite's library is loaded
+    # when vLLM's worker scans the process's modules at start.
+    noise.generate(KEY, 1024)
     vb = VLLMBackend(smollm2_dir, max_model_len=512)
     hb = HFBackend(smollm2_dir)
     yield vb, hb

@@ -20,6 +20,7 @@ rest of the process.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,31 @@ def _cpu_env() -> None:
     os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB; the default takes 4
     os.environ.setdefault("OMP_NUM_THREADS", str(len(cores)))  # else vLLM drops torch to 1
+
+
+def _guard_llvmlite_dunders() -> None:
+    """Make llvmlite's lazy C-library wrapper refuse dunder lookups.
+
+    vLLM's CPU worker, at start, scans every module namespace for Triton kernels to
+    override and reads `vars(obj)` of anything with a `__dict__`. llvmlite's
+    `ffi.lib` (loaded once numba has compiled anything, as replay's kernels do) answers
+    *every* attribute, `__dict__` included, with a C-function wrapper, so the scan dies
+    with "'_lib_fn_wrapper' object has no attribute 'get'". A C library exports no dunder
+    symbols, so refusing them changes nothing else.
+    """
+    ffi = sys.modules.get("llvmlite.binding.ffi")
+    wrapper_cls = type(getattr(ffi, "lib", None)) if ffi is not None else None
+    if wrapper_cls is None or getattr(wrapper_cls, "_seedledger_guarded", False):
+        return
+    lookup = wrapper_cls.__getattr__
+
+    def __getattr__(self: Any, name: str) -> Any:
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        return lookup(self, name)
+
+    wrapper_cls.__getattr__ = __getattr__
+    wrapper_cls._seedledger_guarded = True
 
 
 def read_master(model_dir: Path) -> dict[str, torch.Tensor]:
@@ -94,6 +120,7 @@ class VLLMBackend:
         self._master = read_master(self.model_dir)
         if batch_size is not None:  # the HF backend's knob: sequences decoded together
             llm_kwargs.setdefault("max_num_seqs", batch_size)
+        _guard_llvmlite_dunders()
         self.llm = LLM(
             model=str(self.model_dir),
             tokenizer=str(self.model_dir),
