@@ -127,15 +127,17 @@ def test_wandb_offline_run_files(tmp_path, monkeypatch):
         _log_all(loggers)
     (run_file,) = (tmp_path / "wandb").glob("offline-run-*/run-*.wandb")
 
-    history, config = {}, {}
+    history, config, kinds = {}, {}, []
     for record in _wandb_records(run_file):
         kind = record.WhichOneof("record_type")
+        kinds.append(kind)
         if kind == "history":
             row = {_key(i): json.loads(i.value_json) for i in record.history.item}
             history[row["_step"]] = row
         elif kind == "run":
             assert record.run.display_name == "demo"
             config.update({_key(i): json.loads(i.value_json) for i in record.run.config.update})
+    assert sorted(history) == [1, 2, 3], f"history steps {sorted(history)}; records {kinds}"
     assert [history[g]["reward/mean"] for g in (1, 2, 3)] == [0.25, 0.5, 0.75]
     assert "skipped" not in history[3]
     assert config["optimizer"] == {"name": "momentum", "beta": 0.9}
