@@ -79,14 +79,16 @@ def _session_payload(result) -> dict:
     }
 
 
-def _train_with_progress(as_json: bool, body):
+def _session(ledger: str, as_json: bool, body) -> None:
+    """Run a training session `body(ledger, hooks)` with live progress (none under --json),
+    then print its summary and emit the result."""
     from engine.progress import TrainingProgress
 
-    with TrainingProgress(enabled=not as_json) as progress:
-        result = body(progress.hooks())
+    with open_ledger(ledger) as led, TrainingProgress(enabled=not as_json) as progress:
+        result = body(led, progress.hooks())
     if not as_json and progress.rows:
         progress.console.print(progress.summary())
-    return result
+    emit(_session_payload(result), as_json, f"run {result.run.name}: fingerprint {result.fingerprint}")
 
 
 @app.command()
@@ -101,11 +103,7 @@ def train(
     """Start a new run from CONFIG and train it."""
     from engine import session
 
-    with open_ledger(ledger) as led:
-        result = _train_with_progress(
-            as_json, lambda hooks: session.start(led, config, run, set_ or [], generations, hooks)
-        )
-    emit(_session_payload(result), as_json, f"run {result.run.name}: fingerprint {result.fingerprint}")
+    _session(ledger, as_json, lambda led, hooks: session.start(led, config, run, set_ or [], generations, hooks))
 
 
 @app.command()
@@ -118,9 +116,7 @@ def resume(
     """Continue RUN from its last committed generation."""
     from engine import session
 
-    with open_ledger(ledger) as led:
-        result = _train_with_progress(as_json, lambda hooks: session.resume(led, run, generations, hooks))
-    emit(_session_payload(result), as_json, f"run {result.run.name}: fingerprint {result.fingerprint}")
+    _session(ledger, as_json, lambda led, hooks: session.resume(led, run, generations, hooks))
 
 
 @app.command()
@@ -135,11 +131,7 @@ def fork(
     """Start a child run at RUN@G (optionally with changed settings) and train it."""
     from engine import session
 
-    with open_ledger(ledger) as led:
-        result = _train_with_progress(
-            as_json, lambda hooks: session.fork(led, ref, run, set_ or [], generations, hooks)
-        )
-    emit(_session_payload(result), as_json, f"run {result.run.name}: fingerprint {result.fingerprint}")
+    _session(ledger, as_json, lambda led, hooks: session.fork(led, ref, run, set_ or [], generations, hooks))
 
 
 @app.command()

@@ -23,7 +23,7 @@ from trainers.rewards.verifier import MAX_LENGTH, numbers_used, safe_eval
 
 from .base import Messages, Task, chat
 from .datafiles import as_int, as_int_list, check_columns, read_rows
-from .sampling import Rng, split_indices
+from .sampling import Rng, split_rows
 
 SYSTEM = (
     "You are a helpful assistant. You first thinks about the reasoning process in the mind "
@@ -145,16 +145,8 @@ def load(
         return Task("countdown", train, test, prompt, rewards, seed=seed, levels=len(LEVELS),
                     level=level, max_new_tokens=MAX_NEW_TOKENS,
                     info={"data_seed": data_seed, "source": "generated"})
-    rows = load_file(path)
-    if test_path is not None:
-        train_rows, test = rows, load_file(test_path)
-    else:
-        if not 0 < test_size < len(rows):
-            raise SeedLedgerError(
-                f"{path}: cannot split {len(rows)} rows into train and test (test_size {test_size})"
-            )
-        tr, te = split_indices(len(rows), test_size, data_seed)
-        train_rows, test = [rows[i] for i in tr], [rows[i] for i in te]
+    test_rows = load_file(test_path) if test_path is not None else None
+    train_rows, test = split_rows(load_file(path), test_rows, test_size, data_seed, path)
     return Task("countdown", train_rows, test, prompt, rewards, seed=seed,
                 max_new_tokens=MAX_NEW_TOKENS,
                 info={"data_seed": data_seed, "source": str(path), "test_source": test_path})

@@ -19,7 +19,7 @@ from trainers.rewards.combine import RewardFn, WeightedReward
 
 from .base import Messages, Task, chat
 from .datafiles import as_scalar_text, check_columns, read_rows
-from .sampling import split_indices
+from .sampling import split_rows
 
 MATCHES = ("exact", "regex", "numeric")
 
@@ -99,16 +99,8 @@ def load(
                     ) from None
         return rows
 
-    rows = read(path)
-    if test_path is not None:
-        train, test = rows, read(test_path)
-    else:
-        if not 0 < test_size < len(rows):
-            raise SeedLedgerError(
-                f"{path}: cannot split {len(rows)} rows into train and test (test_size {test_size})"
-            )
-        tr, te = split_indices(len(rows), test_size, data_seed)
-        train, test = [rows[i] for i in tr], [rows[i] for i in te]
+    test_rows = read(test_path) if test_path is not None else None
+    train, test = split_rows(read(path), test_rows, test_size, data_seed, path)
 
     def prompt(row: dict[str, Any]) -> Messages:
         cell = row[prompt_column]

@@ -17,7 +17,7 @@ from trainers.rewards.combine import WeightedReward
 from .base import Messages, Task, chat
 from .datafiles import as_scalar_text, check_columns, read_rows
 from .datafiles import as_text as text_cell
-from .sampling import split_indices
+from .sampling import split_rows
 
 SYSTEM = (
     "Solve the problem step by step, then give the final number inside <answer></answer> "
@@ -79,16 +79,8 @@ def load(
     """Rows from ``path`` (a seeded split gives the test rows) or ``path`` + ``test_path``."""
     if path is None:
         raise SeedLedgerError("task math: needs a file, e.g. 'math:data/gsm8k.jsonl'")
-    rows = load_file(path)
-    if test_path is not None:
-        train, test = rows, load_file(test_path)
-    else:
-        if not 0 < test_size < len(rows):
-            raise SeedLedgerError(
-                f"{path}: cannot split {len(rows)} rows into train and test (test_size {test_size})"
-            )
-        tr, te = split_indices(len(rows), test_size, data_seed)
-        train, test = [rows[i] for i in tr], [rows[i] for i in te]
+    test_rows = load_file(test_path) if test_path is not None else None
+    train, test = split_rows(load_file(path), test_rows, test_size, data_seed, path)
     return Task("math", train, test, prompt,
                 rewards or [WeightedReward("math", math_reward, 1.0)],
                 seed=seed, max_new_tokens=MAX_NEW_TOKENS,

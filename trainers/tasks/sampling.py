@@ -7,7 +7,11 @@ same rows on every Python version and machine — a requirement for replay and r
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import TypeVar
 
+from ledger.errors import SeedLedgerError
+
+T = TypeVar("T")
 _MASK = (1 << 64) - 1
 
 
@@ -40,6 +44,21 @@ def split_indices(n: int, test_size: int, seed: int) -> tuple[list[int], list[in
     test = sorted(order[:test_size])
     train = sorted(order[test_size:])
     return train, test
+
+
+def split_rows(
+    rows: list[T], test_rows: list[T] | None, test_size: int, seed: int, source: object
+) -> tuple[list[T], list[T]]:
+    """(train, test): all of ``rows`` and ``test_rows`` when a test file is given, else a
+    seeded split of ``rows`` with ``test_size`` test rows."""
+    if test_rows is not None:
+        return rows, test_rows
+    if not 0 < test_size < len(rows):
+        raise SeedLedgerError(
+            f"{source}: cannot split {len(rows)} rows into train and test (test_size {test_size})"
+        )
+    train, test = split_indices(len(rows), test_size, seed)
+    return [rows[i] for i in train], [rows[i] for i in test]
 
 
 def stream(n: int, seed: int, start: int, count: int) -> list[int]:
