@@ -12,6 +12,7 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from engine import rebuilding, session
 from engine.config import load_config
@@ -26,8 +27,13 @@ from replay.noise import member_key
 CONFIG = Path(__file__).resolve().parent.parent / "configs" / "demo.yaml"
 
 
-def held_out(cfg, model_dir: Path) -> float:
-    return Evaluator(cfg, model_dir).held_out_reward(cfg.evaluation.rows)
+def held_out(cfg, model_dir: Path) -> tuple[float, str, str]:
+    """Mean held-out reward, and the first held-out question with the model's answer."""
+    evaluator = Evaluator(cfg, model_dir)
+    reward = evaluator.held_out_reward(cfg.evaluation.rows)
+    prompt = evaluator.task.prompt(evaluator.task.test_rows()[0])
+    (answer,) = evaluator.backend.generate([prompt], cfg.max_new_tokens)
+    return reward, prompt[-1]["content"], answer
 
 
 def run_demo(workdir: Path, generations: int | None = None, config: Path = CONFIG) -> dict:
@@ -42,8 +48,9 @@ def run_demo(workdir: Path, generations: int | None = None, config: Path = CONFI
     started = time.perf_counter()
     base_dir = resolve_model(cfg.model)
     console.print(f"{cfg.model}: {base_dir}")
-    base_reward = held_out(cfg, base_dir)
+    base_reward, question, base_answer = held_out(cfg, base_dir)
     console.print(f"held-out reward of the base model ({cfg.evaluation.rows} test rows): {base_reward:.4f}")
+    console.print(f"{question!r} → {base_answer!r}", markup=False)
 
     console.rule(f"2. ES training, {cfg.generations} generations × {cfg.population} members")
     with Ledger.open(str(workdir / "seedledger.db")) as ledger:
@@ -61,11 +68,14 @@ def run_demo(workdir: Path, generations: int | None = None, config: Path = CONFI
         png = workdir / "demo-reward.png"
         plot_run(ledger, "demo", png)
 
-    final_reward = held_out(cfg, rebuilt)
+    final_reward, _, final_answer = held_out(cfg, rebuilt)
     weights = sum(f.stat().st_size for f in rebuilt.glob("*.safetensors"))
     figures = {
         "base_held_out_reward": base_reward,
         "final_held_out_reward": final_reward,
+        "question": question,
+        "base_answer": base_answer,
+        "final_answer": final_answer,
         "held_out_rows": cfg.evaluation.rows,
         "generations": latest,
         "fingerprint": info["fingerprint"],
@@ -80,6 +90,7 @@ def run_demo(workdir: Path, generations: int | None = None, config: Path = CONFI
     table.add_column("value", justify="right")
     table.add_row("held-out reward, base", f"{base_reward:.4f}")
     table.add_row("held-out reward, rebuilt final", f"{final_reward:.4f}")
+    table.add_row(Text(repr(question)), Text(f"base {base_answer!r}\nfinal {final_answer!r}"))
     table.add_row("fingerprint (verified by replay)", f"{info['fingerprint'][:16]}… {'ok' if figures['verified'] else 'MISMATCH'}")
     table.add_row("seed file", f"{figures['seed_file_bytes']:,} bytes ({seeds})")
     table.add_row("safetensors", f"{weights:,} bytes ({weights / figures['seed_file_bytes']:,.0f}× larger)")
