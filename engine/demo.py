@@ -6,7 +6,9 @@ the model rebuilt from the ledger, the seed file's size against the weights' siz
 
 from __future__ import annotations
 
+import math
 import shutil
+import statistics
 import time
 from pathlib import Path
 
@@ -27,13 +29,31 @@ from replay.noise import member_key
 CONFIG = Path(__file__).resolve().parent.parent / "configs" / "demo.yaml"
 
 
-def held_out(cfg, model_dir: Path) -> tuple[float, str, str]:
-    """Mean held-out reward, and the first held-out question with the model's answer."""
+def held_out(cfg, model_dir: Path) -> tuple[list[float | None], str, str]:
+    """Per-row held-out rewards, and the first held-out question with the model's answer."""
     evaluator = Evaluator(cfg, model_dir)
-    reward = evaluator.held_out_reward(cfg.evaluation.rows)
+    rewards = evaluator.held_out_rewards(cfg.evaluation.rows)
     prompt = evaluator.task.prompt(evaluator.task.test_rows()[0])
     (answer,) = evaluator.backend.generate([prompt], cfg.max_new_tokens)
-    return reward, prompt[-1]["content"], answer
+    return rewards, prompt[-1]["content"], answer
+
+
+def paired_change(base: list[float | None], final: list[float | None]) -> dict[str, float]:
+    """Mean per-row change from base to final on the same rows, its standard error, and how
+    many rows got better or worse: the same problems for both models, so the row-to-row
+    difficulty cancels and the error bar is the one that matters."""
+    diffs = [f - b for b, f in zip(base, final, strict=True) if b is not None and f is not None]
+    if not diffs:
+        return {"mean": 0.0, "stderr": 0.0, "better": 0, "worse": 0}
+    mean = statistics.fmean(diffs)
+    stderr = statistics.stdev(diffs) / math.sqrt(len(diffs)) if len(diffs) > 1 else 0.0
+    return {"mean": mean, "stderr": stderr,
+            "better": sum(d > 0 for d in diffs), "worse": sum(d < 0 for d in diffs)}
+
+
+def _mean(values: list[float | None]) -> float:
+    kept = [v for v in values if v is not None]
+    return statistics.fmean(kept) if kept else 0.0
 
 
 def run_demo(workdir: Path, generations: int | None = None, config: Path = CONFIG) -> dict:
@@ -48,7 +68,8 @@ def run_demo(workdir: Path, generations: int | None = None, config: Path = CONFI
     started = time.perf_counter()
     base_dir = resolve_model(cfg.model)
     console.print(f"{cfg.model}: {base_dir}")
-    base_reward, question, base_answer = held_out(cfg, base_dir)
+    base_rewards, question, base_answer = held_out(cfg, base_dir)
+    base_reward = _mean(base_rewards)
     console.print(f"held-out reward of the base model ({cfg.evaluation.rows} test rows): {base_reward:.4f}")
     console.print(f"{question!r} → {base_answer!r}", markup=False)
 
@@ -68,7 +89,9 @@ def run_demo(workdir: Path, generations: int | None = None, config: Path = CONFI
         png = workdir / "demo-reward.png"
         plot_run(ledger, "demo", png)
 
-    final_reward, _, final_answer = held_out(cfg, rebuilt)
+    final_rewards, _, final_answer = held_out(cfg, rebuilt)
+    final_reward = _mean(final_rewards)
+    change = paired_change(base_rewards, final_rewards)
     weights = sum(f.stat().st_size for f in rebuilt.glob("*.safetensors"))
     figures = {
         "base_held_out_reward": base_reward,
@@ -76,7 +99,8 @@ def run_demo(workdir: Path, generations: int | None = None, config: Path = CONFI
         "question": question,
         "base_answer": base_answer,
         "final_answer": final_answer,
-        "held_out_rows": cfg.evaluation.rows,
+        "held_out_rows": len(base_rewards),
+        "held_out_change": change,
         "generations": latest,
         "fingerprint": info["fingerprint"],
         "verified": verified["ok"] and verified["fingerprint"] == result.fingerprint,
@@ -90,6 +114,11 @@ def run_demo(workdir: Path, generations: int | None = None, config: Path = CONFI
     table.add_column("value", justify="right")
     table.add_row("held-out reward, base", f"{base_reward:.4f}")
     table.add_row("held-out reward, rebuilt final", f"{final_reward:.4f}")
+    table.add_row(
+        f"change on the same {len(base_rewards)} problems",
+        f"{change['mean']:+.4f} ± {change['stderr']:.4f} (s.e.); "
+        f"{change['better']} better, {change['worse']} worse",
+    )
     table.add_row(Text(repr(question)), Text(f"base {base_answer!r}\nfinal {final_answer!r}"))
     table.add_row("fingerprint (verified by replay)", f"{info['fingerprint'][:16]}… {'ok' if figures['verified'] else 'MISMATCH'}")
     table.add_row("seed file", f"{figures['seed_file_bytes']:,} bytes ({seeds})")

@@ -101,9 +101,14 @@ class Evaluator:
 
     def held_out_reward(self, limit: int) -> float:
         """Mean reward of the current master on the task's test split (greedy)."""
+        return _mean(self.held_out_rewards(limit)) or 0.0
+
+    def held_out_rewards(self, limit: int) -> list[float | None]:
+        """Per-row rewards of the current master on the first `limit` test rows (greedy), so
+        two models can be compared row by row."""
         rows = self.task.test_rows()[:limit]
         self.backend.load_master(self.master)
         prompts = [self.task.prompt(row) for row in rows]
         completions = self.backend.generate(prompts, self.cfg.max_new_tokens, seed=None)
         rewards, _ = self.task.reward(prompts, completions, rows)
-        return _mean(rewards) or 0.0
+        return rewards

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
 
 from engine.demo import run_demo
@@ -46,3 +47,13 @@ def test_demo_reports_what_it_measured(tmp_path: Path, tiny_model_dir: Path) -> 
     assert Path(figures["reward_curve"]).stat().st_size > 0
     assert 0.0 <= figures["base_held_out_reward"] <= 1.0 and 0.0 <= figures["final_held_out_reward"] <= 1.0
     assert figures["question"] and isinstance(figures["final_answer"], str)
+    assert figures["held_out_rows"] == 4 and figures["held_out_change"]["better"] <= 4
+
+
+def test_paired_change_is_the_mean_row_difference_with_its_standard_error() -> None:
+    from engine.demo import paired_change
+
+    change = paired_change([0.0, 0.5, 1.0, None], [1.0, 0.5, 0.0, 1.0])  # a None row is left out
+    assert change == {"mean": 0.0, "stderr": pytest.approx(1 / 3**0.5), "better": 1, "worse": 1}
+    change = paired_change([0.25, 0.25], [0.75, 1.25])
+    assert change == {"mean": 0.75, "stderr": pytest.approx(0.25), "better": 2, "worse": 0}
