@@ -111,14 +111,36 @@ def _accumulate_block(delta, eps, start, stop, keys, kxs, coefs, table):
     the arithmetic is unchanged, only the hashing is skipped.
     """
     n = stop - start
+    members = keys.shape[0]
     for p in range(n):
         delta[p] = np.float32(0.0)
-    for m in range(keys.shape[0]):
-        if m == 0 or keys[m] != keys[m - 1]:
-            _noise_block(eps, start, n, keys[m], kxs[m], table)
+    for m in range(members):
         c = coefs[m]
+        repeated = m > 0 and keys[m] == keys[m - 1]
+        if not repeated and (m + 1 == members or keys[m + 1] != keys[m]):
+            _accumulate_noise(delta, start, n, keys[m], kxs[m], c, table)  # used once: no buffer
+            continue
+        if not repeated:
+            _noise_block(eps, start, n, keys[m], kxs[m], table)
         for p in range(n):
             delta[p] = delta[p] + c * eps[p]
+
+
+@njit(inline="always", **_OPTS)
+def _accumulate_noise(delta, start, n, key, kx, c, table):
+    """delta[0:n] += c·eps(key, start..start+n), straight from the hash (no noise buffer)."""
+    full = n & ~3
+    j0 = start >> 2
+    for q in range(0, full, 4):
+        h = _group_hash(key, kx, j0 + (q >> 2))
+        delta[q] = delta[q] + c * table[h & _F]
+        delta[q + 1] = delta[q + 1] + c * table[(h >> _S16) & _F]
+        delta[q + 2] = delta[q + 2] + c * table[(h >> _S32) & _F]
+        delta[q + 3] = delta[q + 3] + c * table[h >> _S48]
+    if full < n:
+        h = _group_hash(key, kx, j0 + (full >> 2))
+        for lane in range(n - full):
+            delta[full + lane] = delta[full + lane] + c * table[(h >> uint64(16 * lane)) & _F]
 
 
 @njit(inline="always", **_OPTS)
