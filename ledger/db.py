@@ -8,18 +8,25 @@ dialect alone), so the ledger's own SQL runs unchanged on PostgreSQL.
   commits on power loss; a committed generation must survive both, so FULL (one fsync
   of the WAL per commit, well under a millisecond on SSDs).
 - foreign_keys=ON (off by default in SQLite), busy_timeout so concurrent writers wait
-  instead of failing at once.
+  instead of failing at once. Switching a new file to WAL ignores the busy timeout, so
+  that one pragma is retried while the file is locked (two processes creating a ledger).
 - Write transactions start with BEGIN IMMEDIATE (execution option `write=True`): a
   deferred transaction that reads then writes can fail with SQLITE_BUSY at the upgrade,
   which busy_timeout cannot help.
+- Schema migrations run on a connection made with `foreign_keys=False`: Alembic's batch
+  mode rebuilds a SQLite table by copy, DROP and rename, and with foreign keys on, the
+  DROP of `generations` would cascade-delete every member. The pragma is a no-op inside a
+  transaction, so it is set when the connection is made; `foreign_key_violations` is run
+  before the migration commits instead (Alembic's documented SQLite batch procedure).
 """
 
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
@@ -48,26 +55,56 @@ def sqlite_path(url: str) -> Path | None:
     return Path(u.database)
 
 
-def make_engine(url: str, *, tuned: bool = True) -> Engine:
-    """An engine for `url`; `tuned=False` skips the SQLite pragmas (read-only probing)."""
+def make_engine(url: str, *, tuned: bool = True, foreign_keys: bool = True) -> Engine:
+    """An engine for `url`; `tuned=False` skips the SQLite pragmas (read-only probing).
+
+    `foreign_keys=False` is for schema migrations only (see the module docstring).
+    """
     try:
         engine = create_engine(url)
     except (ArgumentError, ImportError) as exc:  # unknown dialect / missing driver
         raise SeedLedgerError(f"cannot open ledger {url!r}: {exc}") from None
     if engine.dialect.name == "sqlite":
-        _install_sqlite_hooks(engine, tuned)
+        _install_sqlite_hooks(engine, tuned, foreign_keys)
     return engine
 
 
-def _install_sqlite_hooks(engine: Engine, tuned: bool) -> None:
+def foreign_key_violations(conn: Connection) -> list[tuple[str, int]]:
+    """SQLite: (table, rowid) of rows whose foreign key points nowhere; [] elsewhere
+    (other databases check foreign keys on every statement, migrations included)."""
+    if conn.dialect.name != "sqlite":
+        return []
+    return [(r[0], r[1]) for r in conn.exec_driver_sql("PRAGMA foreign_key_check")]
+
+
+def _retry_locked(fn) -> None:
+    """Run `fn`, retrying while SQLite says "database is locked", up to the busy timeout.
+
+    Switching a fresh database to WAL takes an exclusive lock without consulting the busy
+    handler, so two processes opening a new ledger at once would fail at once otherwise.
+    """
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    delay = 0.001
+    while True:
+        try:
+            fn()
+            return
+        except Exception as exc:  # the driver's OperationalError; only "locked" is retried
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+        time.sleep(delay)
+        delay = min(2 * delay, 0.05)
+
+
+def _install_sqlite_hooks(engine: Engine, tuned: bool, foreign_keys: bool) -> None:
     @event.listens_for(engine, "connect")
     def _connect(dbapi_conn, _record) -> None:
         dbapi_conn.isolation_level = None  # we issue BEGIN ourselves (see `_begin`)
         cur = dbapi_conn.cursor()
         cur.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        cur.execute("PRAGMA foreign_keys = ON")
+        cur.execute(f"PRAGMA foreign_keys = {'ON' if foreign_keys else 'OFF'}")
         if tuned:
-            cur.execute("PRAGMA journal_mode = WAL")
+            _retry_locked(lambda: cur.execute("PRAGMA journal_mode = WAL"))
             cur.execute("PRAGMA synchronous = FULL")
         cur.close()
 

@@ -32,6 +32,7 @@ from ledger.records import (
 from ledger.schema import Anchor, Event, Generation, Lease, Member, Run
 
 Segment = tuple[str, int, int]
+I64 = 1 << 63  # runs.seed is a signed 64-bit column
 
 
 _SQL_CACHE: dict[tuple[str, str, tuple[str, ...]], tuple[str, list[str] | None]] = {}
@@ -63,6 +64,9 @@ class Ledger:
         self.location = location or str(engine.url)
         self._ids: dict[str, int] = {}
         self._leases: dict[int, WriterLease] = {}
+        # set by open() when it upgraded an old schema: before/after revision and the
+        # backup file (show `upgraded.describe()` to the user: it names the backup)
+        self.upgraded: migrate.UpgradeResult | None = None
 
     # -- opening ---------------------------------------------------------------------------
 
@@ -72,7 +76,9 @@ class Ledger:
 
         `upgrade=False` refuses an old schema with the command to run; a schema newer than
         this version knows is refused whatever `upgrade` says, and the file is not touched.
-        `create=False` refuses a ledger that does not exist yet.
+        `create=False` refuses a ledger that does not exist yet. After upgrading an old
+        schema, `ledger.upgraded` holds the `UpgradeResult` (with the backup's path).
+        Two processes creating or upgrading the same ledger at once take turns.
         """
         loc = os.fspath(location)
         url = to_url(loc)
@@ -91,9 +97,11 @@ class Ledger:
                 f"ledger {loc} has schema {state.revision}, this seedledger needs "
                 f"{migrate.head()}; run `seedledger db upgrade --ledger {loc}`"
             )
-        if state.status != "current":
-            migrate.upgrade(url)
-        return cls(make_engine(url), loc)
+        result = migrate.upgrade(url) if state.status != "current" else None
+        led = cls(make_engine(url), loc)
+        if result is not None and state.status == "old":
+            led.upgraded = result
+        return led
 
     def close(self) -> None:
         for lease in list(self._leases.values()):
@@ -201,6 +209,11 @@ class Ledger:
     ) -> int:
         if not name or "@" in name or len(name) > 200 or name != name.strip():
             raise SeedLedgerError(f"bad run name {name!r} (non-empty, no '@', no edge spaces)")
+        seed = columns.get("seed")
+        if seed is not None and (
+            not isinstance(seed, int) or isinstance(seed, bool) or not -I64 <= seed < I64
+        ):
+            raise SeedLedgerError(f"seed {seed!r} is not a signed 64-bit integer")
         software = software if software is not None else {"python": sys.version.split()[0]}
         if conn.execute(select(Run.id).where(Run.name == name)).first():
             raise SeedLedgerError(f"a run named {name!r} already exists")
@@ -328,14 +341,17 @@ class Ledger:
                         Generation.coefficients,
                         Generation.sigma,
                         Generation.optimizer,
+                        Generation.population,
+                        Generation.coefficients_dtype,
                     )
                     .where(Generation.run_id == rid, Generation.idx.between(first, last))
                     .order_by(Generation.idx)
                 )
                 expect = first
-                for idx, keys, coefs, sigma, opt in conn.execute(q):
+                for idx, keys, coefs, sigma, opt, pop, dtype in conn.execute(q):
                     if idx != expect:
                         raise SeedLedgerError(f"run {run!r} is missing generation {expect}")
+                    rows.check_blobs(run, idx, pop, dtype, keys, coefs)
                     if opt not in opt_cache:
                         opt_cache[opt] = codec.loads(opt)
                     steps.append(
@@ -371,7 +387,7 @@ class Ledger:
                 by_gen: dict[int, list[Any]] = {}
                 for m in conn.execute(mq):
                     by_gen.setdefault(m.generation_id, []).append(m)
-                recs = [rows.generation_record(g, by_gen.get(g.id, [])) for g in gens]
+                recs = [rows.generation_record(run, g, by_gen.get(g.id, [])) for g in gens]
                 if [r.index for r in recs] != list(range(first, last + 1)):
                     raise SeedLedgerError(f"run {run!r} is missing generations in {first}..{last}")
                 out += recs
@@ -473,7 +489,7 @@ class Ledger:
             members = conn.execute(
                 select(Member).where(Member.generation_id == grow.id).order_by(Member.idx)
             ).all()
-            return rows.generation_record(grow, members)
+            return rows.generation_record(holder, grow, members)
 
     # -- anchors, events, lease ------------------------------------------------------------
 

@@ -4,12 +4,20 @@ The CLI's `seedledger db upgrade | current | history` call `upgrade`, `current` 
 `history`. Before upgrading a SQLite ledger that holds data, a timestamped copy is made
 beside it (SQLite's online backup, so WAL content is included). A ledger whose revision
 this version does not know (written by a newer seedledger) is refused and left untouched.
+
+Migrations run on `migration_connection`: foreign keys OFF (so Alembic's batch mode can
+rebuild a SQLite table without cascading deletes; `migrations/env.py` runs
+`PRAGMA foreign_key_check` before committing and refuses on any violation), and a write
+transaction from the first statement (BEGIN IMMEDIATE on SQLite), so two processes that
+create or upgrade the same ledger at once take turns instead of failing.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import cache
@@ -18,7 +26,7 @@ from pathlib import Path
 from alembic import command
 from alembic.config import Config
 from alembic.script import ScriptDirectory
-from sqlalchemy import inspect, text
+from sqlalchemy import Connection, inspect, text
 from sqlalchemy.exc import DBAPIError
 
 from ledger.db import make_engine, sqlite_path, to_url
@@ -36,9 +44,25 @@ class SchemaState:
 
 @dataclass
 class UpgradeResult:
+    """What `upgrade` did: revision `before` (None: empty) -> `after`, and the `backup`
+    copy of the SQLite file it made first (None when nothing needed one: an empty or
+    non-SQLite ledger, or one already at the target). Callers should show the backup's
+    path to the user: it is the way back if the new version misbehaves."""
+
     before: str | None
     after: str
     backup: Path | None
+
+    @property
+    def changed(self) -> bool:
+        return self.before != self.after
+
+    def describe(self) -> str:
+        """One line for the user, e.g. `upgraded schema 0001 -> 0003 (backup: /x.db.bak-..)`."""
+        if not self.changed:
+            return f"schema already at {self.after}"
+        line = f"upgraded schema {self.before or '(empty)'} -> {self.after}"
+        return line + (f" (backup: {self.backup})" if self.backup else "")
 
 
 def _script_location() -> str:
@@ -140,10 +164,26 @@ def backup_sqlite(path: Path, revision: str | None) -> Path:
     return dest
 
 
+@contextmanager
+def migration_connection(url: str) -> Iterator[Connection]:
+    """The connection that migrations run on: foreign keys OFF (set when the connection is
+    made, before any transaction, since SQLite ignores the pragma inside one) and write
+    transactions (BEGIN IMMEDIATE on SQLite). Other connections keep foreign keys ON."""
+    engine = make_engine(url, foreign_keys=False)
+    try:
+        with engine.connect() as conn:
+            conn.execution_options(write=True)
+            yield conn
+    finally:
+        engine.dispose()
+
+
 def upgrade(location: str, revision: str = "head", *, backup: bool = True) -> UpgradeResult:
     """Bring the schema to `revision` (default head) in one transaction.
 
-    A SQLite ledger that already has a schema is first copied to a timestamped backup.
+    A SQLite ledger that already has a schema is first copied to a timestamped backup
+    (`UpgradeResult.backup`). Safe against a concurrent upgrade of the same ledger: the
+    second waits for the first and finds nothing left to do.
     """
     state = inspect_schema(location)
     refuse_newer(location, state)
@@ -154,14 +194,23 @@ def upgrade(location: str, revision: str = "head", *, backup: bool = True) -> Up
     saved = None
     if backup and path is not None and state.status != "empty":
         saved = backup_sqlite(path, state.revision)
-    engine = make_engine(state.url)
     try:
-        with engine.connect() as conn:
+        with migration_connection(state.url) as conn:
             cfg = alembic_config(state.url)
             cfg.attributes["connection"] = conn
             command.upgrade(cfg, target)
     except DBAPIError as exc:
+        # e.g. PostgreSQL, where two creators can still collide: fine if the other won
+        if _revision_or_none(location) == target:
+            return UpgradeResult(state.revision, target, saved)
         raise SeedLedgerError(f"schema upgrade of {location} failed: {exc.orig}") from None
-    finally:
-        engine.dispose()
+    except SeedLedgerError as exc:
+        raise SeedLedgerError(f"schema upgrade of {location} refused: {exc}") from None
     return UpgradeResult(state.revision, target, saved)
+
+
+def _revision_or_none(location: str) -> str | None:
+    try:
+        return current(location)
+    except SeedLedgerError:
+        return None

@@ -9,7 +9,7 @@ from typing import Any
 from ledger import codec
 from ledger.errors import SeedLedgerError
 from ledger.records import AnchorInfo, GenerationRecord, MemberRecord, ReplayStep, RunInfo
-from ledger.schema import Anchor, Generation, Member, Run
+from ledger.schema import COEFFICIENTS_DTYPE, Anchor, Generation, Member, Run
 
 
 def utc(value: datetime) -> datetime:
@@ -76,6 +76,7 @@ def generation_row(run_id: int, rec: GenerationRecord) -> dict[str, Any]:
         "batch_indices": codec.dumps(list(rec.batch_indices)),
         "keys": codec.pack_u64([m.key for m in ms]),
         "coefficients": codec.pack_f64([m.coefficient for m in ms]),
+        "coefficients_dtype": COEFFICIENTS_DTYPE,
         "rewards": codec.pack_f64([m.reward for m in ms]),
         "reward_mean": stats["mean"],
         "reward_std": stats["std"],
@@ -105,25 +106,46 @@ def member_rows(generation_id: int, rec: GenerationRecord) -> list[dict[str, Any
     ]
 
 
-def generation_record(g: Generation, members: list[Member]) -> GenerationRecord:
+def check_blobs(run: str, idx: int, population: int, dtype: str, *blobs: bytes) -> None:
+    """A generation row's exact arrays must be 8 bytes x population each, in an encoding
+    this version reads; anything else is a damaged ledger, not data to guess at."""
+    if dtype != COEFFICIENTS_DTYPE:
+        raise SeedLedgerError(
+            f"run {run!r} generation {idx} stores coefficients as {dtype!r}; this seedledger "
+            f"reads only {COEFFICIENTS_DTYPE!r} (upgrade seedledger)"
+        )
+    if any(len(b) != 8 * population for b in blobs):
+        raise SeedLedgerError(
+            f"ledger is damaged: run {run!r} generation {idx} has arrays of "
+            f"{'/'.join(str(len(b) // 8) for b in blobs)} values for population {population}"
+        )
+
+
+def generation_record(run: str, g: Generation, members: list[Member]) -> GenerationRecord:
+    """The record of one generation row and its member rows (all `population` of them, in
+    order: a missing or extra member row is corruption and raises SeedLedgerError)."""
+    check_blobs(run, g.idx, g.population, g.coefficients_dtype, g.keys, g.coefficients, g.rewards)
+    if len(members) != g.population or any(m.idx != i for i, m in enumerate(members)):
+        raise SeedLedgerError(
+            f"ledger is damaged: run {run!r} generation {g.idx} has population {g.population} "
+            f"but member rows {sorted(m.idx for m in members)[:8]}"
+            f"{'...' if len(members) > 8 else ''}"
+        )
     keys = codec.unpack_u64(g.keys)
     coefs = codec.unpack_f64(g.coefficients)
     rewards = codec.unpack_f64(g.rewards)
-    by_idx = {m.idx: m for m in members}
-    out = []
-    for i, (k, c, r) in enumerate(zip(keys, coefs, rewards, strict=True)):
-        m = by_idx.get(i)
-        out.append(
-            MemberRecord(
-                index=i,
-                key=k,
-                sign=m.sign if m else 1,
-                reward=r,
-                coefficient=c,
-                components=codec.loads(m.components) if m else {},
-                samples=codec.unzjson(getattr(m, "samples", None)) if m else None,
-            )
+    out = [
+        MemberRecord(
+            index=i,
+            key=k,
+            sign=m.sign,
+            reward=r,
+            coefficient=c,
+            components=codec.loads(m.components),
+            samples=codec.unzjson(getattr(m, "samples", None)),
         )
+        for i, (k, c, r, m) in enumerate(zip(keys, coefs, rewards, members, strict=True))
+    ]
     return GenerationRecord(
         index=g.idx,
         lr=g.lr,

@@ -3,7 +3,10 @@ migration in `migrations/versions/`; the migrations, not `create_all`, build led
 
 Exactness: member keys (uint64), coefficients and rewards (float64) are stored as
 little-endian blobs on the generation row (read in one go by replay, bit-exact); the
-`members` table repeats them per member (keys as signed int64) for SQL audit.
+`members` table repeats them per member (keys as signed int64) for SQL audit. The row
+declares the blobs' encoding in `coefficients_dtype` (migration 0003): 'float64-le' for
+`coefficients` and `rewards` (and 'uint64-le' `keys` with it); a CHECK admits only
+encodings this version reads, and the reader refuses any other.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from datetime import datetime
 
 from sqlalchemy import (
     BigInteger,
+    CheckConstraint,
     DateTime,
     Float,
     ForeignKey,
@@ -53,9 +57,18 @@ class Run(Base):
     host: Mapped[str | None] = mapped_column(String(255))
 
 
+COEFFICIENTS_DTYPE = "float64-le"  # the one encoding of the exact blobs (see module doc)
+
+
 class Generation(Base):
     __tablename__ = "generations"
-    __table_args__ = (UniqueConstraint("run_id", "idx", name="uq_generation_run_idx"),)
+    __table_args__ = (
+        UniqueConstraint("run_id", "idx", name="uq_generation_run_idx"),
+        CheckConstraint(
+            f"coefficients_dtype IN ('{COEFFICIENTS_DTYPE}')",
+            name="ck_generation_coefficients_dtype",
+        ),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
@@ -68,6 +81,9 @@ class Generation(Base):
     batch_indices: Mapped[str] = mapped_column(Text)  # JSON list
     keys: Mapped[bytes] = mapped_column(LargeBinary)  # uint64 LE, member order
     coefficients: Mapped[bytes] = mapped_column(LargeBinary)  # float64 LE, as applied
+    coefficients_dtype: Mapped[str] = mapped_column(
+        String(16), server_default=COEFFICIENTS_DTYPE
+    )  # encoding of coefficients / rewards (float64-le) and keys (uint64-le)
     rewards: Mapped[bytes] = mapped_column(LargeBinary)  # float64 LE (NaN = unknown)
     reward_mean: Mapped[float | None] = mapped_column(Float)
     reward_std: Mapped[float | None] = mapped_column(Float)

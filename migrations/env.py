@@ -2,16 +2,32 @@
 
 Called by `ledger.migrate` (and by the `alembic` command with `-x url=...` or a
 `sqlalchemy.url` in an ini file). `ledger.migrate` passes an open connection in
-`config.attributes["connection"]` so the SQLite pragmas of `ledger.db` apply.
-The whole upgrade runs in one transaction (SQLite and PostgreSQL both have
-transactional DDL), so a failed upgrade leaves the old schema intact.
+`config.attributes["connection"]` (`ledger.migrate.migration_connection`): SQLite
+pragmas of `ledger.db` but with foreign keys OFF, and BEGIN IMMEDIATE. The whole
+upgrade runs in one transaction (SQLite and PostgreSQL both have transactional DDL), so
+a failed upgrade leaves the old schema intact.
+
+Rules for writing a migration (SQLite, where `render_as_batch` is on):
+
+- A table change that SQLite's ALTER cannot do is a batch operation
+  (`op.batch_alter_table`): a copy of the table, then DROP of the old one and a rename.
+  Foreign keys are OFF during migrations so that the DROP of, say, `generations` does not
+  cascade-delete `members` (Alembic's documented SQLite batch procedure); before the
+  transaction commits, `PRAGMA foreign_key_check` runs and any violation refuses the
+  upgrade (rolled back, nothing changed).
+- The audit views of 0002 (`generation_summary`, `member_audit`, `run_lineage`) name
+  `runs`, `generations` and `members`; SQLite refuses to rename a table into place while
+  a view names a missing table. A migration that batch-alters one of those tables drops
+  the views first and recreates them after (0003 is the example to copy), and carries
+  its own copy of the view SQL (migrations are snapshots: never import another one).
 """
 
 from __future__ import annotations
 
 from alembic import context
 
-from ledger.db import make_engine, to_url
+from ledger.db import foreign_key_violations, make_engine, to_url
+from ledger.errors import SeedLedgerError
 from ledger.schema import Base
 
 config = context.config
@@ -38,6 +54,13 @@ def _run(connection) -> None:
     )
     with context.begin_transaction():
         context.run_migrations()
+        bad = foreign_key_violations(connection)
+        if bad:  # raising here rolls the whole upgrade back
+            tables = sorted({t for t, _ in bad})
+            raise SeedLedgerError(
+                f"{len(bad)} rows would break foreign keys ({', '.join(tables)}); "
+                "nothing was changed"
+            )
 
 
 def run_online() -> None:
@@ -45,9 +68,10 @@ def run_online() -> None:
     if connection is not None:
         _run(connection)
         return
-    engine = make_engine(_url())
+    engine = make_engine(_url(), foreign_keys=False)  # see the module docstring
     try:
         with engine.connect() as conn:
+            conn.execution_options(write=True)
             _run(conn)
     finally:
         engine.dispose()
