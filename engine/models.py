@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ledger.durable import fsync_dir
 from ledger.errors import SeedLedgerError
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never touch the hub, whoever imports us first
@@ -171,7 +172,8 @@ ALIASES: dict[str, Alias] = {
 def _safetensors_tensor_bytes(path: Path) -> tuple[int, int]:
     """Parse the safetensors header cheaply: (bytes the header promises, number of params).
 
-    Raises ValueError on a malformed header.
+    Raises ValueError on a malformed header (whatever its JSON holds: a cache file is
+    untrusted input, and a bad one must read as "corrupt, rebuild", never as a crash).
     """
     size = path.stat().st_size
     with path.open("rb") as f:
@@ -181,18 +183,37 @@ def _safetensors_tensor_bytes(path: Path) -> tuple[int, int]:
         (hlen,) = struct.unpack("<Q", head)
         if hlen <= 0 or 8 + hlen > size or hlen > 100 << 20:
             raise ValueError("bad header length")
-        header = json.loads(f.read(hlen))
+        try:
+            header = json.loads(f.read(hlen))
+        except RecursionError:
+            raise ValueError("header nests too deeply") from None
+    if not isinstance(header, dict):
+        raise ValueError(f"header is a JSON {type(header).__name__}, not an object")
     end, params = 0, 0
     for name, info in header.items():
         if name == "__metadata__":
             continue
-        start, stop = info["data_offsets"]
-        end = max(end, stop)
+        offsets = info.get("data_offsets") if isinstance(info, dict) else None
+        shape = info.get("shape") if isinstance(info, dict) else None
+        if not (
+            isinstance(offsets, list)
+            and len(offsets) == 2
+            and all(_is_count(x) for x in offsets)
+            and offsets[0] <= offsets[1]
+            and isinstance(shape, list)
+            and all(_is_count(d) for d in shape)
+        ):
+            raise ValueError(f"tensor {name!r} has a malformed entry")
+        end = max(end, offsets[1])
         n = 1
-        for d in info["shape"]:
+        for d in shape:
             n *= d
         params += n
     return 8 + hlen + end, params
+
+
+def _is_count(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 1 << 62
 
 
 def _sha256(path: Path) -> str:
@@ -281,12 +302,14 @@ def _provision(alias: Alias, entry: Path) -> None:
             for f in tmp.iterdir():  # data on disk before the rename makes it visible
                 with f.open("rb") as fh:
                     os.fsync(fh.fileno())
+            fsync_dir(tmp)  # ... and the entry's own file names
         tmp.chmod(0o755)  # mkdtemp makes it private; the cache is shared like any other
         if entry.exists():  # a corrupt entry: move aside first, then drop it
             old = Path(tempfile.mkdtemp(prefix=f".{alias.name}.old-", dir=entry.parent))
             entry.rename(old / "entry")
             shutil.rmtree(old, ignore_errors=True)
         tmp.rename(entry)
+        fsync_dir(entry.parent)  # the rename itself survives a power loss
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     console.print(

@@ -17,8 +17,17 @@ keys, coefficients. Keys are member-key *indices* j with key = key_fn(run_key, g
 when the exporter was given `key_fn` (replay.noise.member_key) and every key matched,
 else raw u64 (not byte-planed, so repeated keys compress). Coefficients rounded to ≤ 12 significant bits are exactly the top 20 bits
 of a float32 and are stored in 3 bytes; anything else falls back to raw float64. Both
-round-trip bit-exactly. Every declared size is checked against the limits and the
-actual byte count before any array is built, so a hostile file cannot blow up memory.
+round-trip bit-exactly.
+
+A hostile file cannot blow up memory or time. A real seed file is kilobytes (27.7 KB for
+500 generations x N=30), so the limits are generous for real runs and tight for bombs:
+at most 65,536 members per generation, 2,097,152 in all, 1,048,576 generations; the body
+may be at most 1024x its compressed size (above an 8 MB floor) and ~52 MB in all, checked
+before decompressing, and the decompressor never reads past the declared size. Every
+header field is checked (types, ranges, lengths that the SQL columns hold), and the
+declared counts against the actual byte count, before any per-member list is built;
+per-member checks and key derivation are vectorized with numpy. `export_seedfile` refuses
+to write a file its reader would refuse.
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import math
 import os
 import struct
 import tempfile
@@ -38,6 +48,8 @@ from typing import Any
 import numpy as np
 import zstandard
 
+from ledger import codec
+from ledger.durable import replace_durably
 from ledger.errors import SeedLedgerError
 from ledger.ledger import Ledger
 from ledger.records import GenerationRecord, MemberRecord, ReplayStep, RunInfo
@@ -46,12 +58,23 @@ MAGIC = b"SLSEEDS\x00"
 FORMAT_VERSION = 1
 PREFIX = struct.Struct("<8sHHQQ")
 DIGEST_SIZE = 32
-MAX_FILE = 256 << 20
-MAX_BODY = 512 << 20
-MAX_HEADER = 64 << 20
-MAX_GENERATIONS = 10_000_000
-MAX_POPULATION = 1 << 20
-MAX_MEMBERS = 40_000_000
+MAX_POPULATION = 1 << 16  # members per generation (the paper: 30)
+MAX_MEMBERS = 1 << 21  # members in all (e.g. 10,000 generations x 200)
+MAX_GENERATIONS = 1 << 20
+MAX_HEADER = 16 << 20  # header JSON (~70 bytes per generation)
+MAX_MEMBER_BYTES = 1 + 8 + 8  # sign, raw key, f64 coefficient: the widest encoding
+MAX_BODY = MAX_HEADER + 4 + MAX_MEMBERS * MAX_MEMBER_BYTES  # ~52 MB
+MAX_FILE = MAX_BODY + (1 << 20)  # zstd never expands by more than a little
+MAX_RATIO = 1024  # body size / compressed size (zstd reaches ~32,000x on a bomb)
+RATIO_FLOOR = 8 << 20  # bodies up to this size may compress as well as they like
+I64 = 1 << 63
+I32 = 1 << 31
+# longest strings the SQL columns take (ledger.schema) / that a sane header holds
+MAX_NAME = 200
+MAX_TEXT = 1 << 16
+MAX_FINGERPRINT = 64
+MAX_NOISE_SPEC = 32
+MAX_DTYPE_POLICY = 64
 
 KeyFn = Callable[[int, int, int], int]
 
@@ -229,6 +252,9 @@ def export_seedfile(
     hjson = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
     body = b"".join([struct.pack("<I", len(hjson)), hjson, signs.tobytes(), key_bytes, coef_bytes])
     z = zstandard.ZstdCompressor(level=19, write_content_size=True).compress(body)
+    too_big = _too_big(len(records), max_pop, len(signs), len(hjson), len(body), len(z))
+    if too_big:
+        raise SeedLedgerError(f"cannot export {run}@{g} as a seed file: {too_big}")
     head = PREFIX.pack(MAGIC, FORMAT_VERSION, 0, len(z), len(body))
     blob = head + z
     blob += _digest(blob)
@@ -239,7 +265,7 @@ def export_seedfile(
             fh.write(blob)
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(tmp, dest)
+        replace_durably(tmp, dest)  # rename, then fsync the directory
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -258,26 +284,67 @@ def _need(cond: bool, what: str) -> None:
         raise _Bad(what)
 
 
+def _ratio_ok(rawlen: int, zlen: int) -> bool:
+    return rawlen <= max(RATIO_FLOOR, MAX_RATIO * zlen)
+
+
+def _too_big(gens: int, max_pop: int, members: int, hlen: int, rawlen: int, zlen: int) -> str:
+    """Why a file of these sizes exceeds the limits ("" when it does not)."""
+    if gens > MAX_GENERATIONS:
+        return f"{gens} generations, more than {MAX_GENERATIONS}"
+    if max_pop > MAX_POPULATION:
+        return f"a population of {max_pop}, more than {MAX_POPULATION}"
+    if members > MAX_MEMBERS:
+        return f"{members} members, more than {MAX_MEMBERS}"
+    if hlen > MAX_HEADER:
+        return f"a {hlen}-byte header, more than {MAX_HEADER}"
+    if rawlen > MAX_BODY or not _ratio_ok(rawlen, zlen):
+        return f"a {rawlen}-byte body compressed to {zlen} bytes is out of bounds"
+    return ""
+
+
 def _int(v: Any, lo: int, hi: int, what: str) -> int:
     _need(isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi, f"bad {what}")
     return v
 
 
 def _float(v: Any, what: str) -> float:
+    """A finite number (JSON int or float; booleans are not numbers here)."""
     _need(isinstance(v, float | int) and not isinstance(v, bool), f"bad {what}")
-    return float(v)
+    try:
+        x = float(v)
+    except OverflowError:
+        raise _Bad(f"bad {what}") from None
+    _need(math.isfinite(x), f"bad {what} (not finite)")
+    return x
 
 
-def _str(v: Any, what: str, optional: bool = False) -> str | None:
-    _need(isinstance(v, str) or (optional and v is None), f"bad {what}")
+def _str(v: Any, what: str, max_len: int = MAX_TEXT, optional: bool = False) -> str | None:
+    """A string the SQL columns take: at most `max_len` characters, valid UTF-8, no NUL."""
+    if optional and v is None:
+        return None
+    _need(isinstance(v, str) and len(v) <= max_len and "\x00" not in v, f"bad {what}")
+    try:
+        v.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate from a \ud800 escape
+        raise _Bad(f"bad {what} (not UTF-8)") from None
     return v
 
 
 def _u64_text(v: Any, what: str) -> int:
-    _need(isinstance(v, str) and v.isdigit() and len(v) <= 20, f"bad {what}")
+    _need(isinstance(v, str) and v.isascii() and v.isdigit() and len(v) <= 20, f"bad {what}")
     n = int(v)
     _need(n < 1 << 64, f"bad {what}")
     return n
+
+
+def _json_obj(v: Any, what: str) -> dict[str, Any]:
+    _need(isinstance(v, dict), f"bad {what}")
+    try:
+        codec.dumps(v)  # what the ledger will store: must serialize again
+    except (ValueError, TypeError, RecursionError):
+        raise _Bad(f"bad {what}") from None
+    return v
 
 
 def _list(v: Any, n: int, what: str) -> list[Any]:
@@ -294,44 +361,69 @@ def _body(data: bytes) -> bytes:
     _need(version == FORMAT_VERSION and flags == 0, f"unknown format {version}/{flags}")
     _need(zlen == len(data) - PREFIX.size - DIGEST_SIZE, "truncated or has trailing bytes")
     _need(4 <= rawlen <= MAX_BODY, f"declared body size {rawlen} is out of bounds")
-    _need(_digest(memoryview(data)[:-DIGEST_SIZE]) == data[-DIGEST_SIZE:], "checksum mismatch")
-    reader = zstandard.ZstdDecompressor().stream_reader(
-        io.BytesIO(memoryview(data)[PREFIX.size : -DIGEST_SIZE])
+    _need(
+        _ratio_ok(rawlen, zlen),
+        f"declared body size {rawlen} is out of bounds for {zlen} compressed bytes",
     )
-    body = reader.read(rawlen + 1)
+    _need(_digest(memoryview(data)[:-DIGEST_SIZE]) == data[-DIGEST_SIZE:], "checksum mismatch")
+    z = memoryview(data)[PREFIX.size : -DIGEST_SIZE]
+    framed = zstandard.frame_content_size(z)
+    _need(framed in (-1, rawlen), "body length differs from the declared one")
+    # streaming, so the decompressor never produces more than rawlen + 1 bytes
+    body = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(z)).read(rawlen + 1)
     _need(len(body) == rawlen, "body length differs from the declared one")
     return body
 
 
-def _parse(body: bytes, key_fn: KeyFn | None) -> SeedFile:
+def _header(body: bytes) -> tuple[dict[str, Any], int]:
     (hlen,) = struct.unpack_from("<I", body)
     _need(hlen <= min(MAX_HEADER, len(body) - 4), "header length out of bounds")
     h = json.loads(body[4 : 4 + hlen].decode("utf-8"))
     _need(isinstance(h, dict) and h.get("format") == "seedledger-seeds", "bad header")
-    _str(h.get("run"), "run name")
+    return h, 4 + hlen
+
+
+def _derive_keys(idx: np.ndarray, pops: list[int], runs: list[int], key_fn: KeyFn) -> np.ndarray:
+    """key = key_fn(run_key, g, j) per member, calling key_fn once per distinct (g, j)."""
+    keys = np.empty(len(idx), dtype="<u8")
+    at = 0
+    for gi, n in enumerate(pops):
+        if n:
+            uniq, inv = np.unique(idx[at : at + n], return_inverse=True)
+            table = np.array([key_fn(runs[gi], gi + 1, j) for j in uniq.tolist()], dtype="<u8")
+            keys[at : at + n] = table[inv]
+        at += n
+    return keys
+
+
+def _parse(body: bytes, key_fn: KeyFn | None) -> SeedFile:
+    h, pos = _header(body)
+    _str(h.get("run"), "run name", MAX_NAME)
     G = _int(h.get("generation"), 0, MAX_GENERATIONS, "generation")
     base = h.get("base")
     _need(isinstance(base, dict), "bad base")
     _str(base.get("model"), "base model")
     _str(base.get("revision"), "base revision", optional=True)
-    _str(base.get("fingerprint"), "base fingerprint", optional=True)
-    for k in ("noise_spec", "dtype_policy", "param_selection"):
-        _str(h.get(k), k)
-    _need(isinstance(h.get("config"), dict), "bad config")
-    _need(isinstance(h.get("software"), dict), "bad software")
-    _need(h.get("seed") is None or isinstance(h.get("seed"), int), "bad seed")
+    _str(base.get("fingerprint"), "base fingerprint", MAX_FINGERPRINT, optional=True)
+    spec = _str(h.get("noise_spec"), "noise_spec", MAX_NOISE_SPEC)
+    _str(h.get("dtype_policy"), "dtype_policy", MAX_DTYPE_POLICY)
+    _str(h.get("param_selection"), "param_selection")
+    _json_obj(h.get("config"), "config")
+    _json_obj(h.get("software"), "software")
+    if h.get("seed") is not None:
+        _int(h.get("seed"), -I64, I64 - 1, "seed")
     _u64_text(h.get("run_key"), "run key")
-    _str(h.get("final_fingerprint"), "final fingerprint", optional=True)
+    final = _str(h.get("final_fingerprint"), "final fingerprint", MAX_FINGERPRINT, optional=True)
     segs = h.get("segments")
-    _need(isinstance(segs, list) and len(segs) <= MAX_GENERATIONS, "bad segments")
+    _need(isinstance(segs, list) and len(segs) <= G + 1, "bad segments")
     seg_of: list[tuple[str, int]] = []  # per generation: (run, run_key)
     nxt = 1
     for s in segs:
         _need(isinstance(s, dict), "bad segment")
-        name = _str(s.get("run"), "segment run")
+        name = _str(s.get("run"), "segment run", MAX_NAME)
         first = _int(s.get("first"), nxt, nxt, "segment start")
         last = _int(s.get("last"), first, G, "segment end")
-        _str(s.get("noise_spec"), "segment noise spec")
+        _need(s.get("noise_spec") == spec, "a segment's noise spec differs from the file's")
         rk = _u64_text(s.get("run_key"), "segment run key")
         seg_of += [(name, rk)] * (last - first + 1)
         nxt = last + 1
@@ -339,70 +431,69 @@ def _parse(body: bytes, key_fn: KeyFn | None) -> SeedFile:
     gens = h.get("generations")
     _need(isinstance(gens, dict), "bad generations")
     pops = [
-        _int(p, 0, MAX_POPULATION, "population")
+        _int(p, 0, MAX_POPULATION, f"population (at most {MAX_POPULATION})")
         for p in _list(gens.get("population"), G, "population")
     ]
+    M = sum(pops)
+    _need(M <= MAX_MEMBERS, f"declares {M} members, more than {MAX_MEMBERS}")
     sigmas = [_float(v, "sigma") for v in _list(gens.get("sigma"), G, "sigma")]
     lrs = [_float(v, "lr") for v in _list(gens.get("lr"), G, "lr")]
     ssteps = [
-        _int(v, -(1 << 62), 1 << 62, "schedule step")
+        _int(v, -I32, I32 - 1, "schedule step")
         for v in _list(gens.get("schedule_step"), G, "schedule_step")
     ]
     fps = [
-        _str(v, "fingerprint", optional=True)
+        _str(v, "fingerprint", MAX_FINGERPRINT, optional=True)
         for v in _list(gens.get("fingerprint"), G, "fingerprint")
     ]
+    _need(final == (fps[-1] if fps else None), "final fingerprint differs from the last one")
     opts = gens.get("optimizers")
-    _need(isinstance(opts, list) and all(isinstance(o, dict) for o in opts), "bad optimizers")
+    _need(isinstance(opts, list) and len(opts) <= G, "bad optimizers")
+    for o in opts:
+        _json_obj(o, "optimizer")
     opt_of = [
         _int(v, 0, len(opts) - 1, "optimizer index")
         for v in _list(gens.get("optimizer_of"), G, "optimizer_of")
     ]
-    M = sum(pops)
-    _need(M <= MAX_MEMBERS, f"declares {M} members, more than allowed")
     key_mode, coef_mode = h.get("keys"), h.get("coefficients")
     kw = {"index-u16": 2, "index-u32": 4, "raw-u64": 8}.get(key_mode)  # type: ignore[arg-type]
     cw = {"f32hi20": 3, "f64": 8}.get(coef_mode)  # type: ignore[arg-type]
     _need(kw is not None and cw is not None, "unknown key or coefficient encoding")
-    pos = 4 + hlen
     _need(len(body) - pos == M * (1 + kw + cw), "array sizes differ from the header")
+    if key_mode != "raw-u64" and key_fn is None:
+        raise SeedLedgerError(
+            "this seed file stores derived member keys; pass key_fn "
+            "(replay.noise.member_key) to read it"
+        )
+    # every per-member step below is numpy; Python lists come last, of checked sizes
     signs = np.frombuffer(body, dtype="<i1", count=M, offset=pos)
     _need(bool(np.isin(signs, (-1, 1)).all()), "bad member sign")
     pos += M
     if key_mode == "raw-u64":
-        keys = np.frombuffer(body, dtype="<u8", count=M, offset=pos).tolist()
+        keys = np.frombuffer(body, dtype="<u8", count=M, offset=pos)
     else:
-        kraw = _unplanes(body[pos : pos + M * kw], kw, M)
+        idx = _unplanes(body[pos : pos + M * kw], kw, M).view(f"<u{kw}").ravel()
+        pop_of = np.repeat(np.asarray(pops, dtype=np.int64), pops)
+        _need(not bool((idx >= pop_of).any()), "member key index out of range")
+        keys = _derive_keys(idx, pops, [rk for _n, rk in seg_of], key_fn)  # type: ignore[arg-type]
     pos += M * kw
     if coef_mode == "f32hi20":
         planes = _unplanes(body[pos : pos + 3 * M], 3, M).astype("<u4")
         bits = (planes[:, 0] | (planes[:, 1] << 8) | (planes[:, 2] << 16)) << 12
-        coefs = bits.astype("<u4").view("<f4").astype("<f8").tolist()
+        coefs = bits.astype("<u4").view("<f4").astype("<f8")
     else:
-        coefs = _unplanes(body[pos : pos + 8 * M], 8, M).view("<f8").ravel().tolist()
-    if key_mode != "raw-u64":
-        if key_fn is None:
-            raise SeedLedgerError(
-                "this seed file stores derived member keys; pass key_fn "
-                "(replay.noise.member_key) to read it"
-            )
-        idx = kraw.view(f"<u{kw}").ravel().tolist()
+        coefs = _unplanes(body[pos : pos + 8 * M], 8, M).view("<f8").ravel()
+    kl, cl, sl = keys.tolist(), coefs.tolist(), signs.tolist()
     steps: list[ReplayStep] = []
     sign_lists: list[list[int]] = []
-    sl = signs.tolist()
     at = 0
-    for gi in range(G):
-        n = pops[gi]
-        g = gi + 1
-        run, rk = seg_of[gi]
-        if key_mode == "raw-u64":
-            gk = keys[at : at + n]
-        else:
-            gk = []
-            for j in idx[at : at + n]:
-                _need(j < n, "member key index out of range")
-                gk.append(key_fn(rk, g, j))  # type: ignore[misc]
-        steps.append(ReplayStep(run, g, gk, coefs[at : at + n], sigmas[gi], dict(opts[opt_of[gi]])))
+    for gi, n in enumerate(pops):
+        run = seg_of[gi][0]
+        steps.append(
+            ReplayStep(
+                run, gi + 1, kl[at : at + n], cl[at : at + n], sigmas[gi], dict(opts[opt_of[gi]])
+            )
+        )
         sign_lists.append(sl[at : at + n])
         at += n
     return SeedFile(h, steps, sign_lists, fps, lrs, ssteps)

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import os
 import shutil
+import stat
+import struct
 import time
 from pathlib import Path
 
@@ -75,6 +78,21 @@ def _corrupt_header(entry: Path) -> None:
     w.write_bytes(bytes(data))
 
 
+def _same_size_header(entry: Path, text: bytes) -> None:
+    """Replace the safetensors header JSON with `text` padded to the same length (so the
+    size check passes and only the header parse can tell)."""
+    w = entry / WEIGHTS
+    data = bytearray(w.read_bytes())
+    (hlen,) = struct.unpack("<Q", data[:8])
+    assert len(text) <= hlen
+    data[8 : 8 + hlen] = text + b" " * (hlen - len(text))
+    w.write_bytes(bytes(data))
+
+
+def _corrupt_header_not_object(entry: Path) -> None:
+    _same_size_header(entry, b"[1, 2]")  # valid JSON, not an object: was AttributeError
+
+
 def _corrupt_manifest(entry: Path) -> None:
     (entry / MANIFEST).unlink()
 
@@ -84,7 +102,14 @@ def _corrupt_tokenizer(entry: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "corrupt", [_corrupt_truncate, _corrupt_header, _corrupt_manifest, _corrupt_tokenizer]
+    "corrupt",
+    [
+        _corrupt_truncate,
+        _corrupt_header,
+        _corrupt_header_not_object,
+        _corrupt_manifest,
+        _corrupt_tokenizer,
+    ],
 )
 def test_corrupt_entry_is_rebuilt(home, corrupt, monkeypatch):
     entry = home / "models" / "tiny"
@@ -102,6 +127,59 @@ def test_corrupt_entry_is_rebuilt(home, corrupt, monkeypatch):
     assert resolve_model("tiny") == entry
     assert models._check_entry(entry, models.ALIASES["tiny"].revision, verify=True) is None
     assert _manifest(entry)["sha256"] == good
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        b"[1, 2]",
+        b'"text"',
+        b"3",
+        b"null",
+        b'{"w": 5}',
+        b'{"w": {"shape": [2], "data_offsets": 7}}',
+        b'{"w": {"shape": ["ab"], "data_offsets": [0, 8]}}',
+        b'{"w": {"shape": [true], "data_offsets": [0, 8]}}',
+        b'{"w": {"shape": [2], "data_offsets": [8, 0]}}',
+        b'{"w": {"shape": [-2], "data_offsets": [0, 8]}}',
+        b"[" * 1070 + b"]" * 1070,  # deeper than json.loads recurses
+    ],
+)
+def test_malformed_header_reads_as_corrupt(home, header):
+    """Whatever JSON the header holds, the check reports it (no exception escapes)."""
+    entry = home / "models" / "tiny"
+    _same_size_header(entry, header)
+    reason = models._check_entry(entry, models.ALIASES["tiny"].revision)
+    assert reason is not None and "unreadable" in reason
+
+
+def test_provision_fsyncs_the_directory_after_the_rename(tmp_path, monkeypatch):
+    """The entry's files, then its directory, then (after the rename) the cache directory."""
+    monkeypatch.setenv("SEEDLEDGER_HOME", str(tmp_path))
+    header = json.dumps({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}).encode()
+
+    def build(dest: Path) -> None:
+        (dest / WEIGHTS).write_bytes(struct.pack("<Q", len(header)) + header + b"\0" * 8)
+        for name in ("config.json", *models.TOKENIZER_FILES):
+            (dest / name).write_text("{}")
+
+    monkeypatch.setitem(models.ALIASES, "tiny", models.Alias("tiny", "x", build))
+    entry = tmp_path / "models" / "tiny"
+    synced: list[tuple[str, bool, bool]] = []
+    real_fsync = os.fsync
+
+    def fsync(fd):
+        is_dir = stat.S_ISDIR(os.fstat(fd).st_mode)
+        synced.append((os.readlink(f"/proc/self/fd/{fd}"), is_dir, entry.exists()))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    assert resolve_model("tiny") == entry
+    files = [p for p, is_dir, _ in synced if not is_dir]
+    assert len(files) == 5  # weights, manifest, config, 2 tokenizer files
+    dirs = [(p, published) for p, is_dir, published in synced if is_dir]
+    assert dirs[-1] == (str(entry.parent), True)  # the rename made durable
+    assert any(".tiny.tmp-" in p and not published for p, published in dirs)
 
 
 def test_verify_catches_same_size_bit_flip(home, monkeypatch):
