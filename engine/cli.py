@@ -10,10 +10,16 @@ import json
 import os
 import sys
 import traceback
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+
+try:  # typer >= 0.20 carries its own copy of click; its exceptions are these
+    from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError
+except ImportError:  # older typer runs on click itself
+    from click.exceptions import ClickException, NoArgsIsHelpError, UsageError
 
 from ledger.errors import SeedLedgerError
 
@@ -36,11 +42,19 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="One JSON document on stdo
 
 class State:
     debug = False
+    upgrade = True
 
 
 @app.callback()
-def _root(debug: Annotated[bool, typer.Option("--debug", help="Tracebacks on errors.")] = False):
+def _root(
+    debug: Annotated[bool, typer.Option("--debug", help="Tracebacks on errors.")] = False,
+    no_upgrade: Annotated[
+        bool,
+        typer.Option("--no-upgrade", help="Refuse a ledger with an older schema instead of upgrading it."),
+    ] = False,
+):
     State.debug = debug
+    State.upgrade = not no_upgrade
 
 
 def emit(payload: Any, as_json: bool, human: str | None = None) -> None:
@@ -51,10 +65,6 @@ def emit(payload: Any, as_json: bool, human: str | None = None) -> None:
         typer.echo(human)
 
 
-def not_built(name: str) -> None:
-    raise SeedLedgerError(f"`seedledger {name}` is not built yet")
-
-
 
 Sets = Annotated[
     list[str] | None, typer.Option("--set", help="Override a config key: key=value (dots for nesting).")
@@ -62,10 +72,12 @@ Sets = Annotated[
 Gens = Annotated[int | None, typer.Option("--generations", "-n", help="Generations to train.")]
 
 
-def open_ledger(url: str, upgrade: bool = True):
+def open_ledger(url: str, create: bool = False):
+    """Open the ledger; only commands that write a new run (train, import) may create one,
+    so a mistyped `--ledger` is reported instead of becoming an empty ledger."""
     from ledger import Ledger
 
-    return Ledger.open(url or DEFAULT_LEDGER, upgrade=upgrade)
+    return Ledger.open(url or DEFAULT_LEDGER, upgrade=State.upgrade, create=create)
 
 
 def _session_payload(result) -> dict:
@@ -79,12 +91,12 @@ def _session_payload(result) -> dict:
     }
 
 
-def _session(ledger: str, as_json: bool, body) -> None:
+def _session(ledger: str, as_json: bool, body, create: bool = False) -> None:
     """Run a training session `body(ledger, hooks)` with live progress (none under --json),
     then print its summary and emit the result."""
     from engine.progress import TrainingProgress
 
-    with open_ledger(ledger) as led, TrainingProgress(enabled=not as_json) as progress:
+    with open_ledger(ledger, create=create) as led, TrainingProgress(enabled=not as_json) as progress:
         result = body(led, progress.hooks())
     if not as_json and progress.rows:
         progress.console.print(progress.summary())
@@ -103,7 +115,10 @@ def train(
     """Start a new run from CONFIG and train it."""
     from engine import session
 
-    _session(ledger, as_json, lambda led, hooks: session.start(led, config, run, set_ or [], generations, hooks))
+    _session(
+        ledger, as_json, lambda led, hooks: session.start(led, config, run, set_ or [], generations, hooks),
+        create=True,
+    )
 
 
 @app.command()
@@ -143,30 +158,52 @@ def verify(
 ):
     """Replay RUN up to G from its base and check every fingerprint (exit 1 on a mismatch)."""
     from engine import rebuilding
+    from ledger.errors import VerifyMismatch
 
     with open_ledger(ledger) as led:
         report = rebuilding.verify_ref(led, ref, device)
+    if not report["ok"]:
+        emit(report, as_json)  # the JSON report says which generation; stderr the one line
+        raise VerifyMismatch(report["error"])
     emit(report, as_json, f"verified {report['run']}@{report['generation']}: "
          f"{report['generations_checked']} fingerprints match ({report['fingerprint']})")
 
 
+class VerifyWhen(StrEnum):
+    every = "every"
+    end = "end"
+
+
+VerifyOpt = Annotated[
+    VerifyWhen,
+    typer.Option("--verify", help="Check the fingerprint of every replayed generation, or only the last."),
+]
+
+
 @app.command()
 def rebuild(
-    source: Annotated[str, typer.Argument(help="RUN@G in the ledger, or a FILE.seeds.")],
+    source: Annotated[str, typer.Argument(help="RUN, RUN@G in the ledger, or a FILE.seeds.")],
     output: Annotated[Path, typer.Option("-o", "--output", help="Directory to write.")],
     base: Annotated[str | None, typer.Option("--base", help="Base model alias or directory.")] = None,
     device: Annotated[str, typer.Option("--device", help="cpu or cuda.")] = "cpu",
+    verify_: VerifyOpt = VerifyWhen.end,
+    force: Annotated[
+        bool, typer.Option("--force", help="Replace DIR even if it is not an earlier rebuild's output.")
+    ] = False,
     ledger: LedgerOpt = DEFAULT_LEDGER,
     as_json: JsonOpt = False,
 ):
-    """Rebuild the model at RUN@G (or from a seed file) as a Hugging Face directory."""
+    """Rebuild the model at RUN@G (or from a seed file) as a Hugging Face directory.
+
+    SOURCE is a run when it names one in the ledger (RUN or RUN@G), else a seed file;
+    write ./NAME for a file that shares its name with a run.
+    """
     from engine import rebuilding
 
-    if source.endswith(".seeds") or Path(source).is_file():
-        report = rebuilding.rebuild_seedfile(Path(source), output, base, device)
-    else:
-        with open_ledger(ledger) as led:
-            report = rebuilding.rebuild_ref(led, source, output, base, device)
+    report = rebuilding.rebuild_source(
+        ledger or DEFAULT_LEDGER, source, output, base, device,
+        verify=verify_.value, force=force, upgrade=State.upgrade,
+    )
     emit(report, as_json, f"wrote {report['output']} ({report['run']}@{report['generation']}, "
          f"fingerprint {report['fingerprint']})")
 
@@ -201,7 +238,7 @@ def import_(
     from ledger.seedfile import import_seedfile
     from replay.noise import member_key
 
-    with open_ledger(ledger) as led:
+    with open_ledger(ledger, create=True) as led:
         info = import_seedfile(led, file, run, key_fn=member_key)
         latest = led.latest_generation(info.name)
     emit({"run": info.name, "latest_generation": latest}, as_json, f"imported {info.name}@{latest}")
@@ -213,8 +250,15 @@ def db_upgrade(ledger: LedgerOpt = DEFAULT_LEDGER, as_json: JsonOpt = False):
     from ledger import migrate
 
     url = ledger or DEFAULT_LEDGER
-    migrate.upgrade(url)
-    emit({"revision": migrate.current(url)}, as_json, f"at revision {migrate.current(url)}")
+    result = migrate.upgrade(url)
+    backup = str(result.backup) if result.backup else None
+    payload = {"before": result.before, "revision": result.after, "backup": backup}
+    if result.before == result.after:
+        human = f"already at revision {result.after}"
+    else:
+        human = f"upgraded {result.before or 'an empty ledger'} -> {result.after}"
+        human += f"; the old ledger is backed up at {backup}" if backup else " (no backup: nothing to save)"
+    emit(payload, as_json, human)
 
 
 @db_app.command("current")
@@ -324,16 +368,37 @@ def plot(
 def demo(
     workdir: Annotated[Path, typer.Option("--workdir", help="Where the demo writes.")] = Path("demo-out"),
     generations: Gens = None,
+    as_json: JsonOpt = False,
 ):
     """The end-to-end demo: train SmolLM2 on arithmetic, rebuild, verify, export, report."""
+    import contextlib
+
     from engine.demo import run_demo
 
-    run_demo(workdir, generations)
+    if not as_json:
+        run_demo(workdir, generations)
+        return
+    with contextlib.redirect_stdout(sys.stderr):  # the demo's table; stdout is the JSON alone
+        figures = run_demo(workdir, generations)
+    emit(figures, as_json)
+
+
+def _usage_error(exc: UsageError) -> None:
+    """A usage error as one line on stderr (click's usage block only under --debug)."""
+    if isinstance(exc, NoArgsIsHelpError):  # `seedledger` alone: the help
+        typer.echo(exc.format_message())
+        sys.exit(0)
+    if State.debug:
+        exc.show()
+        sys.exit(2)
+    message = " ".join(exc.format_message().split())
+    where = exc.ctx.command_path if exc.ctx is not None else "seedledger"
+    typer.echo(f"error: {message} (see `{where} --help`)", err=True)
+    sys.exit(2)
 
 
 def main() -> None:
     """Console-script entry point: map errors to one line and an exit code."""
-    State.debug = "--debug" in sys.argv
     # Models are local files: never ask a hub, and keep library progress bars off stderr
     # (ours go there; an error must stay one line).
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -344,18 +409,21 @@ def main() -> None:
     except SeedLedgerError as exc:
         if State.debug:
             traceback.print_exc()
-        typer.echo(f"error: {exc}", err=True)
+        typer.echo(f"error: {' '.join(str(exc).split())}", err=True)
         sys.exit(exc.exit_code)
+    except UsageError as exc:
+        _usage_error(exc)
     except (typer.Abort, KeyboardInterrupt):
         typer.echo("aborted", err=True)
         sys.exit(130)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
-    except Exception as exc:  # click usage errors carry their own exit code
-        code = getattr(exc, "exit_code", None)
-        if code is not None and hasattr(exc, "show"):
-            exc.show()
-            sys.exit(2)
+    except ClickException as exc:  # e.g. a file option that cannot be opened
+        if State.debug:
+            raise
+        typer.echo(f"error: {' '.join(exc.format_message().split())}", err=True)
+        sys.exit(2)
+    except Exception as exc:
         if State.debug:
             raise
         typer.echo(f"error: {type(exc).__name__}: {exc} (run with --debug for a traceback)", err=True)

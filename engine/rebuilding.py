@@ -14,10 +14,11 @@ from pathlib import Path
 import torch
 
 from engine.models import resolve_model
-from engine.refs import resolve_ref
+from engine.refs import parse_ref, resolve_ref
 from engine.session import anchors_dir
 from ledger import Ledger
-from ledger.errors import SeedLedgerError
+from ledger.db import sqlite_path, to_url
+from ledger.errors import RunNotFound, SeedLedgerError, VerifyMismatch
 from replay.fingerprint import fingerprint
 from replay.noise import member_key
 from replay.rebuild import rebuild, replay_steps
@@ -34,27 +35,80 @@ def load_base_master(model_dir: Path, device: str = "cpu") -> dict[str, torch.Te
     }
 
 
-def write_model_dir(base_dir: Path, master: dict[str, torch.Tensor], output: Path, meta: dict) -> None:
-    """Write a transformers/vLLM-loadable directory in the base model's own dtype, atomically."""
+MARKER = "seedledger.json"  # written into every rebuild output: its run, generation, fingerprint
+
+
+def is_rebuild_output(path: Path) -> bool:
+    """True when `path` is a directory an earlier `seedledger rebuild` wrote."""
+    try:
+        meta = json.loads((path / MARKER).read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(meta, dict) and {"run", "generation", "fingerprint"} <= meta.keys()
+
+
+def check_output(output: Path, force: bool = False, keep: Path | None = None) -> None:
+    """Refuse an output that would destroy something seedledger did not write: an existing
+    file, a non-empty directory that is not an earlier rebuild's output (unless `force`),
+    and, even with `force`, the current directory, one of its parents, or a directory
+    that holds `keep` (the ledger). Called before any work, so a refusal costs nothing."""
+    target = output.expanduser().resolve()
+    if not target.exists():
+        return
+    if not target.is_dir():
+        raise SeedLedgerError(f"-o {output}: exists and is not a directory")
+    cwd = Path.cwd().resolve()
+    if target == cwd or target in cwd.parents:
+        raise SeedLedgerError(f"-o {output}: refusing to replace the current directory or a parent of it")
+    if keep is not None and target in keep.expanduser().resolve().parents:
+        raise SeedLedgerError(f"-o {output}: refusing to replace a directory that holds the ledger {keep}")
+    if force or is_rebuild_output(target) or not any(target.iterdir()):
+        return
+    raise SeedLedgerError(
+        f"-o {output}: directory is not empty and is not an earlier rebuild's output "
+        f"(no {MARKER}); pick another directory or pass --force to replace it"
+    )
+
+
+def write_model_dir(
+    base_dir: Path, master: dict[str, torch.Tensor], output: Path, meta: dict, force: bool = False
+) -> None:
+    """Write a transformers/vLLM-loadable directory in the base model's own dtype.
+
+    The directory is written beside `output` under a temporary name and renamed into
+    place, so `output` is never half-written; what stood there before (an earlier
+    rebuild, or anything with `force`) is moved aside first and removed after.
+    """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    check_output(output, force)
     model = AutoModelForCausalLM.from_pretrained(base_dir, dtype="auto")
     with torch.no_grad():
         for name, param in model.named_parameters():
             param.copy_(master[name].to(device=param.device, dtype=param.dtype))
-    output = output.resolve()
+    output = output.expanduser().resolve()
     output.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
+    old = None
     try:
         model.save_pretrained(staging)
         AutoTokenizer.from_pretrained(base_dir).save_pretrained(staging)
-        (staging / "seedledger.json").write_text(json.dumps(meta, indent=2) + "\n")
+        (staging / MARKER).write_text(json.dumps(meta, indent=2) + "\n")
+        check_output(output, force)  # again: something may have appeared meanwhile
         if output.exists():
-            shutil.rmtree(output)
-        staging.rename(output)
+            old = Path(tempfile.mkdtemp(prefix=f".{output.name}.old.", dir=output.parent))
+            output.rename(old / "previous")
+        try:
+            staging.rename(output)
+        except OSError:
+            if old is not None:
+                (old / "previous").rename(output)  # put it back
+            raise
     finally:
         if staging.exists():
             shutil.rmtree(staging)
+        if old is not None and old.exists():
+            shutil.rmtree(old)
 
 
 def _base_for(run, base: str | None, device: str) -> tuple[Path, dict[str, torch.Tensor]]:
@@ -69,35 +123,74 @@ def _base_for(run, base: str | None, device: str) -> tuple[Path, dict[str, torch
 
 
 def verify_ref(ledger: Ledger, ref: str, device: str = "cpu") -> dict:
-    """Replay from the base (no anchors) and compare every generation's fingerprint."""
+    """Replay from the base (no anchors) and compare every generation's fingerprint.
+
+    Both outcomes are logged as a `verify` event; a mismatch is reported (`ok: false`,
+    the first generation that does not replay, the message), not raised, so that the CLI
+    can print the report before it exits 1.
+    """
     run, gen = resolve_ref(ledger, ref)
     _, master = _base_for(run, None, device)
-    master, _ = rebuild(ledger, run.name, gen, master, verify="every", anchors_dir=None)
-    ledger.log_event(run.name, "verify", {"generation": gen, "ok": True, "device": device})
+    done = [0]
+
+    def progress(count: int, total: int) -> None:
+        done[0] = count
+
+    try:
+        master, _ = rebuild(
+            ledger, run.name, gen, master, verify="every", anchors_dir=None, progress=progress
+        )
+    except VerifyMismatch as exc:
+        bad = done[0] + 1  # from the base, the k-th replayed step is generation k
+        message = f"{run.name}@{gen} does not verify: {exc}"
+        ledger.log_event(
+            run.name, "verify",
+            {"generation": gen, "ok": False, "device": device, "first_bad_generation": bad,
+             "error": str(exc)},
+        )
+        return {
+            "run": run.name,
+            "generation": gen,
+            "generations_checked": bad,
+            "first_bad_generation": bad,
+            "fingerprint": None,
+            "ok": False,
+            "error": message,
+        }
+    fp = fingerprint(master)
+    ledger.log_event(run.name, "verify", {"generation": gen, "ok": True, "device": device, "fingerprint": fp})
     return {
         "run": run.name,
         "generation": gen,
         "generations_checked": gen,
-        "fingerprint": fingerprint(master),
+        "fingerprint": fp,
         "ok": True,
     }
 
 
-def rebuild_ref(ledger: Ledger, ref: str, output: Path, base: str | None, device: str) -> dict:
+def rebuild_ref(
+    ledger: Ledger, ref: str, output: Path, base: str | None, device: str,
+    *, verify: str = "end", force: bool = False,
+) -> dict:
     run, gen = resolve_ref(ledger, ref)
+    check_output(output, force, keep=sqlite_path(to_url(ledger.location)))
     model_dir, master = _base_for(run, base, device)
-    master, _ = rebuild(ledger, run.name, gen, master, verify="end", anchors_dir=anchors_dir(ledger))
+    master, _ = rebuild(ledger, run.name, gen, master, verify=verify, anchors_dir=anchors_dir(ledger))
     fp = fingerprint(master)
     meta = {"run": run.name, "generation": gen, "fingerprint": fp, "base_model": run.base_model}
-    write_model_dir(model_dir, master, output, meta)
-    return {**meta, "output": str(output)}
+    write_model_dir(model_dir, master, output, meta, force)
+    return {**meta, "output": str(output), "verify": verify}
 
 
-def rebuild_seedfile(path: Path, output: Path, base: str | None, device: str) -> dict:
+def rebuild_seedfile(
+    path: Path, output: Path, base: str | None, device: str,
+    *, verify: str = "end", force: bool = False, keep: Path | None = None,
+) -> dict:
     """Rebuild from a seed file alone: its header names the base and every step."""
     from ledger.seedfile import read_seedfile
 
     seeds = read_seedfile(path, key_fn=member_key)
+    check_output(output, force, keep=keep)
     model_dir = resolve_model(base or seeds.base_model)
     master = load_base_master(model_dir, device)
     if fingerprint(master) != seeds.base_fingerprint:
@@ -105,12 +198,70 @@ def rebuild_seedfile(path: Path, output: Path, base: str | None, device: str) ->
             f"{path}: base {base or seeds.base_model!r} has a different fingerprint than the "
             "seed file's base; pass the right one with --base"
         )
-    master, _ = replay_steps(master, seeds.steps)
+    expected = None
+    if verify == "every":
+        expected = {s.index: fp for s, fp in zip(seeds.steps, seeds.fingerprints, strict=True)}
+    try:
+        master, _ = replay_steps(master, seeds.steps, expected=expected)
+    except VerifyMismatch as exc:
+        raise VerifyMismatch(f"{path}: {exc}") from None
     fp = fingerprint(master)
     if fp != seeds.final_fingerprint:
-        from ledger.errors import VerifyMismatch
-
         raise VerifyMismatch(f"{path}: rebuilt fingerprint {fp} differs from the file's {seeds.final_fingerprint}")
     meta = {"run": seeds.header["run"], "generation": seeds.generation, "fingerprint": fp, "base_model": seeds.base_model}
-    write_model_dir(model_dir, master, output, meta)
-    return {**meta, "output": str(output)}
+    write_model_dir(model_dir, master, output, meta, force)
+    return {**meta, "output": str(output), "verify": verify}
+
+
+def rebuild_source(
+    ledger_location: str, source: str, output: Path, base: str | None, device: str,
+    *, verify: str = "end", force: bool = False, upgrade: bool = True,
+) -> dict:
+    """`seedledger rebuild SOURCE`: a run (RUN or RUN@G) when the ledger has one by that
+    name, else a seed file; both at once is refused as ambiguous (write ./FILE for the file)."""
+    ledger_file = sqlite_path(to_url(ledger_location))
+    has_ledger = ledger_file is None or ledger_file.exists()
+    is_file = Path(source).is_file()
+    run_name = _run_part(source)
+    led = None
+    if has_ledger and (run_name is not None or not is_file):
+        try:
+            led = Ledger.open(ledger_location, upgrade=upgrade, create=False)
+        except SeedLedgerError:
+            if not is_file:
+                raise  # a seed file needs no ledger: one that cannot be opened is no run
+    try:
+        is_run = led is not None and run_name is not None and _has_run(led, run_name)
+        if is_run and is_file:
+            raise SeedLedgerError(
+                f"{source!r} is both a run in {ledger_location} and a file; "
+                f"write ./{source} for the file"
+            )
+        if is_run:
+            return rebuild_ref(led, source, output, base, device, verify=verify, force=force)
+        if is_file:
+            return rebuild_seedfile(
+                Path(source), output, base, device, verify=verify, force=force, keep=ledger_file
+            )
+        where = f"in {ledger_location}" if has_ledger else f"(no ledger at {ledger_location})"
+        raise SeedLedgerError(f"{source!r} is neither a run {where} nor a seed file")
+    finally:
+        if led is not None:
+            led.close()
+
+
+def _run_part(source: str) -> str | None:
+    """The run name of `source` read as RUN or RUN@G; None when it cannot be one."""
+    try:
+        name, _ = parse_ref(source)
+    except SeedLedgerError:
+        return None
+    return name
+
+
+def _has_run(ledger: Ledger, name: str) -> bool:
+    try:
+        ledger.get_run(name)
+    except RunNotFound:
+        return False
+    return True
