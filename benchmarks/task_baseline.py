@@ -25,6 +25,16 @@ from engine.models import resolve_model  # noqa: E402
 from trainers.tasks import load_task  # noqa: E402
 
 
+def summarize(rewards: list[float | None]) -> tuple[float, str]:
+    """Mean over the rows that got a reward (None: no reward function applied; NaN when
+    none did) and the share of each value, None included, e.g. ``0.0: 50%, 1.0: 25%, None: 25%``."""
+    scored = [r for r in rewards if r is not None]
+    mean = sum(scored) / len(scored) if scored else float("nan")
+    shares = collections.Counter(None if r is None else round(r, 3) for r in rewards)
+    order = sorted(shares.items(), key=lambda kv: (kv[0] is None, kv[0] or 0.0))
+    return mean, ", ".join(f"{k}: {v / len(rewards):.0%}" for k, v in order)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="smollm2-135m-instruct")
@@ -47,13 +57,11 @@ def main() -> None:
         completions = backend.generate(prompts, max_new, seed=None)
         seconds = time.perf_counter() - started
         rewards, _ = task.reward(prompts, completions, rows)
-        mean = sum(rewards) / len(rewards)
-        shares = collections.Counter(round(r, 3) for r in rewards)
-        dist = ", ".join(f"{k}: {v / len(rewards):.0%}" for k, v in sorted(shares.items()))
+        mean, dist = summarize(rewards)
         print(f"{task.name}: mean reward {mean:.3f} over {len(rows)} test rows "
               f"(greedy, max_new_tokens={max_new}, level={task.level}; {dist}) in {seconds:.0f} s")
         for r, c, rw in list(zip(rows, completions, rewards, strict=True))[: args.show]:
-            print(f"  {rw:.1f}  {r}  ->  {c!r}")
+            print(f"  {'-' if rw is None else f'{rw:.1f}'}  {r}  ->  {c!r}")
 
 
 if __name__ == "__main__":

@@ -207,3 +207,34 @@ def test_answer_helpers() -> None:
     assert parse_number("50%") == 50 and parse_number("7.") == 7
     assert parse_number("abc") is None and parse_number("1" * 100) is None
     assert last_number("it is 1,000 or -3.5 apples") == parse_number("-3.5")
+
+
+def test_user_reward_modules_have_a_stable_name(tmp_path: Path) -> None:
+    """The module a reward file is imported as is named from its path alone, the same in
+    every process (``hash()`` of a str is salted per process)."""
+    import os
+    import subprocess
+    import sys
+
+    root = str(Path(__file__).parents[1])
+    code = (
+        "from trainers.rewards import load_reward_fn;"
+        f"print(load_reward_fn('tests/data/user_reward.py:shout', base_dir={root!r}).__module__)"
+    )
+    names = set()
+    for salt in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": salt}
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                             cwd=Path(__file__).parents[1], check=True)
+        names.add(out.stdout.strip())
+    here = load_reward_fn("tests/data/user_reward.py:shout", base_dir=Path(__file__).parents[1]).__module__
+    assert names == {here} and here.startswith("_seedledger_user_reward_")
+
+
+def test_curriculum_refuses_bounds_and_single_levels() -> None:
+    with pytest.raises(ValueError, match="at least 2 levels"):
+        Curriculum(levels=1)
+    with pytest.raises(ValueError, match="lower_below < raise_above"):
+        Curriculum(levels=3, raise_above=0.3, lower_below=0.3)
+    with pytest.raises(ValueError, match="lower_below < raise_above"):
+        Curriculum(levels=3, raise_above=1.5)

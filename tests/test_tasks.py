@@ -183,3 +183,66 @@ def test_bad_parquet_and_empty_test_file(tmp_path: Path) -> None:
 def test_bad_specs(spec: object, message: str) -> None:
     with pytest.raises(SeedLedgerError, match=message):
         load_task(spec)
+
+
+def test_math_answer_zero_is_an_answer() -> None:
+    """``Fraction(0)`` is falsy: ``parse_number(tail) or last_number(tail)`` threw a right 0
+    away and read the last number of the tail instead (3 in ``0/3``)."""
+    from trainers.tasks.math_task import model_answer
+
+    assert model_answer("#### 0/3") == 0
+    assert math_reward(None, ["#### 0/3", "#### 0", "<answer>0</answer>", "#### 0.0", "#### 3"],
+                       ["#### 0"] * 5) == [1.0, 1.0, 1.0, 1.0, 0.0]
+
+
+def _regex_task(tmp_path: Path, patterns: list[str], **opts: object):
+    rx = tmp_path / "rx.jsonl"
+    rx.write_text("\n".join(json.dumps({"q": f"q{i}", "a": p}) for i, p in enumerate(patterns)) + "\n")
+    return load_task({"name": "jsonl", "path": str(rx), "prompt_column": "q", "answer_column": "a",
+                      "match": "regex", "test_size": 1, **opts})
+
+
+def test_jsonl_regex_patterns_compile_once_and_cap_the_text(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import re
+
+    from trainers.tasks import jsonl_task
+
+    task = _regex_task(tmp_path, [r"a*", r"\d+ apples?", r"a*"], casefold=True)
+
+    def no_compiling(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a dataset pattern was compiled or matched by text after load")
+
+    monkeypatch.setattr(jsonl_task, "compile_pattern", no_compiling)
+    monkeypatch.setattr(re, "fullmatch", no_compiling)
+    rows = [{"q": "q", "a": r"a*"}] * 3 + [{"q": "q", "a": r"\d+ apples?"}]
+    cap = jsonl_task.MAX_REGEX_TEXT
+    completions = ["A" * cap, "a" * (cap + 1), "<answer>aaa</answer>", "3 APPLES"]
+    rewards, _ = task.reward(["p"] * 4, completions, rows)
+    assert rewards == [1.0, 0.0, 1.0, 1.0]  # the answer over the cap is not matched at all
+
+
+@pytest.mark.parametrize("bad", ["(unclosed", "a{2,1}", "*x", "(?P<n>a)(?P<n>b)"])
+def test_jsonl_invalid_regex_is_a_one_line_error_naming_file_row_column(tmp_path: Path, bad: str) -> None:
+    with pytest.raises(SeedLedgerError, match=r"rx\.jsonl: row 2: column 'a': bad regex: ") as err:
+        _regex_task(tmp_path, [r"\d+", r"ok", bad, r"x"])
+    assert "\n" not in str(err.value) and err.value.exit_code == 2
+
+
+def test_mix_test_rows_interleave_by_weight() -> None:
+    """Held-out evaluation scores ``test_rows()[:rows]``: every prefix must hold the tasks
+    by weight (before, the first task's rows all came first)."""
+    spec = {"mix": [{"task": {"name": "arithmetic", "test_size": 30}, "weight": 3},
+                    {"task": {"name": "countdown", "test_size": 30}, "weight": 1}]}
+    task = load_task(spec)
+    rows = task.test_rows()
+    assert rows == load_task(spec).test_rows()  # deterministic
+    assert len(rows) == 60
+    assert [r["_task"] for r in rows[:8]] == [0, 0, 0, 1, 0, 0, 0, 1]
+    for n in (4, 20, 40):
+        assert sum(r["_task"] == 1 for r in rows[:n]) == n // 4
+    # every row of each task once, in the task's own order; the rest of task 0 after 1 ran out
+    for i, sub in enumerate(task.tasks):
+        assert [{k: v for k, v in r.items() if k != "_task"} for r in rows if r["_task"] == i] == sub.test_rows()
+    zero = load_task({"mix": [{"task": {"name": "arithmetic", "test_size": 3}, "weight": 0},
+                              {"task": {"name": "countdown", "test_size": 3}, "weight": 1}]})
+    assert [r["_task"] for r in zero.test_rows()] == [1, 1, 1, 0, 0, 0]

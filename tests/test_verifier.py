@@ -1,5 +1,9 @@
-"""The safe expression verifier: whitelist semantics and a hypothesis fuzz (never raises,
-never hangs: every call under 10 ms)."""
+"""The safe expression verifier and every built-in reward on hostile model output:
+whitelist semantics and a hypothesis fuzz (never raises, never hangs: every call under
+10 ms). Covers safe_eval, the Countdown score, parse_number, the arithmetic and math
+rewards, the jsonl exact / numeric / regex rewards, the format reward and the length
+penalty, on random text, 100 KB inputs, deep nesting, huge literals and exponents, and
+unicode digits."""
 
 from __future__ import annotations
 
@@ -11,8 +15,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from trainers.rewards.answers import parse_number
+from trainers.rewards.format import format_reward
+from trainers.rewards.length import length_penalty
 from trainers.rewards.verifier import MAX_MAGNITUDE, numbers_used, safe_eval
+from trainers.tasks.arithmetic import arithmetic_reward
 from trainers.tasks.countdown import score
+from trainers.tasks.jsonl_task import compile_pattern, match_reward
+from trainers.tasks.math_task import math_reward
 
 LIMIT_S = 0.010
 """Per call, in CPU time of this thread: wall time on a shared 2-core box measures the
@@ -56,16 +66,46 @@ def test_numbers_used_reads_ascii_digit_runs() -> None:
     assert numbers_used("no digits") == []
 
 
-def _timed(fn, *args):  # noqa: ANN001, ANN202
+def _timed(fn, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
     gc.disable()  # a collection of hypothesis's garbage is not the verifier's time
     try:
         started = time.thread_time()
-        out = fn(*args)
+        out = fn(*args, **kwargs)
         elapsed = time.thread_time() - started
     finally:
         gc.enable()
-    assert elapsed < LIMIT_S, f"{elapsed * 1e3:.1f} ms on {args[0][:60]!r}"
+    assert elapsed < LIMIT_S, f"{elapsed * 1e3:.1f} ms in {getattr(fn, '__name__', fn)} on {repr(args)[:80]}"
     return out
+
+
+PATTERNS = [r"\d+ apples?", r"[a-z ]*x", r"(?:\d+,)*\d+"]
+JSONL = [
+    (match_reward("exact", casefold=True), ["Paris"]),
+    (match_reward("numeric"), ["#### 7"]),
+    (match_reward("regex", patterns={p: compile_pattern(p, False) for p in PATTERNS}), PATTERNS),
+]
+SHAPING = [format_reward(), length_penalty(100), length_penalty(10, unit="words")]
+
+
+def _check_rewards(text: str) -> None:
+    """Every built-in reward on ``text`` as a completion, bare and in the shapes each
+    reward reads (tags, ``####``, ``a + b = c``), with the exponent as an answer too."""
+    value = _timed(parse_number, text)
+    assert value is None or isinstance(value, Fraction)
+    _timed(parse_number, f"1e{text[:70]}")
+    shapes = [text, f"<answer>{text}</answer>", f"3 + 4 = {text}", f"#### {text}", f"<answer>1e{text}</answer>"]
+    for completion in shapes:
+        (r,) = _timed(arithmetic_reward, None, [completion], [7])
+        assert r in (0.0, 0.1, 0.5, 1.0)
+        (r,) = _timed(math_reward, None, [completion], ["#### 7"])
+        assert r in (0.0, 1.0)
+        for fn, golds in JSONL:
+            out = _timed(fn, None, [completion] * len(golds), answer=golds)
+            assert all(v in (0.0, 1.0) for v in out)
+    chat = [[{"role": "assistant", "content": text}]]
+    for fn in SHAPING:
+        (r,) = _timed(fn, None, chat)
+        assert isinstance(r, float)
 
 
 def _check(text: str) -> None:
@@ -73,6 +113,7 @@ def _check(text: str) -> None:
     assert value is None or isinstance(value, Fraction)
     reward = _timed(score, f"<answer>{text}</answer>", 10, [1, 2, 3])
     assert reward in (0.0, 0.1, 1.0)
+    _check_rewards(text)
 
 
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -91,8 +132,15 @@ def test_fuzz_arithmetic_alphabet(text: str) -> None:
     _check(text)
 
 
+HOSTILE_UNITS = st.sampled_from(
+    ["\n", "1 ", "1,", "1.1 ", "-1", "1e9", "<answer>", "</answer>", "<answer>\n</answer>\n",
+     "</answer>\n<answer>\n", "<answer></answer>", "#### ", "٣ ", "= ", "a" * 40 + " ", "(", "9"]
+)
+
+
 @settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.text(min_size=1, max_size=64) | st.lists(ARITH, min_size=1, max_size=64).map("".join))
+@given(st.text(min_size=1, max_size=64) | st.lists(ARITH, min_size=1, max_size=64).map("".join)
+       | HOSTILE_UNITS)
 def test_fuzz_100kb_inputs(unit: str) -> None:
     """100 KB built by repeating a random unit (cheap to generate, same size to refuse)."""
     text = (unit * (100_000 // len(unit) + 1))[:100_000]
@@ -124,3 +172,30 @@ def test_fuzz_unicode_digits(digits: str) -> None:
 def test_huge_products_stop_at_the_magnitude_bound() -> None:
     assert _timed(safe_eval, " * ".join(["999999"] * 40)) is None
     assert _timed(safe_eval, " / ".join(["1"] + ["99"] * 40)) == Fraction(1, 99**40)
+
+
+@FUZZ
+@given(st.integers(min_value=-(10**12), max_value=10**12), st.sampled_from(["1", "9.5", "-3", "0", "1,000"]),
+       st.sampled_from(["e", "E", "e+", "e-"]))
+def test_fuzz_huge_exponents(exponent: int, mantissa: str, marker: str) -> None:
+    """``Fraction("1e99999999")`` alone takes over a minute: exponents must be bounded."""
+    text = f"{mantissa}{marker}{abs(exponent) if marker[-1] in '+-' else exponent}"
+    _check_rewards(text)
+    assert _timed(parse_number, text) is None or abs(exponent) <= 100
+
+
+def test_known_slow_exponents_are_refused_fast() -> None:
+    for text in ("1e99999999", "1e-99999999", "1E999999", "7e+1000000"):
+        assert _timed(parse_number, text) is None
+        _check_rewards(text)
+
+
+@pytest.mark.parametrize(
+    "unit",
+    ["\n", "1 ", "١ ", "1.1 ", "<answer>\n</answer>\n", "</answer>\n<answer>\n", "<answer></answer>", "</answer>"],
+)
+def test_known_slow_100kb_texts_are_fast(unit: str) -> None:
+    """Found slow before: 100 K newlines (23 ms in the per-line tag scan), 50 K numbers
+    (40 ms reading the last one), thousands of tags."""
+    _check((unit * (100_000 // len(unit) + 1))[:100_000])
+    _check("<answer>" + (unit * (100_000 // len(unit) + 1))[:100_000] + "</answer>")

@@ -2,7 +2,12 @@
 
 Deterministic: the level depends only on the success rates fed in, so the engine can rebuild
 it on resume by feeding the rates recorded in the ledger again. Each change is returned as
-a JSON-able record, which the engine writes to the ledger's events (kind ``curriculum``).
+a JSON-able record, which the engine commits with its generation, in the generation row's
+``extra`` (``level`` in force, ``success_rate``, and ``curriculum``: the change), in the same
+transaction as the rest of the generation, not as a separate event.
+
+A curriculum needs a task with at least two levels (the generators: arithmetic,
+countdown); the config refuses one on a single-level task.
 """
 
 from __future__ import annotations
@@ -31,10 +36,12 @@ class Curriculum:
     _rates: deque = field(default_factory=deque, repr=False)
 
     def __post_init__(self) -> None:
-        if self.levels < 1 or not 0 <= self.level < self.levels or self.window < 1:
-            raise ValueError("curriculum needs levels >= 1, 0 <= level < levels, window >= 1")
-        if not self.lower_below < self.raise_above:
-            raise ValueError("curriculum needs lower_below < raise_above")
+        if self.levels < 2:
+            raise ValueError(f"curriculum needs a task with at least 2 levels, not {self.levels}")
+        if not 0 <= self.level < self.levels or self.window < 1:
+            raise ValueError("curriculum needs 0 <= level < levels and window >= 1")
+        if not 0.0 <= self.lower_below < self.raise_above <= 1.0:
+            raise ValueError("curriculum needs 0 <= lower_below < raise_above <= 1")
 
     def observe(self, generation: int, rate: float) -> dict[str, Any] | None:
         """Feed one generation's success rate; return the change record, or None."""

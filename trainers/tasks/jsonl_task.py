@@ -5,6 +5,14 @@ datasets) and an answer column. The model's answer is its last ``<answer>`` span
 writes one, else its whole stripped text. ``match``: ``exact`` (equal after whitespace
 collapsing; ``casefold`` optional), ``regex`` (the answer cell is a pattern that must
 match the whole answer), or ``numeric`` (equal as numbers).
+
+Regex patterns come from the dataset and are compiled once, when the task loads; an
+invalid one is refused there with a one-line error naming the file, row and column. A
+pattern runs on model output, which is hostile, so only answers up to
+``MAX_REGEX_TEXT`` characters are matched (a longer answer scores 0.0): that bounds the
+work of any pattern without catastrophic backtracking. Python's ``re`` has no time limit,
+so a pattern that backtracks exponentially (``(a+)+$``) can still be slow on a short
+answer: keep dataset patterns free of nested unbounded repeats.
 """
 
 from __future__ import annotations
@@ -22,6 +30,8 @@ from .datafiles import as_scalar_text, check_columns, read_rows
 from .sampling import split_rows
 
 MATCHES = ("exact", "regex", "numeric")
+MAX_REGEX_TEXT = 1000
+"""Longest answer (characters, after stripping) that a ``regex`` reward matches."""
 
 
 def _norm(text: str, casefold: bool) -> str:
@@ -42,10 +52,34 @@ def _prompt_cell(value: Any) -> Any:
     raise ValueError("expected text or a list of {role, content} messages")
 
 
-def match_reward(match: str = "exact", answer_column: str = "answer", casefold: bool = False) -> RewardFn:
-    """A TRL-style reward: 1.0 when the model's answer matches the row's answer cell."""
+def compile_pattern(pattern: str, casefold: bool) -> re.Pattern[str]:
+    return re.compile(pattern, re.IGNORECASE if casefold else 0)
+
+
+def match_reward(
+    match: str = "exact",
+    answer_column: str = "answer",
+    casefold: bool = False,
+    patterns: dict[str, re.Pattern[str]] | None = None,
+) -> RewardFn:
+    """A TRL-style reward: 1.0 when the model's answer matches the row's answer cell.
+
+    ``patterns`` (regex only): the dataset's patterns compiled at load, keyed by their text;
+    a pattern not in it is compiled on first use (an invalid one scores 0.0)."""
     if match not in MATCHES:
         raise SeedLedgerError(f"task jsonl: match must be one of {', '.join(MATCHES)}, not {match!r}")
+    compiled: dict[str, re.Pattern[str] | None] = dict(patterns or {})
+
+    def regex_ok(pattern: str, got: str) -> bool:
+        if len(got) > MAX_REGEX_TEXT:
+            return False
+        if pattern not in compiled:
+            try:
+                compiled[pattern] = compile_pattern(pattern, casefold)
+            except re.error:
+                compiled[pattern] = None
+        rx = compiled[pattern]
+        return rx is not None and rx.fullmatch(got) is not None
 
     def reward(prompts: list[Any], completions: list[Any], **columns: Any) -> list[float | None]:
         golds = columns[answer_column]
@@ -60,7 +94,7 @@ def match_reward(match: str = "exact", answer_column: str = "answer", casefold: 
                 a, b = parse_number(got), parse_number(str(gold))
                 ok = a is not None and a == b
             else:
-                ok = re.fullmatch(str(gold), got, re.IGNORECASE if casefold else 0) is not None
+                ok = regex_ok(str(gold), got)
             out.append(1.0 if ok else 0.0)
         return out
 
@@ -86,16 +120,21 @@ def load(
     if path is None:
         raise SeedLedgerError("task jsonl: needs a file, e.g. 'jsonl:data/qa.jsonl'")
     checks = {prompt_column: _prompt_cell, answer_column: as_scalar_text}
+    patterns: dict[str, re.Pattern[str]] = {}
 
     def read(p: str) -> list[dict[str, Any]]:
         rows = check_columns(read_rows(p), p, checks)
         if match == "regex":
             for i, row in enumerate(rows):
+                pattern = row[answer_column]
+                if pattern in patterns:
+                    continue
                 try:
-                    re.compile(row[answer_column])
-                except re.error as exc:
+                    patterns[pattern] = compile_pattern(pattern, casefold)
+                except (re.error, OverflowError, RecursionError) as exc:
+                    reason = " ".join(str(exc).split())
                     raise SeedLedgerError(
-                        f"{p}: row {i}: column {answer_column!r}: bad regex: {exc}"
+                        f"{p}: row {i}: column {answer_column!r}: bad regex: {reason}"
                     ) from None
         return rows
 
@@ -109,7 +148,9 @@ def load(
             return ([{"role": "system", "content": system}] + msgs) if system else msgs
         return chat(system, cell)
 
-    default = WeightedReward(f"{match}_match", match_reward(match, answer_column, casefold), 1.0)
+    default = WeightedReward(
+        f"{match}_match", match_reward(match, answer_column, casefold, patterns), 1.0
+    )
     return Task(f"jsonl:{Path(path).name}", train, test, prompt, rewards or [default],
                 seed=seed, max_new_tokens=max_new_tokens,
                 info={"data_seed": data_seed, "source": str(path), "test_source": test_path,

@@ -37,7 +37,8 @@ def model_answer(text: str) -> Any:
         return parse_number(tagged)
     if "####" in text:
         tail = text.rsplit("####", 1)[-1].strip().split("\n", 1)[0]
-        return parse_number(tail) or last_number(tail)
+        value = parse_number(tail)
+        return value if value is not None else last_number(tail)  # 0 is an answer, not a miss
     return last_number(text)
 
 

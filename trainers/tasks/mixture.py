@@ -69,7 +69,26 @@ class MixtureTask(Task):
         return indices, rows
 
     def test_rows(self) -> list[dict[str, Any]]:
-        return [{**r, "_task": i} for i, t in enumerate(self.tasks) for r in t.test_rows()]
+        """Every task's test rows, interleaved by weight, so that any prefix (held-out
+        evaluation scores ``test_rows()[:rows]``) holds each task in proportion to its
+        weight. Deterministic: the next row comes from the task whose next row is due
+        first, at ``(taken + 1) / weight`` (ties to the earlier task); a task whose rows run
+        out drops out. Tasks of weight 0 follow at the end, in order."""
+        pools = [t.test_rows() for t in self.tasks]
+        taken = [0] * len(pools)
+        out: list[dict[str, Any]] = []
+        weighted = [i for i, w in enumerate(self.weights) if w > 0]
+        while True:
+            live = [i for i in weighted if taken[i] < len(pools[i])]
+            if not live:
+                break
+            i = min(live, key=lambda j: ((taken[j] + 1) / self.weights[j], j))
+            out.append({**pools[i][taken[i]], "_task": i})
+            taken[i] += 1
+        for i, w in enumerate(self.weights):
+            if w <= 0:
+                out.extend({**r, "_task": i} for r in pools[i])
+        return out
 
     def prompt(self, row: dict[str, Any]) -> Messages:
         return self.tasks[row["_task"]].prompt(row)
