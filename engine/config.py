@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from ledger.errors import SeedLedgerError
 from trainers.optim import OptimizerSpec
 from trainers.schedules import Schedule
+from trainers.tasks.registry import absolute_paths, task_levels
 
 
 class Strict(BaseModel):
@@ -46,8 +47,38 @@ class CurriculumConfig(Strict):
     lower_below: float = Field(0.2, ge=0.0, le=1.0)
     threshold: float = Field(1.0, description="a sample counts as a success at reward >= this")
 
+    @model_validator(mode="after")
+    def _bounds_in_order(self) -> CurriculumConfig:
+        if not self.lower_below < self.raise_above:
+            raise ValueError(
+                f"lower_below ({self.lower_below}) must be below raise_above ({self.raise_above})"
+            )
+        return self
+
+
+class PassKConfig(Strict):
+    """pass@k training: `n` seeded samples per prompt per member; the member's reward is the
+    mean over prompts of the unbiased pass@k estimate (trainers.rewards.passk)."""
+
+    n: int = Field(4, ge=1, le=256, description="samples per prompt")
+    k: int = Field(1, ge=1, description="pass@k's k, 1 <= k <= n")
+    threshold: float | None = Field(
+        None,
+        description="a sample succeeds at reward >= this; default: curriculum.threshold if a "
+        "curriculum is set, else 1.0",
+    )
+
+    @model_validator(mode="after")
+    def _k_within_n(self) -> PassKConfig:
+        if not self.k <= self.n:
+            raise ValueError(f"k ({self.k}) must be at most n ({self.n})")
+        return self
+
 
 class Evaluation(Strict):
+    """Held-out evaluation (`evaluate`, the demo) decodes greedily whatever `sampling` says,
+    so its figures are deterministic and comparable between runs."""
+
     rows: int = Field(64, ge=1, description="held-out rows scored by `evaluate`")
 
 
@@ -75,12 +106,37 @@ class TrainConfig(Strict):
     keep_samples: bool = Field(False, description="store every completion in the ledger (audit)")
     evaluation: Evaluation = Evaluation()
     curriculum: CurriculumConfig | None = None
+    passk: PassKConfig | None = None
 
     @model_validator(mode="after")
     def _mirrored_needs_pairs(self) -> TrainConfig:
         if self.mirrored and self.population % 2:
             raise ValueError(f"population must be even when mirrored (got {self.population})")
         return self
+
+    @model_validator(mode="after")
+    def _curriculum_needs_levels(self) -> TrainConfig:
+        if self.curriculum is not None and task_levels(self.task) < 2:
+            raise ValueError(
+                f"curriculum: task {_task_name(self.task)} has a single difficulty level, so "
+                "there is nothing to move; use a generated task with levels (arithmetic, "
+                "countdown) or drop `curriculum`"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _passk_needs_sampling(self) -> TrainConfig:
+        if self.passk is not None and self.sampling.temperature <= 0:
+            raise ValueError(
+                "passk: needs sampling.temperature > 0 (greedy decoding gives n identical samples)"
+            )
+        return self
+
+
+def _task_name(spec: Any) -> str:
+    if isinstance(spec, dict):
+        return "mix" if "mix" in spec else repr(spec.get("name"))
+    return "mix" if isinstance(spec, list) else repr(spec)
 
 
 def _parse_scalar(text: str) -> Any:
@@ -108,16 +164,23 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
     return data
 
 
-def validate(data: dict[str, Any], source: str = "config") -> TrainConfig:
+def validate(
+    data: dict[str, Any], source: str = "config", base_dir: str | Path | None = None
+) -> TrainConfig:
+    """The validated config. Relative dataset and reward-file paths in `task` are made
+    absolute against `base_dir` (default: the working directory), so the config stored
+    with a run loads the same files from wherever it is resumed."""
+    if isinstance(data, dict) and "task" in data:
+        data = {**data, "task": absolute_paths(data["task"], base_dir or Path.cwd())}
     try:
         return TrainConfig.model_validate(data)
     except ValidationError as exc:
         err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        where = ".".join(str(p) for p in err["loc"])
         reason = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             reason = "unknown key"
-        raise SeedLedgerError(f"{source}: {where}: {reason}") from None
+        raise SeedLedgerError(f"{source}: {where}: {reason}" if where else f"{source}: {reason}") from None
 
 
 def load_config(path: str | Path | None, overrides: list[str] = ()) -> TrainConfig:
@@ -136,4 +199,7 @@ def load_config(path: str | Path | None, overrides: list[str] = ()) -> TrainConf
         if loaded is not None and not isinstance(loaded, dict):
             raise SeedLedgerError(f"{path}: expected a mapping of config keys")
         data = loaded or {}
+        if "task" in data:  # the file's own relative paths are relative to the file
+            data["task"] = absolute_paths(data["task"], Path(path).resolve().parent)
+    # paths given with --set are relative to the working directory (validate's default)
     return validate(apply_overrides(data, list(overrides)), source)

@@ -30,11 +30,12 @@ CONFIG = Path(__file__).resolve().parent.parent / "configs" / "demo.yaml"
 
 
 def held_out(cfg, model_dir: Path) -> tuple[list[float | None], str, str]:
-    """Per-row held-out rewards, and the first held-out question with the model's answer."""
+    """Per-row held-out rewards, and the first held-out question with the model's answer;
+    both greedy whatever the config's `sampling` (deterministic, comparable figures)."""
     evaluator = Evaluator(cfg, model_dir)
     rewards = evaluator.held_out_rewards(cfg.evaluation.rows)
     prompt = evaluator.task.prompt(evaluator.task.test_rows()[0])
-    (answer,) = evaluator.backend.generate([prompt], cfg.max_new_tokens)
+    (answer,) = evaluator.backend.generate([prompt], cfg.max_new_tokens, temperature=0.0)  # greedy, as held_out_rewards
     return rewards, prompt[-1]["content"], answer
 
 

@@ -3,6 +3,19 @@
 The local pool holds one of these in process; each Ray actor holds its own. Everything
 that changes the master goes through `apply`, which calls replay's update: training and
 replay share one code path (DESIGN.md invariant 2).
+
+Decoding. Training follows `sampling`: greedy at temperature 0, else seeded sampling with
+the member's seed `member_key(run_key, generation, 1_000_000 + member)`, which the
+backend splits per prompt (batch position) and per sample. Held-out evaluation is always
+greedy, whatever `sampling` says, so its figures are deterministic and comparable.
+
+pass@k (`passk: {n, k}`): each prompt is sampled n times (sample s of prompt i seeded by
+(member seed, i, s); sample 0 is the plain sampling's draw), every sample is scored by
+the task, and a sample succeeds at reward >= the success threshold (`passk.threshold`,
+else `curriculum.threshold`, else 1.0). The member's reward is the mean over the batch's
+prompts of the unbiased pass@k estimate with c = that prompt's successes. Its components
+are each reward function's mean over all samples, plus `pass@k` (the reward itself) and
+`sample_reward` (the mean combined reward of a sample).
 """
 
 from __future__ import annotations
@@ -15,12 +28,14 @@ from typing import Any
 from engine.backends import make_backend
 from engine.config import TrainConfig
 from ledger import Ledger, ReplayStep
+from ledger.errors import SeedLedgerError
 from replay import update
 from replay.fingerprint import fingerprint
 from replay.noise import member_key
 from replay.rebuild import rebuild
 from trainers.es import Member
 from trainers.rewards.curriculum import success_rate
+from trainers.rewards.passk import pass_at_k_rewards
 from trainers.tasks import load_task
 
 
@@ -46,7 +61,14 @@ class Evaluator:
         self.master = self.backend.master()
         self.state = update.OptimizerState()
         self.generation = 0
+        if cfg.curriculum is not None and self.task.levels < 2:
+            raise SeedLedgerError(
+                f"curriculum: task {self.task.name} has a single difficulty level; nothing to move"
+            )
         self._threshold = cfg.curriculum.threshold if cfg.curriculum else 1.0
+        self._passk_threshold = self._threshold
+        if cfg.passk is not None and cfg.passk.threshold is not None:
+            self._passk_threshold = cfg.passk.threshold
 
     def base_fingerprint(self) -> str:
         return fingerprint(self.master)
@@ -76,21 +98,41 @@ class Evaluator:
         seed = None
         if self.cfg.sampling.temperature > 0:
             seed = member_key(run_key, generation, 1_000_000 + member.index)
-        completions = self.backend.generate(prompts, self.cfg.max_new_tokens, seed=seed)
+        passk = self.cfg.passk
+        if passk is None:
+            completions = self.backend.generate(prompts, self.cfg.max_new_tokens, seed=seed)
+        else:  # n samples per prompt, prompt-major
+            completions = self.backend.generate(
+                prompts, self.cfg.max_new_tokens, seed=seed, samples=passk.n
+            )
+            prompts = [p for p in prompts for _ in range(passk.n)]
+            rows = [r for r in rows for _ in range(passk.n)]
+            indices = [i for i in indices for _ in range(passk.n)]
         generated = time.perf_counter()
         rewards, components = self.task.reward(prompts, completions, rows)
+        scores = [0.0 if r is None else r for r in rewards]
         samples = None
         if self.cfg.keep_samples:
             samples = [
                 {"row": i, "completion": c, "reward": r}
                 for i, c, r in zip(indices, completions, rewards, strict=True)
             ]
+            if passk is not None:
+                for j, sample in enumerate(samples):
+                    sample["sample"] = j % passk.n
+        means = {name: _mean(vals) for name, vals in components.items()}
+        reward = _mean(rewards) or 0.0
+        if passk is not None:
+            per_prompt = pass_at_k_rewards(scores, passk.n, passk.k, self._passk_threshold)[:: passk.n]
+            means["sample_reward"] = reward
+            reward = sum(per_prompt) / len(per_prompt)
+            means[f"pass@{passk.k}"] = reward
         return MemberResult(
-            reward=_mean(rewards) or 0.0,
-            components={name: _mean(vals) for name, vals in components.items()},
+            reward=reward,
+            components=means,
             samples=samples,
             seconds={"load_member": loaded - started, "generate": generated - loaded},
-            success=success_rate([r or 0.0 for r in rewards], self._threshold),
+            success=success_rate(scores, self._threshold),
         )
 
     def apply(self, step: ReplayStep) -> str:
@@ -104,11 +146,14 @@ class Evaluator:
         return _mean(self.held_out_rewards(limit)) or 0.0
 
     def held_out_rewards(self, limit: int) -> list[float | None]:
-        """Per-row rewards of the current master on the first `limit` test rows (greedy), so
-        two models can be compared row by row."""
+        """Per-row rewards of the current master on the first `limit` test rows, so two
+        models can be compared row by row. Always greedy (temperature 0), whatever the
+        training's `sampling`: held-out figures are deterministic and need no seed."""
         rows = self.task.test_rows()[:limit]
         self.backend.load_master(self.master)
         prompts = [self.task.prompt(row) for row in rows]
-        completions = self.backend.generate(prompts, self.cfg.max_new_tokens, seed=None)
+        completions = self.backend.generate(
+            prompts, self.cfg.max_new_tokens, seed=None, temperature=0.0
+        )
         rewards, _ = self.task.reward(prompts, completions, rows)
         return rewards

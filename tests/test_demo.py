@@ -57,3 +57,21 @@ def test_paired_change_is_the_mean_row_difference_with_its_standard_error() -> N
     assert change == {"mean": 0.0, "stderr": pytest.approx(1 / 3**0.5), "better": 1, "worse": 1}
     change = paired_change([0.25, 0.25], [0.75, 1.25])
     assert change == {"mean": 0.75, "stderr": pytest.approx(0.25), "better": 2, "worse": 0}
+
+
+def test_held_out_evaluation_is_greedy_under_a_sampling_config(tiny_model_dir: Path) -> None:
+    """With `sampling.temperature > 0` the held-out evaluation and the demo's example answer
+    used to raise ("sampling … needs a seed"); they decode greedily, whatever `sampling`."""
+    from engine.config import validate
+    from engine.demo import held_out
+    from engine.evaluator import Evaluator
+
+    greedy_cfg = validate(TINY)
+    sampling_cfg = validate({**TINY, "sampling": {"temperature": 0.9, "top_p": 0.9}})
+    greedy, sampled = Evaluator(greedy_cfg, tiny_model_dir), Evaluator(sampling_cfg, tiny_model_dir)
+    assert sampled.held_out_rewards(4) == greedy.held_out_rewards(4)
+    assert sampled.held_out_reward(4) == greedy.held_out_reward(4)
+    assert held_out(sampling_cfg, tiny_model_dir) == held_out(greedy_cfg, tiny_model_dir)
+    rows = sampled.task.test_rows()[:4]
+    prompts = [sampled.task.prompt(r) for r in rows]
+    assert sampled.backend.generate(prompts, 6, temperature=0.0) == greedy.backend.generate(prompts, 6)

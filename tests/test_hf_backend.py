@@ -146,3 +146,55 @@ def test_smollm2_answers_arithmetic(smollm2_dir):
     b = HFBackend(smollm2_dir)
     (answer,) = b.generate([_chat("What is 3+4?")], max_new_tokens=12)
     assert answer.startswith("3 + 4 = 7"), answer
+
+
+LENGTHS = [
+    _chat("Hi"),
+    _chat("Write a long sentence about the sea, the sky, the wind and the boats, please."),
+    _chat("What is 2+2?"),
+    _chat("Name three colours, then three animals, then three cities in Europe."),
+    _chat("Ok"),
+    _chat("Tell me a story about a cat who learns to count to ten in a single afternoon."),
+    _chat("Why?"),
+    _chat("Summarise: the quick brown fox jumps over the lazy dog."),
+]
+
+
+def test_left_padding_mixed_lengths_batch_8_equals_batch_1(tiny_model_dir, master):
+    """Eight prompts of very different lengths in one left-padded batch decode greedily to
+    what each decodes alone (padding, attention mask and positions are right)."""
+    eight = HFBackend(tiny_model_dir, batch_size=8)
+    one = HFBackend(tiny_model_dir, batch_size=1)
+    lengths = {len(eight._encode([p])["input_ids"][0]) for p in LENGTHS}
+    assert len(lengths) >= 6  # really mixed: the batch is mostly padding for the short ones
+    for b in (eight, one):
+        b.load_member(master, key=321, sign=1, sigma=SIGMA)
+    batched = eight.generate_ids(LENGTHS, max_new_tokens=10)
+    alone = one.generate_ids(LENGTHS, max_new_tokens=10)
+    assert batched == alone
+    assert len({tuple(ids) for ids in alone}) > 1
+
+
+def test_prompt_stream_seed_of_sample_zero_is_unchanged():
+    from engine.backends.hf import _mix64, prompt_stream_seed
+
+    for seed, index in [(0, 0), (1, 2), (2**64 - 1, 7), (12345, 99)]:
+        old = _mix64(_mix64(seed) ^ index) >> 1  # the seed before samples existed
+        assert prompt_stream_seed(seed, index) == prompt_stream_seed(seed, index, 0) == old
+        assert len({prompt_stream_seed(seed, index, s) for s in range(8)}) == 8
+
+
+def test_several_samples_per_prompt(backend, master):
+    backend.load_master(master)
+    kw = {"max_new_tokens": 6, "seed": 11, "temperature": 1.0}
+    plain = backend.generate(MIXED, **kw)
+    assert backend.generate(MIXED, samples=1, **kw) == plain
+    three = backend.generate(MIXED, samples=3, **kw)
+    assert len(three) == 3 * len(MIXED)
+    assert three[::3] == plain  # sample 0 of each prompt is plain seeded sampling
+    assert backend.generate(MIXED, samples=3, **kw) == three
+    assert any(len({three[3 * i + s] for s in range(3)}) > 1 for i in range(len(MIXED)))
+    greedy = backend.generate(MIXED, max_new_tokens=6)
+    assert backend.generate(MIXED, max_new_tokens=6, samples=2) == [g for g in greedy for _ in range(2)]
+    with pytest.raises(ValueError, match="samples"):
+        backend.generate(MIXED, samples=0, **kw)

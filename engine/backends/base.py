@@ -26,5 +26,17 @@ class Backend(Protocol):
     def load_master(self, master: dict[str, torch.Tensor]) -> None: ...
 
     def generate(
-        self, prompts: list[Messages], max_new_tokens: int, seed: int | None = None
-    ) -> list[str]: ...
+        self,
+        prompts: list[Messages],
+        max_new_tokens: int,
+        seed: int | None = None,
+        *,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        samples: int = 1,
+    ) -> list[str]:
+        """Completions in prompt order. Greedy unless `temperature` (else the backend's
+        configured one) is > 0, which needs `seed`; sample s of prompt i is then seeded by
+        `(seed, i, s)`, sample 0 exactly as with `samples=1`. `samples` > 1 returns that
+        many completions per prompt, prompt-major."""
+        ...

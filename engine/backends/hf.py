@@ -13,6 +13,11 @@ when top_p < 1, else in vocabulary order); so the random
 stream never depends on which other prompts share a batch. The logits themselves may
 still differ in the last bits when padding changes (another batch composition), which can,
 rarely, flip a near-tie; bit-exact outputs across batch compositions are not promised.
+
+Several samples per prompt (`samples=n`, for pass@k): the output holds n completions per
+prompt, prompt-major; sample s of prompt i draws from the stream seeded by `(seed, i, s)`.
+Sample 0 is seeded by `(seed, i)` exactly as with `samples=1`, so one sample per prompt
+reproduces plain seeded sampling.
 """
 
 from __future__ import annotations
@@ -37,9 +42,13 @@ def _mix64(x: int) -> int:
     return x ^ (x >> 31)
 
 
-def prompt_stream_seed(seed: int, index: int) -> int:
-    """The CPU-generator seed for prompt `index` under `seed` (63 bits, for manual_seed)."""
-    return _mix64(_mix64(seed & _M64) ^ (index & _M64)) >> 1
+def prompt_stream_seed(seed: int, index: int, sample: int = 0) -> int:
+    """The CPU-generator seed for sample `sample` of prompt `index` under `seed` (63 bits,
+    for manual_seed). Sample 0 keeps the seed that prompt had before samples existed."""
+    x = _mix64(seed & _M64) ^ (index & _M64)
+    if sample:
+        x = _mix64(x) ^ (sample & _M64)
+    return _mix64(x) >> 1
 
 
 class _SeededSampler:
@@ -158,13 +167,17 @@ class HFBackend:
         *,
         temperature: float | None = None,
         top_p: float | None = None,
+        samples: int = 1,
     ) -> list[str]:
         """Completions for chat prompts, in order; batched by `batch_size`, left-padded.
 
         Greedy unless the temperature (argument, else the constructor's) is > 0, which
-        needs a `seed`; see the module docstring for what is guaranteed.
+        needs a `seed`; see the module docstring for what is guaranteed. `samples` > 1
+        returns that many completions per prompt, prompt-major.
         """
-        ids = self.generate_ids(prompts, max_new_tokens, seed, temperature=temperature, top_p=top_p)
+        ids = self.generate_ids(
+            prompts, max_new_tokens, seed, temperature=temperature, top_p=top_p, samples=samples
+        )
         return self.tokenizer.batch_decode(ids, skip_special_tokens=True)
 
     @torch.inference_mode()
@@ -176,8 +189,10 @@ class HFBackend:
         *,
         temperature: float | None = None,
         top_p: float | None = None,
+        samples: int = 1,
     ) -> list[list[int]]:
-        """The new token ids per prompt, up to and including EOS (no padding after it)."""
+        """The new token ids per prompt (per sample, prompt-major, with `samples` > 1), up to
+        and including EOS (no padding after it)."""
         from transformers import GenerationConfig, LogitsProcessorList
 
         temperature = self.temperature if temperature is None else temperature
@@ -185,6 +200,10 @@ class HFBackend:
         sampling = temperature > 0.0
         if sampling and seed is None:
             raise ValueError("sampling (temperature > 0) needs a seed to stay deterministic")
+        if samples < 1:
+            raise ValueError(f"samples must be >= 1, not {samples}")
+        # (prompt index, sample index), prompt-major; with samples=1 simply the prompts
+        entries = [(i, s) for i in range(len(prompts)) for s in range(samples)]
         tok = self.tokenizer
         gen_cfg = GenerationConfig(
             max_new_tokens=max_new_tokens,
@@ -196,9 +215,9 @@ class HFBackend:
         eos = gen_cfg.eos_token_id
         stops = set(eos if isinstance(eos, list) else [eos])
         outputs: list[list[int]] = []
-        for start in range(0, len(prompts), self.batch_size):
-            batch = prompts[start : start + self.batch_size]
-            enc = self._encode(batch)
+        for start in range(0, len(entries), self.batch_size):
+            batch = entries[start : start + self.batch_size]
+            enc = self._encode([prompts[i] for i, _ in batch])
             prompt_len = enc["input_ids"].shape[1]
             procs = None
             if sampling:
@@ -208,11 +227,11 @@ class HFBackend:
                         torch.rand(
                             max_new_tokens,
                             generator=torch.Generator("cpu").manual_seed(
-                                prompt_stream_seed(seed, start + j)
+                                prompt_stream_seed(seed, i, s)
                             ),
                             dtype=torch.float64,
                         )
-                        for j in range(len(batch))
+                        for i, s in batch
                     ]
                 )
                 procs = LogitsProcessorList(

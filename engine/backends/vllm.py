@@ -185,25 +185,35 @@ class VLLMBackend:
         *,
         temperature: float | None = None,
         top_p: float | None = None,
+        samples: int = 1,
     ) -> list[str]:
-        """Completions for chat prompts, in order; greedy unless temperature > 0 (needs seed)."""
+        """Completions for chat prompts, in order; greedy unless temperature > 0 (needs seed).
+
+        `samples` > 1: that many completions per prompt, prompt-major, one request each;
+        sample s of prompt i is seeded by `(seed, i, s)`, and sample 0 by `(seed, i)` as
+        with one sample, so `samples=1` is plain seeded sampling."""
         from vllm import SamplingParams
 
         temperature = self.temperature if temperature is None else temperature
         top_p = self.top_p if top_p is None else top_p
         if temperature > 0.0 and seed is None:
             raise ValueError("sampling (temperature > 0) needs a seed to stay deterministic")
+        if samples < 1:
+            raise ValueError(f"samples must be >= 1, not {samples}")
+        entries = [(i, s) for i in range(len(prompts)) for s in range(samples)]
         params = [
             SamplingParams(
                 max_tokens=max_new_tokens,
                 temperature=temperature,
                 top_p=top_p if temperature > 0.0 else 1.0,
-                seed=None if seed is None else prompt_stream_seed(seed, i),
+                seed=None if seed is None else prompt_stream_seed(seed, i, s),
                 detokenize=False,
             )
-            for i in range(len(prompts))
+            for i, s in entries
         ]
-        outputs = self.llm.generate(self._token_prompts(prompts), params, use_tqdm=False)
+        tokens = self._token_prompts(prompts)
+        requests = [{"prompt_token_ids": list(tokens[i]["prompt_token_ids"])} for i, _ in entries]
+        outputs = self.llm.generate(requests, params, use_tqdm=False)
         return [
             self.tokenizer.decode(o.outputs[0].token_ids, skip_special_tokens=True)
             for o in outputs

@@ -1,9 +1,14 @@
 """pass@k as a training reward: k-of-n sampling per prompt, unbiased estimator.
 
 With n samples of one prompt of which c succeed, pass@k = 1 − C(n−c, k) / C(n, k) (Chen et
-al. 2021), computed as a stable product. The engine samples n completions per prompt
-(consecutive, prompt-major, seeded decoding), scores them with the task, and replaces each
-sample's reward by its prompt's pass@k.
+al. 2021), computed as a stable product.
+
+Used in training when the config has ``passk: {n, k[, threshold]}`` (with
+``sampling.temperature > 0``): the evaluator (``engine/evaluator.py``) has the backend draw
+n seeded samples of every prompt of the batch (prompt-major; sample s of prompt i seeded by
+the member's seed, i and s), scores each with the task, and takes
+``pass_at_k_rewards(scores, n, k, threshold)`` once per prompt; the member's reward is the
+mean over prompts, recorded with the components ``pass@k`` and ``sample_reward``.
 """
 
 from __future__ import annotations

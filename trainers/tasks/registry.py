@@ -25,7 +25,7 @@ from ledger.errors import SeedLedgerError
 from trainers.rewards.combine import WeightedReward
 from trainers.rewards.format import format_reward
 from trainers.rewards.length import length_penalty
-from trainers.rewards.loader import load_reward_fn
+from trainers.rewards.loader import is_file_ref, load_reward_fn
 
 from . import arithmetic, countdown, jsonl_task, math_task
 from .base import Task
@@ -38,6 +38,63 @@ LOADERS: dict[str, Callable[..., Task]] = {
     "jsonl": jsonl_task.load,
 }
 _COMMON = {"name", "rewards", "weight"}
+_BUILTIN_REWARDS = {"task", "format", "length"}
+_LEVELED = {"arithmetic": len(arithmetic.LEVELS), "countdown": len(countdown.LEVELS)}
+
+
+def absolute_paths(spec: Any, base_dir: str | Path) -> Any:
+    """``spec`` with every relative dataset path and ``file.py:function`` reward file made
+    absolute against ``base_dir`` (the config file's directory), so that a run's stored
+    config loads the same files from any working directory. Absolute paths, module
+    references and anything not understood are left as they are (``load_task`` judges)."""
+    base = Path(base_dir)
+
+    def fix(path: Any) -> Any:
+        if not isinstance(path, str) or not path or Path(path).is_absolute():
+            return path
+        return str((base / path).resolve())
+
+    if isinstance(spec, list):
+        return [absolute_paths(item, base_dir) for item in spec]
+    if isinstance(spec, str):
+        name, sep, path = spec.partition(":")
+        return f"{name}:{fix(path)}" if sep and name in LOADERS and path else spec
+    if not isinstance(spec, dict):
+        return spec
+    out = dict(spec)
+    if "mix" in out:
+        out["mix"] = absolute_paths(out["mix"], base_dir)
+    if "task" in out:
+        out["task"] = absolute_paths(out["task"], base_dir)
+    for key in ("path", "test_path"):
+        if key in out:
+            out[key] = fix(out[key])
+    if isinstance(out.get("rewards"), list):
+        out["rewards"] = [_absolute_reward(item, fix) for item in out["rewards"]]
+    return out
+
+
+def _absolute_reward(item: Any, fix: Callable[[Any], Any]) -> Any:
+    ref = item.get("fn") if isinstance(item, dict) else item
+    if not isinstance(ref, str) or ref in _BUILTIN_REWARDS or ":" not in ref:
+        return item
+    target, _, attr = ref.rpartition(":")
+    if not is_file_ref(target):
+        return item
+    fixed = f"{fix(target)}:{attr}"
+    return {**item, "fn": fixed} if isinstance(item, dict) else fixed
+
+
+def task_levels(spec: Any) -> int:
+    """How many difficulty levels the task ``spec`` names, without loading any data (1 for
+    file-backed tasks and mixes, which a curriculum cannot move)."""
+    if isinstance(spec, str):
+        name, _, path = spec.partition(":")
+        return 1 if path else _LEVELED.get(name, 1)
+    if isinstance(spec, dict) and "mix" not in spec:
+        name = spec.get("name")
+        return 1 if spec.get("path") else _LEVELED.get(name, 1) if isinstance(name, str) else 1
+    return 1
 
 
 def load_task(spec: Any, seed: int = 0, base_dir: str | Path | None = None) -> Task:
