@@ -1,6 +1,7 @@
 """Replay benchmarks (issue 4): noise throughput, fused apply cost, rebuild vs loading weights.
 
     .venv/bin/python benchmarks/replay_bench.py [--generations 100] [--population 8]
+    .venv/bin/python benchmarks/replay_bench.py --cuda-only [--cuda-numel 5e8] [--cuda-reference]
 
 Every ratio is measured within one run (best of --repeat), so machine load affects both
 sides; absolute times on a shared machine are not comparable between runs.
@@ -21,7 +22,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from ledger import GenerationRecord, Ledger, MemberRecord  # noqa: E402
+from ledger import GenerationRecord, Ledger, MemberRecord, ReplayStep  # noqa: E402
 from replay import noise, update  # noqa: E402
 from replay.fingerprint import fingerprint  # noqa: E402
 from replay.rebuild import rebuild  # noqa: E402
@@ -125,24 +126,54 @@ def bench_rebuild(generations: int, pop: int, repeat: int) -> None:
         led.close()
 
 
-def bench_cuda(numel: int, repeat: int) -> None:
+def bench_cuda(numel: int, repeat: int, reference: bool) -> None:
+    """The CUDA path (Triton kernels when triton imports) against the copy bandwidth.
+
+    A copy of n fp32 reads 4n and writes 4n bytes; SGD's fused update moves the same
+    bytes (master read + write), momentum 2x and Adam 3x, so t / t_copy near those
+    figures means no extra memory passes.
+    """
     if not torch.cuda.is_available():
         print("cuda: not available, skipped")
         return
-    src = torch.empty(numel, device="cuda")
+    from replay import _backend
+
+    path = "Triton kernels" if _backend.use_triton("cuda") else "torch reference (no Triton)"
+    print(f"cuda {torch.cuda.get_device_name()}: {numel / 1e9:.2f}B fp32 elements, path: {path}")
+    src = torch.zeros(numel, device="cuda")
     dst = torch.empty_like(src)
     t_copy = best(lambda: dst.copy_(src), repeat, sync=True)
-    noise.generate(1, 1 << 20, device="cuda")
-    t_noise = best(lambda: noise.generate(5, numel, device="cuda"), repeat, sync=True)
-    master = {"w": torch.zeros(numel, device="cuda")}
-    keys = [noise.member_key(1, 1, i) for i in range(8)]
-    step = type("S", (), {"index": 1, "keys": keys, "coefficients": [noise.round_coefficient(1e-3)] * 8,
-                          "optimizer": {"name": "sgd"}})()
-    t_apply = best(lambda: update.apply_step(master, update.OptimizerState(), step), repeat, sync=True)
     gbps = 2 * 4 * numel / t_copy / 1e9
-    print(f"cuda {torch.cuda.get_device_name()}: copy {gbps:.0f} GB/s; noise {numel / t_noise / 1e9:.2f} G values/s "
-          f"({t_noise / t_copy:.1f}x one copy); apply N=8 on {numel / 1e9:.1f}B fp32: {t_apply:.3f}s "
-          f"({t_apply / t_copy:.1f}x one copy; reference torch path, no Triton kernel)")
+    print(f"  device copy: {t_copy * 1e3:.2f} ms ({gbps:.0f} GB/s read+write)")
+    noise.generate(1, 1 << 20, device="cuda")  # compile / warm-up
+    t_noise = best(lambda: noise.generate(5, numel, device="cuda"), repeat, sync=True)
+    t_noise_out = best(lambda: noise.generate(5, numel, device="cuda", out=dst), repeat, sync=True)
+    print(f"  noise fresh tensor: {t_noise * 1e3:.2f} ms ({numel / t_noise / 1e9:.1f} G values/s); "
+          f"into out=: {t_noise_out * 1e3:.2f} ms ({numel / t_noise_out / 1e9:.1f} G values/s, "
+          f"{4 * numel / t_noise_out / 1e9:.0f} GB/s written, {t_noise_out / t_copy:.2f}x one copy)")
+    out16 = torch.empty(numel, dtype=torch.bfloat16, device="cuda")
+    scale = noise.round_coefficient(1e-3)
+    noise.perturb_(out16[: 1 << 20], src[: 1 << 20], 3, scale)
+    t_pert = best(lambda: noise.perturb_(out16, src, 3, scale), repeat, sync=True)
+    print(f"  perturb_ into bf16: {t_pert * 1e3:.2f} ms ({t_pert / t_copy:.2f}x one fp32 copy; moves 0.75x its bytes)")
+    master = {"w": torch.zeros(numel, device="cuda")}
+    for name, opt, passes in [("sgd", {"name": "sgd"}, 1), ("momentum", {"name": "momentum", "lr": 1e-3}, 2),
+                              ("adam", {"name": "adam", "lr": 1e-3}, 3)]:
+        for pop in (8, 30):
+            keys = [noise.member_key(1, 1, i) for i in range(pop)]
+            coefs = [noise.round_coefficient(1e-3 * (i + 1)) for i in range(pop)]
+            step = ReplayStep("bench", 1, keys, coefs, scale, opt)
+            state = update.OptimizerState()
+            update.apply_step(master, state, step)  # compile / warm-up, allocates state
+            t_apply = best(lambda: update.apply_step(master, state, step), repeat, sync=True)  # noqa: B023
+            print(f"  apply {name:8s} N={pop:2d}: {t_apply * 1e3:8.2f} ms = {t_apply / t_copy:5.1f}x one copy "
+                  f"(memory floor {passes}x); / (N x noise into out=) = {t_apply / (pop * t_noise_out):.2f}")
+    if reference:
+        keys = [noise.member_key(1, 1, i) for i in range(8)]
+        coefs = [noise.round_coefficient(1e-3 * (i + 1)) for i in range(8)]
+        tkeys = [noise.tensor_key(k, "w") for k in keys]
+        t_ref = best(lambda: update.apply_tensor(master["w"], tkeys, coefs, 0, [], [], fast=False), 1, sync=True)
+        print(f"  torch reference apply sgd N= 8: {t_ref * 1e3:.1f} ms ({t_ref / t_copy:.0f}x one copy)")
 
 
 def main() -> None:
@@ -154,17 +185,20 @@ def main() -> None:
     ap.add_argument("--cuda-numel", type=float, default=5e8)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--skip-rebuild", action="store_true")
+    ap.add_argument("--cuda-only", action="store_true", help="only the CUDA section")
+    ap.add_argument("--cuda-reference", action="store_true", help="also time the torch reference update on CUDA")
     args = ap.parse_args()
     import numba
 
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"torch {torch.__version__}, numba {numba.__version__} ({numba.get_num_threads()} threads), "
           f"{os.cpu_count()} CPUs, load average {load:.1f}")
-    bench_noise(int(args.noise_numel), args.repeat)
-    bench_apply(int(args.apply_numel), args.repeat)
-    if not args.skip_rebuild:
-        bench_rebuild(args.generations, args.population, args.repeat)
-    bench_cuda(int(args.cuda_numel), args.repeat)
+    if not args.cuda_only:
+        bench_noise(int(args.noise_numel), args.repeat)
+        bench_apply(int(args.apply_numel), args.repeat)
+        if not args.skip_rebuild:
+            bench_rebuild(args.generations, args.population, args.repeat)
+    bench_cuda(int(args.cuda_numel), args.repeat, args.cuda_reference)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
 """Plain-torch reference of noise v1, the fused update and the fingerprint lanes.
 
-This is the oracle: the numba kernels must match it bit for bit, and it is also the
-path used on CUDA. Integer work is int64 with wrapping multiply (the low 64 bits equal
-uint64 arithmetic); float work is one IEEE op per torch call, never fused.
+This is the oracle: the numba and Triton kernels must match it bit for bit; it is the
+path used where neither runs (``SEEDLEDGER_REPLAY_IMPL=reference``, or no Triton on
+CUDA). Integer work is int64 with wrapping multiply (the low 64 bits equal uint64
+arithmetic); float work is one IEEE op per torch call, never fused.
 """
 
 from __future__ import annotations
@@ -33,9 +34,15 @@ def noise_ref(key: int, numel: int, offset: int = 0, device: str | torch.device 
 
 
 def delta_ref(keys: list[int], coefs32: list[float], numel: int, device) -> torch.Tensor:
-    """Δ = ((0 + c0·ε0) + c1·ε1) + ...: exact products, fp32 sums in member order."""
-    delta = torch.zeros(numel, dtype=torch.float32, device=device)
+    """Δ = ((−0 + c0·ε0) + c1·ε1) + ...: exact products, fp32 sums in member order.
+
+    Members with c == 0 are skipped and the sum starts at −0.0, so an all-zero generation
+    gives Δ = −0.0 and θ + Δ == θ bit for bit (−0.0 included); see ``update``.
+    """
+    delta = torch.full((numel,), -0.0, dtype=torch.float32, device=device)
     for key, c in zip(keys, coefs32, strict=True):
+        if c == 0.0:
+            continue
         prod = torch.mul(noise_ref(key, numel, 0, device), c)
         delta = torch.add(delta, prod)
     return delta

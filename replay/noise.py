@@ -68,6 +68,7 @@ def check_coefficient(x: float) -> float:
 
 
 def _use_fast(device: torch.device) -> bool:
+    """The numba kernels (CPU tensors)."""
     return device.type == "cpu" and _fast_enabled()
 
 
@@ -75,6 +76,13 @@ def _fast_enabled() -> bool:
     from . import _backend
 
     return _backend.fast_cpu()
+
+
+def _use_triton(device: torch.device) -> bool:
+    """The Triton kernels (CUDA tensors; any tensor with SEEDLEDGER_REPLAY_IMPL=triton)."""
+    from . import _backend
+
+    return _backend.use_triton(device.type)
 
 
 def generate(
@@ -87,6 +95,12 @@ def generate(
     if out is not None and (out.dtype != torch.float32 or out.numel() != numel or not out.is_contiguous()):
         raise ValueError("out must be a contiguous fp32 tensor of numel elements")
     device = out.device if out is not None else torch.device(device)
+    if _use_triton(device):
+        from . import _triton_kernels as tk
+
+        flat = None if out is None else out.detach().view(-1)
+        res = tk.generate(key, noise_xkey(key), numel, offset, device, flat)
+        return res if out is None else out
     if not _use_fast(device):
         res = ref.noise_ref(key, numel, offset, device)
         return res if out is None else out.copy_(res.view(out.shape))
@@ -121,6 +135,17 @@ def perturb_(out: torch.Tensor, master: torch.Tensor, key: int, scale: float) ->
             fn(tmp.numpy(), src, key64, kx, np.float32(scale), TABLE_NP)
             with torch.no_grad():
                 out.copy_(tmp.view(out.shape))
+        return out
+    if _use_triton(master.device) and master.is_contiguous() and out.device == master.device:
+        from . import _triton_kernels as tk
+
+        kx = noise_xkey(key)
+        if out.dtype in tk.PERTURB_DTYPES and out.is_contiguous():
+            return tk.perturb(out, master, key, kx, scale)
+        tmp = torch.empty(master.shape, dtype=torch.float32, device=master.device)
+        tk.perturb(tmp, master, key, kx, scale)
+        with torch.no_grad():
+            out.copy_(tmp)
         return out
     eps = ref.noise_ref(key, master.numel(), 0, master.device).view(master.shape)
     with torch.no_grad():

@@ -2,8 +2,18 @@
 
 g = Σ_i c_i·ε_i in member order (each product exact, fp32 sums), then the rule named by
 ``optimizer["name"]``; every float op is a separate IEEE op with fp32 scalars computed
-once in float64, so CPU (numba) and CUDA (torch) give the same bits. Optimizer state is
-derived by replaying from the base (or an anchor), never stored per generation.
+once in float64, so CPU (numba), CUDA (Triton) and the torch reference give the same
+bits. Optimizer state is derived by replaying from the base (or an anchor), never stored
+per generation.
+
+The sum starts at −0.0 and skips members whose coefficient is exactly 0 (the second
+member of a mirrored pair stores 0): x + (−0.0) == x for every x, −0.0 included, so a
+generation whose coefficients are all 0 gives g = −0.0 and SGD leaves every weight
+bit-identical (−0.0, subnormals and all). Skipping changes no other result: every
+c ≠ 0 gives c·ε ≠ 0, and adding ±0 to a non-zero partial sum is exact. Momentum and
+Adam are not identities on such a generation: v·β (resp. m·β1, v·β2) still decays the
+state and θ moves by the carried v·lr (resp. m/(√v·s + eps)·lr/bc1); with all-zero state
+(a first step) the move is +0.0, which turns a −0.0 weight into +0.0.
 
 Rules (spec v1; defaults apply when the recorded optimizer dict omits a key):
   sgd:      θ = θ + g                                  (lr folded into c_i)
@@ -27,7 +37,7 @@ from ledger.errors import SeedLedgerError
 
 from . import _reference as ref
 from .hashing import MASK64
-from .noise import _use_fast, check_coefficient, noise_xkey, tensor_key
+from .noise import _use_fast, _use_triton, check_coefficient, noise_xkey, tensor_key
 from .table import TABLE_NP
 
 RULES = {"sgd": 0, "momentum": 1, "adam": 2}
@@ -97,6 +107,7 @@ def _scalars(name: str, opt: Mapping[str, Any], t: int) -> list[float]:
 def apply_step(master: dict[str, torch.Tensor], state: OptimizerState, step: Any) -> None:
     """Apply one generation (a ReplayStep or GenerationRecord) to ``master`` in place."""
     keys, coefs, opt = _step_inputs(step)
+    keys, coefs = _nonzero(keys, coefs)
     name = str(opt.get("name", "sgd"))
     if name not in RULES:
         raise SeedLedgerError(f"generation {step.index}: unknown optimizer {name!r}")
@@ -109,15 +120,37 @@ def apply_step(master: dict[str, torch.Tensor], state: OptimizerState, step: Any
     scal = _scalars(name, opt, state.step)
     rule = RULES[name]
     kinds = BUFFERS[name]
-    fast, slow = [], []
+    fast, gpu, slow = [], {}, []
     for tname, theta in master.items():
         bufs = [state.buffer(kind, tname, theta) for kind in kinds]
         tkeys = [tensor_key(k, tname) for k in keys]
-        (fast if _use_fast(theta.device) else slow).append((theta, tkeys, bufs))
+        if _use_fast(theta.device):
+            fast.append((theta, tkeys, bufs))
+        elif _use_triton(theta.device):
+            gpu.setdefault(theta.device, []).append((theta, tkeys, bufs))
+        else:
+            slow.append((theta, tkeys, bufs))
     if fast:
         _apply_fast(fast, coefs, rule, scal)
+    for items in gpu.values():
+        _apply_triton(items, coefs, rule, scal)
     for theta, tkeys, bufs in slow:
         apply_tensor(theta, tkeys, coefs, rule, scal, bufs, fast=False)
+
+
+def _nonzero(keys: Sequence[int], coefs: Sequence[float]) -> tuple[list[int], list[float]]:
+    """Drop members whose coefficient is exactly 0 (they contribute nothing to g)."""
+    kept = [(k, c) for k, c in zip(keys, coefs, strict=True) if c != 0.0]
+    return [k for k, _ in kept], [c for _, c in kept]
+
+
+def _apply_triton(items: list, coefs: Sequence[float], rule: int, scal: Sequence[float]) -> None:
+    """All tensors of one device through the Triton kernel (one launch per tensor)."""
+    from . import _triton_kernels as tk
+
+    kxs = [[noise_xkey(x) for x in tk_] for _, tk_, _ in items]
+    tk.apply_many([(theta, bufs) for theta, _, bufs in items], [tk_ for _, tk_, _ in items], kxs,
+                  list(coefs), rule, list(scal))
 
 
 def _apply_fast(items: list, coefs: Sequence[float], rule: int, scal: Sequence[float]) -> None:
@@ -143,13 +176,18 @@ def apply_tensor(
     theta: torch.Tensor, tkeys: Sequence[int], coefs: Sequence[float], rule: int,
     scal: Sequence[float], bufs: Sequence[torch.Tensor], *, fast: bool | None = None,
 ) -> None:
-    """One tensor's fused update (numba on CPU, else the torch reference)."""
+    """One tensor's fused update (numba on CPU, Triton on CUDA, else the torch reference).
+
+    ``fast=False`` forces the reference (the oracle); None picks by device.
+    """
     b1 = bufs[0] if bufs else None
     b2 = bufs[1] if len(bufs) > 1 else None
-    if fast is None:
-        fast = _use_fast(theta.device)
-    if fast:
+    tkeys, coefs = _nonzero(tkeys, coefs)
+    if fast is not False and _use_fast(theta.device):
         _apply_fast([(theta, list(tkeys), list(bufs))], coefs, rule, scal)
+        return
+    if fast is not False and _use_triton(theta.device):
+        _apply_triton([(theta, list(tkeys), list(bufs))], coefs, rule, scal)
         return
     g = ref.delta_ref(list(tkeys), list(coefs), theta.numel(), theta.device).view(theta.shape)
     ref.apply_rule_ref(theta, g, rule, list(scal), b1, b2)

@@ -63,3 +63,102 @@ def test_tiny_model_20_generations_cpu_equals_cuda(tiny_model_dir, optimizer):
         assert fingerprint(cpu) == fingerprint(gpu), f"generation {g}"
     for k in cpu:
         assert torch.equal(cpu[k].view(torch.int32), gpu[k].cpu().view(torch.int32))
+
+
+def _needs_triton():
+    from replay import _backend
+
+    if not _backend.use_triton("cuda"):
+        pytest.skip("Triton is not importable (or SEEDLEDGER_REPLAY_IMPL=reference): CUDA uses the reference")
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    t = t.detach().contiguous().cpu()
+    return t.view({4: torch.int32, 2: torch.int16}[t.element_size()])
+
+
+def _special(n: int, seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, generator=g)
+    specials = torch.tensor([-0.0, 0.0, 1e-45, -1e-45, 1e-40, -3e-39, 1.2e-38, 65519.0, -65520.0, 1e30, -3e38])
+    if n:
+        idx = torch.randint(0, n, (min(n, 64),), generator=g)
+        x[idx] = specials[torch.arange(idx.numel()) % specials.numel()]
+    return x
+
+
+def test_triton_noise_equals_reference_on_cuda():
+    """The Triton kernel (what CUDA uses) against the torch reference on the same GPU and the CPU."""
+    from replay import _reference as ref
+
+    _needs_triton()
+    assert noise._use_triton(torch.device("cuda"))
+    for key in (0, 1, 2**63, 2**64 - 1):
+        for n, offset in [(1, 0), (3, 1), (2049, 3), (12_345_679, 7), (9, 2**62 - 3)]:
+            gpu = noise.generate(key, n, offset=offset, device="cuda")
+            assert torch.equal(_bits(gpu), _bits(ref.noise_ref(key, n, offset, "cuda")))
+            if n < 100_000:
+                assert torch.equal(_bits(gpu), _bits(ref.noise_ref(key, n, offset)))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_triton_perturb_special_values(dtype):
+    _needs_triton()
+    master = _special(1_000_003, 3)
+    for scale in (noise.round_coefficient(-1e-3), noise.round_coefficient(3e-2), 0.0):
+        a = torch.empty(master.shape, dtype=dtype)
+        b = torch.empty(master.shape, dtype=dtype, device="cuda")
+        noise.perturb_(a, master, 99, scale)
+        noise.perturb_(b, master.cuda(), 99, scale)
+        assert torch.equal(_bits(a), _bits(b)), (dtype, scale)
+
+
+@pytest.mark.parametrize("zero_second", [False, True], ids=["pairs", "pairs-zero"])
+@pytest.mark.parametrize("optimizer", OPTS, ids=[o["name"] for o in OPTS])
+def test_triton_update_random_shapes_cpu_equals_cuda(optimizer, zero_second):
+    """Random shapes with −0.0/subnormals/huge values, mirrored keys, 5 generations: the
+    Triton update on CUDA equals numba on CPU and the torch reference on CUDA."""
+    import numpy as np
+
+    _needs_triton()
+    rng = np.random.default_rng(7)
+    shapes = {"zero": (0,), "one": (1,), "tail": (1025,), "big": (3_000_017,), "mat": (301, 77)}
+    shapes |= {f"r{i}": tuple(int(d) for d in rng.integers(1, 300, int(rng.integers(1, 3)))) for i in range(4)}
+    cpu = {k: _special(int(np.prod(s)), i).view(s) for i, (k, s) in enumerate(shapes.items())}
+    gpu = {k: v.cuda() for k, v in cpu.items()}
+    ref_gpu = {k: v.cuda() for k, v in cpu.items()}
+    states = [update.OptimizerState() for _ in range(3)]
+    for g in range(1, 6):
+        keys = [noise.member_key(3, g, i // 2) for i in range(10)]
+        raw = rng.standard_normal(10) * 10.0 ** rng.uniform(-4, -1)
+        if zero_second:
+            raw[1::2] = 0.0
+        step = ReplayStep("gpu", g, keys, [noise.round_coefficient(float(x)) for x in raw], 0.001, dict(optimizer))
+        update.apply_step(cpu, states[0], step)
+        update.apply_step(gpu, states[1], step)
+        st = states[2]  # the torch reference on CUDA, same bookkeeping as apply_step
+        if st.name != optimizer["name"]:
+            st.reset(optimizer["name"])
+        st.step += 1
+        scal = update._scalars(optimizer["name"], step.optimizer, st.step)
+        for name, theta in ref_gpu.items():
+            bufs = [st.buffer(kind, name, theta) for kind in update.BUFFERS[optimizer["name"]]]
+            update.apply_tensor(theta, [noise.tensor_key(k, name) for k in keys], step.coefficients,
+                                update.RULES[optimizer["name"]], scal, bufs, fast=False)
+    for name in cpu:
+        assert torch.equal(_bits(cpu[name]), _bits(gpu[name])), name
+        assert torch.equal(_bits(gpu[name]), _bits(ref_gpu[name])), name
+        for kind in update.BUFFERS[optimizer["name"]]:
+            assert torch.equal(_bits(states[0].buffers[kind][name]), _bits(states[1].buffers[kind][name]))
+            assert torch.equal(_bits(states[1].buffers[kind][name]), _bits(states[2].buffers[kind][name]))
+    assert fingerprint(cpu) == fingerprint(gpu) == fingerprint(ref_gpu)
+
+
+def test_triton_zero_sgd_update_is_identity_on_cuda():
+    _needs_triton()
+    master = {"s": torch.tensor([-0.0, 0.0, 1e-45, -1e-45, 1e-40, -1e-39, 1.0, 3e38]).cuda(),
+              "big": _special(2_000_003, 1).cuda()}
+    before = {k: v.clone() for k, v in master.items()}
+    keys = [noise.member_key(1, 1, i) for i in range(4)]
+    update.apply_step(master, update.OptimizerState(), ReplayStep("z", 1, keys, [0.0] * 4, 0.001, {"name": "sgd"}))
+    assert all(torch.equal(_bits(master[k]), _bits(before[k])) for k in master)

@@ -169,3 +169,22 @@ def test_random_shapes_fast_equals_reference(seed):
         a = noise.generate(key, n, offset=offset)
         b = ref.noise_ref(key, n, offset)
         assert torch.equal(a.view(torch.int32), b.view(torch.int32)), (key, n, offset)
+
+
+@pytest.mark.parametrize("n,offset", [(1 << 16, 1), (200_003, 5), (300_001, 2**40 + 3)])
+def test_parallel_kernel_equals_reference(n, offset):
+    """The prange kernel (noise.generate takes it from PARALLEL_MIN elements up), called
+    directly and through generate, against the reference; the serial kernel too."""
+    from replay import _cpu_kernels as k
+
+    if not noise._use_fast(torch.device("cpu")):
+        pytest.skip("numba path disabled")
+    assert n >= k.PARALLEL_MIN
+    for key in (3, 2**64 - 7):
+        expect = ref.noise_ref(key, n, offset).view(torch.int32)
+        kx = np.uint64(noise.noise_xkey(key))
+        for fn in (k.generate, k.generate_serial):
+            out = np.full(n, np.nan, dtype=np.float32)
+            fn(np.uint64(key), kx, np.int64(offset), out, TABLE_NP)
+            assert torch.equal(torch.from_numpy(out).view(torch.int32), expect), fn.__name__
+        assert torch.equal(noise.generate(key, n, offset=offset).view(torch.int32), expect)

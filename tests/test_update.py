@@ -10,6 +10,7 @@ from ledger.errors import SeedLedgerError
 from ledger.records import GenerationRecord, MemberRecord, ReplayStep
 from replay import _reference as ref
 from replay import noise, update
+from replay.table import TABLE_NP
 
 OPTS = {
     "sgd": {"name": "sgd"},
@@ -28,12 +29,17 @@ def make_master(seed: int = 0) -> dict[str, torch.Tensor]:
     return {name: torch.randn(shape, generator=g) for name, shape in SHAPES.items()}
 
 
-def steps(n: int, population: int, optimizer: dict, seed: int = 1, mirrored: bool = False) -> list[ReplayStep]:
+def steps(n: int, population: int, optimizer: dict, seed: int = 1, mirrored: bool = False,
+          zero_second: bool = False) -> list[ReplayStep]:
+    """Records; mirrored pairs share a key, and with zero_second store 0 for the second member."""
     rng = np.random.default_rng(seed)
     out = []
     for g in range(1, n + 1):
         keys = [noise.member_key(555, g, i // 2 if mirrored else i) for i in range(population)]
-        coefs = [noise.round_coefficient(float(x)) for x in rng.standard_normal(population) * 0.01]
+        raw = rng.standard_normal(population) * 0.01
+        if zero_second:
+            raw[1::2] = 0.0
+        coefs = [noise.round_coefficient(float(x)) for x in raw]
         out.append(ReplayStep("t", g, keys, coefs, noise.round_coefficient(1e-3), dict(optimizer)))
     return out
 
@@ -51,12 +57,12 @@ def reference_apply(master, state, step) -> None:
         update.apply_tensor(theta, tkeys, step.coefficients, update.RULES[name], scal, bufs, fast=False)
 
 
-@pytest.mark.parametrize("mirrored", [False, True], ids=["distinct", "mirrored"])
+@pytest.mark.parametrize("mirrored", ["distinct", "mirrored", "mirrored-zero"])
 @pytest.mark.parametrize("rule", list(OPTS))
 def test_fast_equals_reference(rule, mirrored):
     fast, slow = make_master(), make_master()
     sf, ss = update.OptimizerState(), update.OptimizerState()
-    for step in steps(4, 5, OPTS[rule], mirrored=mirrored):
+    for step in steps(4, 5, OPTS[rule], mirrored=mirrored != "distinct", zero_second=mirrored == "mirrored-zero"):
         update.apply_step(fast, sf, step)
         reference_apply(slow, ss, step)
     for name in fast:
@@ -151,3 +157,85 @@ def test_perturb_into_parameters():
         p = torch.nn.Parameter(torch.empty(70000, dtype=dtype))
         noise.perturb_(p, master, 5, scale)
         assert torch.equal(p.detach(), expect.to(dtype))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_random_shapes_fast_equals_reference(seed):
+    """Seeded random shapes (0-size, 1-element, sizes no block divides, above PARALLEL_MIN)."""
+    rng = np.random.default_rng(seed)
+    shapes = {}
+    for i in range(int(rng.integers(2, 7))):
+        dims = int(rng.integers(1, 4))
+        high = {1: 90_000, 2: 400, 3: 50}[dims]
+        shapes[f"layer{i}.w"] = tuple(int(d) for d in rng.integers(0 if dims == 1 else 1, high, dims))
+    rule = list(OPTS)[seed % 3]
+    g = torch.Generator().manual_seed(seed)
+    fast = {name: torch.randn(shape, generator=g) for name, shape in shapes.items()}
+    slow = {k: v.clone() for k, v in fast.items()}
+    sf, ss = update.OptimizerState(), update.OptimizerState()
+    population = int(rng.integers(1, 12))
+    for step in steps(3, population, OPTS[rule], seed=seed, mirrored=bool(seed % 2), zero_second=seed == 1):
+        update.apply_step(fast, sf, step)
+        reference_apply(slow, ss, step)
+    for name in fast:
+        assert torch.equal(bits(fast[name]), bits(slow[name])), (name, shapes[name])
+        for kind in update.BUFFERS[rule]:
+            assert torch.equal(bits(sf.buffers[kind][name]), bits(ss.buffers[kind][name])), (kind, name)
+
+
+def special_master() -> dict[str, torch.Tensor]:
+    """−0.0, +0.0, subnormals, normals and extremes, in small and parallel-sized tensors."""
+    specials = torch.tensor([-0.0, 0.0, 1e-45, -1e-45, 1e-40, -1e-39, 1.17e-38, 1.0, -2.5, 3e38, -3.4e38, -1e-30])
+    big = torch.randn(70001, generator=torch.Generator().manual_seed(0))
+    big[::7] = -0.0
+    big[3::11] = 1e-41
+    return {"s": specials, "big": big, "one": torch.tensor([-0.0]), "none": torch.zeros(0)}
+
+
+@pytest.mark.parametrize("impl", ["fast", "reference", "fast-kernel"])
+def test_zero_sgd_update_leaves_weights_bit_identical(impl):
+    """Issue 5: a generation whose coefficients are all 0 changes no bit under SGD."""
+    master = special_master()
+    before = {k: v.clone() for k, v in master.items()}
+    keys = [noise.member_key(7, 1, i // 2) for i in range(6)]
+    step = ReplayStep("z", 1, keys, [0.0, -0.0, 0.0, 0.0, 0.0, 0.0], 0.001, {"name": "sgd"})
+    if impl == "fast":
+        update.apply_step(master, update.OptimizerState(), step)
+        update.apply_step(master, update.OptimizerState(), ReplayStep("z", 2, [], [], 0.001, {"name": "sgd"}))
+    elif impl == "reference":
+        reference_apply(master, update.OptimizerState(), step)
+    else:  # the numba kernel itself, without the caller dropping zero members
+        items = [(t, [noise.tensor_key(k, name) for k in keys], []) for name, t in master.items()]
+        update._apply_fast(items, step.coefficients, 0, [])
+    for name in master:
+        assert torch.equal(bits(master[name]), bits(before[name])), name
+    assert ref.delta_ref(keys, step.coefficients, 3, "cpu").view(torch.int32).tolist() == [-(2**31)] * 3  # −0.0
+
+
+def test_zero_members_are_skipped_not_added():
+    """Dropping c == 0 members changes no bit where Δ ≠ 0 (c·ε ≠ 0 for every c ≠ 0)."""
+    master = make_master(5)
+    other = {k: v.clone() for k, v in master.items()}
+    (step,) = steps(1, 6, OPTS["sgd"], seed=9, mirrored=True, zero_second=True)
+    update.apply_step(master, update.OptimizerState(), step)
+    keys = [k for k, c in zip(step.keys, step.coefficients, strict=True) if c != 0]
+    coefs = [c for c in step.coefficients if c != 0]
+    update.apply_step(other, update.OptimizerState(), ReplayStep("t", 1, keys, coefs, 0.001, {"name": "sgd"}))
+    assert all(torch.equal(bits(master[n]), bits(other[n])) for n in master)
+    assert abs(TABLE_NP).min() > 0 and noise.round_coefficient(2.0**-100) * float(abs(TABLE_NP).min()) > 2.0**-126
+
+
+@pytest.mark.parametrize("rule", ["momentum", "adam"])
+def test_zero_generation_with_state_matches_reference(rule):
+    """Momentum/Adam on an all-zero generation: the state still decays and moves θ
+    (documented in replay.update); fast and reference agree bit for bit."""
+    fast, slow = special_master(), special_master()
+    sf, ss = update.OptimizerState(), update.OptimizerState()
+    history = steps(2, 4, OPTS[rule], seed=2)
+    zero = ReplayStep("t", 3, history[0].keys, [0.0] * 4, 0.001, dict(OPTS[rule]))
+    for step in [*history, zero]:
+        update.apply_step(fast, sf, step)
+        reference_apply(slow, ss, step)
+    for name in fast:
+        assert torch.equal(bits(fast[name]), bits(slow[name])), name
+    assert not torch.equal(fast["big"], special_master()["big"])  # momentum carried: θ moved

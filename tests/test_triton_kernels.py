@@ -1,0 +1,286 @@
+"""The Triton kernels equal the torch reference bit for bit, checked without a GPU.
+
+Each check runs in a fresh process with ``TRITON_INTERPRET=1`` (Triton's interpreter runs
+the kernels on CPU tensors in numpy) and ``SEEDLEDGER_REPLAY_IMPL=triton`` (the public
+functions route CPU tensors to the Triton kernels). A subprocess is needed because the
+interpreter is chosen when triton is imported, and other tests may have imported it
+already. The interpreter says nothing about GPU-only float behaviour (FMA contraction,
+approximate division/sqrt, flushed subnormals): ``replay/_triton_kernels.py`` explains
+how the launches rule those out, and tests/test_gpu.py compares CUDA with CPU.
+
+    TRITON_INTERPRET=1 SEEDLEDGER_REPLAY_IMPL=triton python tests/test_triton_kernels.py CHECK
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from ledger.records import ReplayStep  # noqa: E402
+from replay import _reference as ref  # noqa: E402
+from replay import noise, update  # noqa: E402
+
+SKIP = "skip: triton does not import"
+CHECKS = ["dispatch", "generate", "generate_random", "perturb", "apply", "apply_large", "apply_random_shapes",
+          "kernel_skips_zero_members", "zero_update"]
+SLOW = {"apply", "apply_large", "apply_random_shapes"}  # 15-60 s each in the interpreter
+KEYS = [0, 1, 12345, 2**63, 2**64 - 1, 11429185064331606389]
+OPTS = {
+    "sgd": {"name": "sgd"},
+    "momentum": {"name": "momentum", "lr": 0.01, "beta": 0.9, "dampening": 0.9},
+    "adam": {"name": "adam", "lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8},
+}
+
+
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
+@pytest.mark.parametrize("check", [pytest.param(c, marks=pytest.mark.slow) if c in SLOW else c for c in CHECKS])
+def test_triton_kernels_in_interpreter(check):
+    env = {**os.environ, "TRITON_INTERPRET": "1", "SEEDLEDGER_REPLAY_IMPL": "triton",
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    res = subprocess.run([sys.executable, __file__, check], env=env, capture_output=True, text=True,
+                         timeout=900, cwd=ROOT)
+    if SKIP in res.stdout:
+        pytest.skip(res.stdout.strip())
+    assert res.returncode == 0, (res.stdout + res.stderr)[-4000:]
+    assert res.stdout.strip().endswith(f"ok {check}")
+
+
+# --- the checks (run in the interpreter subprocess) -------------------------------------
+
+
+def bits(t: torch.Tensor) -> torch.Tensor:
+    t = t.contiguous()
+    return t.view({4: torch.int32, 2: torch.int16}[t.element_size()])
+
+
+def same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(bits(a), bits(b))
+
+
+@contextlib.contextmanager
+def no_reference():
+    """Make any use of the torch reference fail: proves the Triton path ran."""
+    saved = {n: getattr(ref, n) for n in ("noise_ref", "delta_ref", "apply_rule_ref")}
+
+    def boom(*a, **k):
+        raise AssertionError("the torch reference ran instead of the Triton kernel")
+
+    for n in saved:
+        setattr(ref, n, boom)
+    try:
+        yield
+    finally:
+        for n, f in saved.items():
+            setattr(ref, n, f)
+
+
+def check_dispatch():
+    from replay import _backend
+
+    assert _backend.impl() == "triton" and not _backend.fast_cpu()
+    assert noise._use_triton(torch.device("cpu")) and not noise._use_fast(torch.device("cpu"))
+    assert _backend.use_triton("cuda")
+    os.environ["SEEDLEDGER_REPLAY_IMPL"] = "fast"
+    assert _backend.use_triton("cuda") and not _backend.use_triton("cpu")
+    os.environ["SEEDLEDGER_REPLAY_IMPL"] = "reference"
+    assert not _backend.use_triton("cuda")
+    os.environ["SEEDLEDGER_REPLAY_IMPL"] = "triton"
+
+
+def check_generate():
+    cases = [(0, 0), (1, 0), (1, 3), (2, 1), (3, 2), (4, 0), (5, 7), (2047, 1), (2048, 0), (2049, 2),
+             (4097, 4093), (10007, 5), (100_003, 0), (100_003, 6), (5, 2**40 + 1), (9, 2**62 - 3)]
+    for key in KEYS:
+        for n, offset in cases:
+            with no_reference():
+                a = noise.generate(key, n, offset=offset)
+            assert same(a, ref.noise_ref(key, n, offset)), (key, n, offset)
+    # out= and the slicing law
+    full = ref.noise_ref(987654321, 20000)
+    buf = torch.full((2, 5), 7.0)
+    with no_reference():
+        assert noise.generate(987654321, 10, offset=4, out=buf) is buf
+        for a, b in [(0, 1), (3, 9), (5, 4101), (12345, 20000), (19999, 20000)]:
+            assert same(noise.generate(987654321, b - a, offset=a), full[a:b])
+    assert same(buf.view(-1), full[4:14])
+
+
+def check_generate_random():
+    rng = np.random.default_rng(0)
+    for _ in range(25):
+        n = int(rng.integers(0, 30000))
+        offset = int(rng.integers(0, 1 << 40)) if rng.random() < 0.5 else int(rng.integers(0, 5000))
+        key = int(rng.integers(0, 2**63)) * 2 + int(rng.integers(0, 2))
+        with no_reference():
+            a = noise.generate(key, n, offset=offset)
+        assert same(a, ref.noise_ref(key, n, offset)), (key, n, offset)
+
+
+def special_master(n: int, seed: int) -> torch.Tensor:
+    """Random normals with −0.0, +0.0, subnormals, tiny and huge values sprinkled in."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, generator=g)
+    specials = torch.tensor([-0.0, 0.0, 1e-45, -1e-45, 1e-40, -3e-39, 1.2e-38, 65519.0, -65520.0, 1e30, -3e38])
+    if n:
+        idx = torch.randint(0, n, (min(n, 64),), generator=g)
+        x[idx] = specials[torch.arange(idx.numel()) % specials.numel()]
+    return x
+
+
+def check_perturb():
+    for n in (0, 1, 3, 2047, 2049, 4099, 70001):
+        master = special_master(n, n)
+        for scale in (noise.round_coefficient(-1e-3), noise.round_coefficient(2.5e-2), 0.0):
+            eps = ref.noise_ref(4242, n)
+            expect32 = torch.add(master, torch.mul(eps, scale))
+            for dtype in (torch.float32, torch.bfloat16, torch.float16):
+                out = torch.empty(n, dtype=dtype)
+                with no_reference(), np.errstate(over="ignore"):  # huge values → ±inf in fp16
+                    noise.perturb_(out, master, 4242, scale)
+                assert same(out, expect32.to(dtype)), (n, scale, dtype)
+    # a non-contiguous out and a 2-D parameter go through an fp32 buffer / the same kernel
+    master = torch.randn(37, 41, generator=torch.Generator().manual_seed(1))
+    scale = noise.round_coefficient(1e-3)
+    expect = torch.add(master, torch.mul(ref.noise_ref(5, master.numel()).view(master.shape), scale))
+    out = torch.empty(41, 37, dtype=torch.bfloat16).t()
+    p = torch.nn.Parameter(torch.empty(37, 41))
+    with no_reference():
+        noise.perturb_(out, master, 5, scale)
+        noise.perturb_(p, master, 5, scale)
+    assert same(out, expect.to(torch.bfloat16)) and same(p.detach(), expect)
+
+
+def steps(n: int, population: int, optimizer: dict, seed: int, mirrored: bool) -> list[ReplayStep]:
+    """Realistic records: z-scored-looking coefficients; mirrored pairs store 0 for the second."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for g in range(1, n + 1):
+        keys = [noise.member_key(555, g, i // 2 if mirrored else i) for i in range(population)]
+        raw = rng.standard_normal(population) * 10.0 ** rng.uniform(-4, -1)
+        if mirrored:
+            raw[1::2] = 0.0
+        coefs = [noise.round_coefficient(float(x)) for x in raw]
+        out.append(ReplayStep("t", g, keys, coefs, noise.round_coefficient(1e-3), dict(optimizer)))
+    return out
+
+
+def reference_apply(master, state, step) -> None:
+    """apply_step with the torch reference forced (same bookkeeping)."""
+    name = step.optimizer["name"]
+    if state.name != name:
+        state.reset(name)
+    state.step += 1
+    scal = update._scalars(name, step.optimizer, state.step)
+    for tname, theta in master.items():
+        bufs = [state.buffer(kind, tname, theta) for kind in update.BUFFERS[name]]
+        tkeys = [noise.tensor_key(k, tname) for k in step.keys]
+        update.apply_tensor(theta, tkeys, step.coefficients, update.RULES[name], scal, bufs, fast=False)
+
+
+def compare_apply(shapes: dict, rule: str, mirrored: bool, seed: int, generations: int = 4, population: int = 6):
+    fast = {name: special_master(int(np.prod(s)), seed + i).view(s) for i, (name, s) in enumerate(shapes.items())}
+    slow = {k: v.clone() for k, v in fast.items()}
+    sf, ss = update.OptimizerState(), update.OptimizerState()
+    for step in steps(generations, population, OPTS[rule], seed, mirrored):
+        with no_reference():
+            update.apply_step(fast, sf, step)
+        reference_apply(slow, ss, step)
+    for name in fast:
+        assert same(fast[name], slow[name]), (rule, mirrored, name)
+        for kind in update.BUFFERS[rule]:
+            assert same(sf.buffers[kind][name], ss.buffers[kind][name]), (rule, kind, name)
+    assert sf.step == ss.step == generations
+
+
+def check_apply():
+    shapes = {"zero": (0,), "one": (1,), "odd": (3, 5), "tail": (1025,), "blk": (1024,), "big": (2, 5003),
+              "vec": (7,)}
+    for rule in OPTS:
+        for mirrored in (False, True):
+            compare_apply(shapes, rule, mirrored, seed=3, generations=3, population=5)
+
+
+def check_apply_large():
+    """~100k elements. The interpreter pays ~10 ms per program and member, so this case
+    uses 16384-element programs (the block size changes no bit: each element is a pure
+    function of its index; the other checks use the launch defaults)."""
+    from replay import _triton_kernels as tk
+
+    tk.APPLY_GROUPS = 4096
+    for rule in OPTS:
+        compare_apply({"large": (100_003,), "odd": (3, 16411)}, rule, True, seed=4, generations=2, population=6)
+
+
+def check_apply_random_shapes():
+    rng = np.random.default_rng(11)
+    for trial in range(6):
+        shapes = {}
+        for i in range(int(rng.integers(1, 5))):
+            dims = int(rng.integers(1, 4))
+            high = {1: 20000, 2: 140, 3: 27}[dims]  # at most ~20k elements: the interpreter is slow
+            shapes[f"t{i}"] = tuple(int(d) for d in rng.integers(0 if dims == 1 else 1, high, dims))
+        rule = list(OPTS)[trial % 3]
+        compare_apply(shapes, rule, bool(trial % 2), seed=100 + trial, generations=3, population=int(rng.integers(1, 9)))
+
+
+def check_kernel_skips_zero_members():
+    """The kernel itself skips c == 0 (callers filter too) and starts Δ at −0.0."""
+    from replay import _triton_kernels as tk
+
+    n = 5000
+    keys = [noise.tensor_key(noise.member_key(9, 1, i // 2), "w") for i in range(6)]
+    coefs = [noise.round_coefficient(x) for x in (3e-3, 0.0, -2e-3, 0.0, 0.0, 7e-4)]
+    for rule, name in enumerate(OPTS):
+        theta = special_master(n, 5)
+        bufs = [torch.randn(n, generator=torch.Generator().manual_seed(k)).abs() * 1e-4 for k in range(2)]
+        bufs = bufs[: len(update.BUFFERS[name])]
+        scal = update._scalars(name, OPTS[name], 3)
+        t_ref, b_ref = theta.clone(), [b.clone() for b in bufs]
+        g = ref.delta_ref(keys, coefs, n, "cpu")
+        ref.apply_rule_ref(t_ref, g, rule, scal, *(b_ref + [None, None])[:2])
+        tk.apply_many([(theta, bufs)], [keys], [[noise.noise_xkey(k) for k in keys]], coefs, rule, scal)
+        assert same(theta, t_ref), name
+        assert all(same(a, b) for a, b in zip(bufs, b_ref, strict=True)), name
+    # all-zero members straight into the kernel: Δ = −0.0, SGD is the identity
+    theta = special_master(n, 6)
+    before = theta.clone()
+    tk.apply_many([(theta, [])], [keys], [[noise.noise_xkey(k) for k in keys]], [0.0] * 6, 0, [])
+    assert same(theta, before)
+
+
+def check_zero_update():
+    """An SGD generation with all-zero coefficients leaves every weight bit-identical."""
+    master = {"w": torch.tensor([-0.0, 0.0, 1e-45, -1e-45, 1e-40, -1e-39, 1.0, -2.5, 3e38, -1e-30]),
+              "v": special_master(4099, 8)}
+    before = {k: v.clone() for k, v in master.items()}
+    keys = [noise.member_key(1, 1, i) for i in range(4)]
+    with no_reference():
+        update.apply_step(master, update.OptimizerState(), ReplayStep("z", 1, keys, [0.0] * 4, 0.001, {"name": "sgd"}))
+        update.apply_step(master, update.OptimizerState(), ReplayStep("z", 2, [], [], 0.001, {"name": "sgd"}))
+    assert all(same(master[k], before[k]) for k in master)
+
+
+if __name__ == "__main__":
+    if os.environ.get("TRITON_INTERPRET") != "1" or os.environ.get("SEEDLEDGER_REPLAY_IMPL") != "triton":
+        sys.exit("run with TRITON_INTERPRET=1 SEEDLEDGER_REPLAY_IMPL=triton")
+    try:
+        import triton  # noqa: F401
+        import triton.language  # noqa: F401
+    except Exception as exc:  # noqa: BLE001
+        print(f"{SKIP} ({exc!r})")
+        sys.exit(0)
+    for name in sys.argv[1:] or CHECKS:
+        globals()[f"check_{name}"]()
+        print(f"ok {name}", flush=True)
