@@ -1,11 +1,28 @@
 """The generation loop: the ledger's one writer.
 
-Per generation: the schedule's lr and σ; the ES policy names the members (keys derived
-from the run key and the generation); the pool scores every member on the generation's
-deterministic batch; the policy turns rewards into coefficients; the record is applied
-through replay's update and its fingerprint taken; the record commits in one
-transaction. A crash before the commit loses only the generation in flight, and
+Per generation: the schedule's lr and σ; the policy (`trainers.policy`, chosen by the
+config; ES today) names the members; the pool scores every member on the generation's
+deterministic batch; the policy turns rewards into coefficients; the generation record
+is built; *that record* is applied through replay's update (the function `rebuild` and
+`verify` use) and the fingerprint of the result taken; the record, fingerprint included,
+commits in one transaction. The loop knows no algorithm: it never scales a reward.
+
+Why apply before commit (DESIGN.md says "commits a record, then applies that record"):
+the record carries the fingerprint after its update, so the update has to run first to
+know it. What is applied is still exactly what commits: the step is built from the
+record, and only the fingerprint and timings are filled in afterwards. Committing first
+would need a second write for the fingerprint, so a crash between the two would leave a
+committed generation without one. As it is, a crash anywhere before the commit's
+transaction ends loses only the generation in flight (the master lives in memory), and
 `resume` recomputes it to the same bits (deterministic batches, keys and decoding).
+
+Timings (seconds, stored with the record): `evaluate` (all members), `load_member`
+(building member weights, summed over members; part of `evaluate`), `update` (rewards to
+coefficients, the record, replay's update and the fingerprint) and `previous_commit`: how
+long the *previous* generation's commit took in this process. A record cannot hold the
+time of its own commit, so that figure rides on the next record (a session's first
+generation has none). Each commit's time also goes to the loggers as `commit_seconds`,
+and `Hooks.on_generation_end`'s `seconds` spans the whole generation, commit included.
 """
 
 from __future__ import annotations
@@ -21,7 +38,7 @@ from engine.failpoints import failpoint
 from ledger import GenerationRecord, Ledger, MemberRecord, ReplayStep, RunInfo
 from replay.anchors import save_anchor
 from replay.noise import round_coefficient
-from trainers.es import ES
+from trainers.policy import make_policy
 from trainers.rewards.curriculum import Curriculum
 
 
@@ -66,14 +83,15 @@ def train(
 ) -> list[GenerationRecord]:
     """Train `generations` more generations of `run`; the pool must hold `run`'s latest."""
     hooks = hooks or Hooks()
-    strategy = ES(cfg.population, mirrored=cfg.mirrored, shaping=cfg.shaping)
+    policy = make_policy(cfg)
     start = ledger.latest_generation(run.name)
     curriculum = restore_curriculum(cfg, pool.task, ledger.records(run.name, upto=start))
     committed = []
+    previous_commit: float | None = None  # seconds the last commit of this session took
     for generation in range(start + 1, start + generations + 1):
         started = time.perf_counter()
         lr, sigma = hyperparameters(cfg, generation)
-        members = strategy.ask(run.run_key, generation)
+        members = policy.ask(run.run_key, generation)
         hooks.on_generation_start(generation, len(members))
 
         def on_member(result: MemberResult, generation: int = generation) -> None:
@@ -88,8 +106,7 @@ def train(
         evaluated = time.perf_counter()
 
         rewards = [r.reward for r in results]
-        scale = (lr if cfg.optimizer.folds_lr else 1.0) / len(members)
-        coefficients = strategy.tell(members, rewards, scale=scale)
+        coefficients = policy.tell(members, rewards, lr=lr, optimizer=cfg.optimizer)
         batch_indices, _ = pool_batch(pool, cfg, generation, level)
         extra = {}
         if curriculum:
@@ -130,16 +147,22 @@ def train(
             "load_member": sum(r.seconds.get("load_member", 0.0) for r in results),
             "update": applied - evaluated,
         }
+        if previous_commit is not None:
+            record.timings["previous_commit"] = previous_commit
+        failpoint("commit", generation)
+        committing = time.perf_counter()
         ledger.commit_generation(run.name, record)
+        done = time.perf_counter()
         failpoint("committed", generation)
+        previous_commit = done - committing
         committed.append(record)
-        seconds = time.perf_counter() - started
+        seconds = done - started
 
         if cfg.anchor_every and anchors_dir and generation % cfg.anchor_every == 0:
             master, state = pool.state()
             save_anchor(ledger, run.name, generation, master, state, anchors_dir)
         if loggers is not None:
-            loggers.log_generation(generation, generation_metrics(record, seconds))
+            loggers.log_generation(generation, generation_metrics(record, seconds, previous_commit))
         hooks.on_generation_end(record, seconds)
     return committed
 
@@ -166,9 +189,11 @@ def restore_curriculum(cfg: TrainConfig, task, history: list[GenerationRecord]) 
     return curriculum
 
 
-def generation_metrics(record: GenerationRecord, seconds: float) -> dict[str, float]:
+def generation_metrics(
+    record: GenerationRecord, seconds: float, commit_seconds: float | None = None
+) -> dict[str, float]:
     rewards = [m.reward for m in record.members]
-    return {
+    metrics = {
         "reward/mean": sum(rewards) / len(rewards),
         "reward/max": max(rewards),
         "reward/min": min(rewards),
@@ -176,3 +201,6 @@ def generation_metrics(record: GenerationRecord, seconds: float) -> dict[str, fl
         "sigma": record.sigma,
         "seconds": seconds,
     }
+    if commit_seconds is not None:
+        metrics["commit_seconds"] = commit_seconds  # this generation's commit, part of `seconds`
+    return metrics

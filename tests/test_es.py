@@ -1,11 +1,17 @@
 """The ES policy: member keys, reward shaping and the coefficients it hands to replay."""
 
 import struct
+from types import SimpleNamespace
 
 import pytest
 
+from ledger.errors import SeedLedgerError
 from replay.noise import member_key, round_coefficient
 from trainers.es import ES, centered_ranks, zscore
+from trainers.optim import OptimizerSpec
+from trainers.policy import Policy, make_policy
+
+SGD, MOMENTUM, ADAM = OptimizerSpec(), OptimizerSpec(name="momentum"), OptimizerSpec(name="adam")
 
 
 def test_ask_is_deterministic_and_mirrored_pairs_share_a_key():
@@ -43,7 +49,7 @@ def test_zscore_and_ranks():
 def test_tell_rounds_every_coefficient_and_folds_pairs():
     es = ES(4, mirrored=True)
     members = es.ask(1, 1)
-    coeffs = es.tell(members, [1.0, 0.0, 0.2, 0.7], scale=5e-4 / 4)
+    coeffs = es.tell(members, [1.0, 0.0, 0.2, 0.7], lr=5e-4, optimizer=SGD)
     z = zscore([1.0, 0.0, 0.2, 0.7])
     assert coeffs[1] == 0.0 and coeffs[3] == 0.0
     assert coeffs[0] == round_coefficient(5e-4 / 4 * (z[0] - z[1]))
@@ -56,10 +62,49 @@ def test_tell_rounds_every_coefficient_and_folds_pairs():
 
 def test_tell_without_signal_gives_a_zero_update():
     es = ES(6, mirrored=False)
-    assert es.tell(es.ask(3, 2), [0.25] * 6, scale=1.0) == [0.0] * 6
+    assert es.tell(es.ask(3, 2), [0.25] * 6, lr=1.0, optimizer=SGD) == [0.0] * 6
 
 
 def test_tell_checks_lengths():
     es = ES(2, mirrored=False)
     with pytest.raises(ValueError):
-        es.tell(es.ask(1, 1), [1.0], scale=1.0)
+        es.tell(es.ask(1, 1), [1.0], lr=1.0, optimizer=SGD)
+
+
+def test_sgd_folds_the_learning_rate_and_momentum_and_adam_do_not():
+    """SGD's coefficients are α·z/N (θ += Σ cε); momentum's and Adam's are z/N (the rule
+    applies α). The scale is the policy's business, not the loop's."""
+    es = ES(6, mirrored=False)
+    members, rewards = es.ask(5, 3), [0.1, 0.9, 0.4, 0.3, 0.8, 0.0]
+    z = zscore(rewards)
+    assert es.tell(members, rewards, lr=0.25, optimizer=SGD) == [
+        round_coefficient(0.25 / 6 * zi) for zi in z
+    ]
+    for rule in (MOMENTUM, ADAM):
+        assert es.tell(members, rewards, lr=0.25, optimizer=rule) == [
+            round_coefficient(1.0 / 6 * zi) for zi in z
+        ]
+
+
+def cfg(**changes) -> SimpleNamespace:
+    return SimpleNamespace(**({"population": 4, "mirrored": True, "shaping": "zscore"} | changes))
+
+
+def test_make_policy_builds_es_from_the_config():
+    policy = make_policy(cfg(shaping="centered_rank"))
+    assert isinstance(policy, ES) and isinstance(policy, Policy)
+    assert (policy.population, policy.mirrored, policy.shaping) == (4, True, "centered_rank")
+    assert policy.ask(9, 2) == ES(4).ask(9, 2)
+    assert isinstance(make_policy(cfg(algorithm="es")), ES)
+
+
+def test_make_policy_refuses_an_unknown_algorithm():
+    with pytest.raises(SeedLedgerError, match="unknown algorithm 'cma-es'"):
+        make_policy(cfg(algorithm="cma-es"))
+
+
+def test_make_policy_reads_the_engine_config():
+    from engine.config import validate
+
+    policy = make_policy(validate({"population": 6, "mirrored": False}))
+    assert (policy.population, policy.mirrored, policy.shaping) == (6, False, "zscore")

@@ -18,3 +18,9 @@ def test_cosine_decays_to_final_ratio():
     assert cos.factor(12, 12) == pytest.approx(0.1)
     values = [cos.factor(g, 12) for g in range(2, 13)]
     assert values == sorted(values, reverse=True)
+
+
+def test_a_bare_name_is_shorthand():
+    assert Schedule.model_validate("cosine") == Schedule(name="cosine")
+    with pytest.raises(ValueError):
+        Schedule.model_validate("exponential")

@@ -1,6 +1,7 @@
 """The generation loop end to end on the `tiny` model: determinism, resume, fork, crashes.
 
-Real ledgers on disk, the real HF backend, real subprocesses killed with SIGKILL.
+Real ledgers on disk, the real HF backend, real subprocesses killed with SIGKILL: at every
+phase of a generation (engine/failpoints.py), and at seeded random moments.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import json
 import os
 import random
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -18,6 +20,7 @@ import pytest
 import yaml
 
 from engine import session
+from engine.loop import Hooks
 from ledger import Ledger
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,13 +48,6 @@ def fingerprints(ledger_path: Path, run: str) -> list[str]:
         return [led.generation(run, g).fingerprint for g in range(1, led.latest_generation(run) + 1)]
 
 
-def _has_run(ledger_path: Path, run: str) -> bool:
-    if not ledger_path.exists():
-        return False
-    with Ledger.open(str(ledger_path)) as led:
-        return any(r.name == run for r in led.list_runs())
-
-
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory, tiny_model_dir) -> tuple[Path, list[str]]:
     """An uninterrupted 3-generation run: the bits every other path must reach."""
@@ -70,6 +66,8 @@ def test_updates_happen_and_replay_verifies(reference):
         base = led.get_run("ref").base_fingerprint
         records = [led.generation("ref", g) for g in (1, 2, 3)]
     assert len(set(fps + [base])) == 4, "every generation must move the weights"
+    assert "previous_commit" not in records[0].timings  # a record cannot time its own commit
+    assert all(0.0 < rec.timings["previous_commit"] < 60.0 for rec in records[1:])
     for rec in records:
         assert any(m.coefficient != 0.0 for m in rec.members)
         assert set(rec.members[0].components) == {"arithmetic", "tests.support.rewards:vowel_share"}
@@ -122,37 +120,173 @@ def seedledger(*args: str, env: dict | None = None, check: bool = True) -> subpr
     return proc
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize(
-    "failpoint", ["member@1", "evaluated@2", "applied@2", "committed@2", "member@3", "random"]
-)
-def test_sigkill_then_resume_reaches_the_same_bits(reference, tmp_path, failpoint):
-    """SIGKILL during evaluation, after the update (before the commit), right after the commit,
-    or at a random moment; `resume` must end at the uninterrupted fingerprints, with no
-    generation lost or duplicated."""
-    _, fps = reference
-    config = write_config(tmp_path)
-    ledger_path = tmp_path / "crash.db"
-    env = os.environ.copy()
-    cmd = ["train", str(config), "--run", "c", "--ledger", str(ledger_path), "--json"]
-    if failpoint == "random":
-        proc = subprocess.Popen([sys.executable, "-m", "engine.cli", *cmd], cwd=ROOT, env=env,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(random.Random().uniform(1.0, 12.0))
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-        if not _has_run(ledger_path, "c"):  # killed before the run was recorded:
-            seedledger(*cmd, "--generations", "1")  # the user starts it again
-    else:
-        env["SEEDLEDGER_FAILPOINT"] = failpoint
-        proc = seedledger(*cmd, env=env, check=False)
-        assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
-    done = fingerprints(ledger_path, "c")
+def test_failpoints_kill_at_once_or_after_a_delay_and_only_where_named():
+    code = "import time; from engine.failpoints import failpoint; failpoint('x', 1); time.sleep(3)"
+
+    def run(spec: str) -> tuple[int, float]:
+        started = time.monotonic()
+        env = os.environ | {"SEEDLEDGER_FAILPOINT": spec}
+        proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True)
+        return proc.returncode, time.monotonic() - started
+
+    assert run("x@2")[0] == 0  # another generation: no kill
+    assert run("x@1")[0] == -signal.SIGKILL
+    code_, seconds = run("x@1+0.5")
+    assert code_ == -signal.SIGKILL and seconds < 3.0
+
+
+def committed_indices(ledger_path: Path, run: str) -> list[int]:
+    """Every generation row of `run`, straight from SQL: a duplicate would show twice."""
+    con = sqlite3.connect(ledger_path)
+    try:
+        rows = con.execute(
+            "SELECT g.idx FROM generations g JOIN runs r ON r.id = g.run_id WHERE r.name = ? "
+            "ORDER BY g.idx",
+            (run,),
+        ).fetchall()
+    finally:
+        con.close()
+    return [idx for (idx,) in rows]
+
+
+def assert_whole_prefix(ledger_path: Path, run: str, fps: list[str]) -> int:
+    """What is committed is generations 1..n, each once, each at the uninterrupted bits."""
+    done = fingerprints(ledger_path, run)
+    assert committed_indices(ledger_path, run) == list(range(1, len(done) + 1))
     assert done == fps[: len(done)], "what was committed before the crash is whole and exact"
-    out = seedledger("resume", "c", "--ledger", str(ledger_path), "--json")
-    payload = json.loads(out.stdout)
+    return len(done)
+
+
+# (failpoint, what the kill leaves of the generation in flight). `+SECONDS` arms a timer
+# at the point, so the SIGKILL lands a moment later: inside replay's update, inside the
+# ledger's commit transaction (or just after either; hence "either").
+PHASES = [
+    ("member", "lost"),  # during evaluation
+    ("update+0.002", "lost"),  # during the update: replay's update, then the fingerprint
+    ("updated", "lost"),  # the update applied in memory, the record not committed
+    ("commit+0.002", "either"),  # during the commit: the generation is whole or absent
+    ("committed", "kept"),  # just after the commit
+]
+
+
+@pytest.mark.slow
+def test_sigkill_in_every_phase_then_resume_reaches_the_same_bits(reference, tmp_path):
+    """One run killed in turn during evaluation, during the update, after it, during the
+    commit and after it, each time resumed; the generation in flight is lost or kept
+    whole, never half, and the last resume ends at the uninterrupted fingerprints."""
+    _, fps = reference
+    ledger_path = tmp_path / "crash.db"
+    cmd = ["train", str(write_config(tmp_path)), "--run", "c", "--ledger", str(ledger_path), "--json"]
+    latest = 0
+    for point, outcome in PHASES:
+        name, plus, delay = point.partition("+")
+        generation = latest + 1
+        env = os.environ | {"SEEDLEDGER_FAILPOINT": f"{name}@{generation}{plus}{delay}"}
+        proc = seedledger(*cmd, env=env, check=False)
+        assert proc.returncode == -signal.SIGKILL, (point, proc.stderr[-2000:])
+        latest = assert_whole_prefix(ledger_path, "c", fps)
+        allowed = {"lost": [generation - 1], "kept": [generation], "either": [generation - 1, generation]}
+        assert latest in allowed[outcome], (point, generation, latest)
+        cmd = ["resume", "c", "--ledger", str(ledger_path), "--json"]
+    payload = json.loads(seedledger(*cmd).stdout)
     assert payload["latest_generation"] == 3
+    assert committed_indices(ledger_path, "c") == [1, 2, 3]
     assert fingerprints(ledger_path, "c") == fps
+
+
+def lease_pid(ledger_path: Path) -> int | None:
+    """The pid holding the run's writer lease, read without disturbing the writer (WAL)."""
+    if not ledger_path.exists():
+        return None
+    con = sqlite3.connect(ledger_path, timeout=5.0)
+    try:
+        row = con.execute("SELECT pid FROM leases").fetchone()
+    except sqlite3.OperationalError:  # schema not created yet
+        return None
+    finally:
+        con.close()
+    return row[0] if row else None
+
+
+def wait_for_loop(proc: subprocess.Popen, ledger_path: Path, timeout: float = 300.0) -> None:
+    """Until `proc` holds the writer lease: it has loaded the model and entered the loop."""
+    deadline = time.monotonic() + timeout
+    while lease_pid(ledger_path) != proc.pid:
+        assert proc.poll() is None, f"exited {proc.returncode} before training"
+        assert time.monotonic() < deadline, "no lease taken"
+        time.sleep(0.02)
+
+
+KILLS = 5
+GENERATIONS = 6
+
+
+@pytest.fixture(scope="module")
+def reference_long(tmp_path_factory, reference) -> tuple[list[str], float]:
+    """An uninterrupted GENERATIONS-generation run: its fingerprints and the seconds one
+    generation takes here (the clock the random kill times are drawn against)."""
+    tmp = tmp_path_factory.mktemp("reference-long")
+    seconds: list[float] = []
+    hooks = Hooks(on_generation_end=lambda record, took: seconds.append(took))
+    with Ledger.open(str(tmp / "long.db")) as led:
+        session.start(led, str(write_config(tmp, generations=GENERATIONS)), "long", [], None, hooks)
+    fps = fingerprints(tmp / "long.db", "long")
+    assert len(fps) == GENERATIONS and fps[:3] == reference[1]
+    return fps, sorted(seconds)[len(seconds) // 2]
+
+
+@pytest.mark.slow
+def test_sigkill_at_seeded_random_moments_then_resume(reference_long, tmp_path):
+    """KILLS SIGKILLs at moments drawn from random.Random(1234), each followed by `resume`.
+
+    A kill time is drawn over the rest of the run, measured from when the victim takes the
+    writer lease (after the ~10 s of imports and model loading, which no kill needs to
+    test), in units of the generation time measured on this machine; so kills land in
+    evaluation, the update and the commit in proportion to the time each takes. A kill
+    that comes after the run finished does not count: the attempt starts again on a fresh
+    ledger with the times halved, so a fast machine cannot make the test pass vacuously."""
+    fps, per_generation = reference_long
+    rng = random.Random(1234)
+    scale = 0.8
+    log = []
+    for attempt in range(4):
+        ledger_path = tmp_path / f"random-{attempt}.db"
+        config = str(write_config(tmp_path, generations=GENERATIONS))
+        cmd = ["train", config, "--run", "c", "--ledger", str(ledger_path), "--json"]
+        landed, latest = 0, 0
+        while landed < KILLS:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "engine.cli", *cmd], cwd=ROOT,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            )
+            cmd = ["resume", "c", "--ledger", str(ledger_path), "--json"]
+            try:
+                wait_for_loop(proc, ledger_path)
+                delay = rng.uniform(0.0, scale * (GENERATIONS - latest) * per_generation)
+                try:
+                    proc.wait(timeout=delay)
+                except subprocess.TimeoutExpired:
+                    proc.send_signal(signal.SIGKILL)
+                    proc.wait()
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+            before, latest = latest, assert_whole_prefix(ledger_path, "c", fps)
+            if proc.returncode != -signal.SIGKILL or latest == GENERATIONS:
+                break  # the run finished before the kill: a miss
+            landed += 1
+            log.append(f"kill {landed}: {delay:.2f} s into the loop, generations {before} -> {latest}")
+        if landed == KILLS:
+            break
+        log.append(f"attempt {attempt}: the run finished after {landed} kills; halving the times")
+        scale /= 2
+    assert landed >= 5, "\n".join(log)
+    payload = json.loads(seedledger(*cmd).stdout)
+    assert payload["latest_generation"] == GENERATIONS, "\n".join(log)
+    assert committed_indices(ledger_path, "c") == list(range(1, GENERATIONS + 1))
+    assert fingerprints(ledger_path, "c") == fps, "\n".join(log)
+    print("\n".join(log))  # where the kills landed (pytest -s)
 
 
 def test_curriculum_moves_the_level_and_resume_continues_it(tmp_path):

@@ -6,7 +6,8 @@ cᵢ = α·zᵢ/N (the paper's update); with momentum or Adam, cᵢ = zᵢ/N is 
 estimate and the rule applies α. Mirrored pairs (ε, −ε) share one key and are applied as
 one term on that key: the pair's first member carries the coefficient, the second 0.
 Every coefficient is rounded by `replay.noise.round_coefficient` before it leaves here,
-so what the ledger stores is exactly what is applied.
+so what the ledger stores is exactly what is applied. The loop reaches this class through
+`trainers.policy.make_policy`, never by name.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from replay.noise import member_key, round_coefficient
+from trainers.optim import OptimizerSpec
 
 Shaping = Literal["zscore", "centered_rank"]
 
@@ -57,7 +59,8 @@ def centered_ranks(rewards: list[float]) -> list[float]:
 
 
 class ES:
-    """The ES policy: `ask(run_key, generation)` then `tell(members, rewards, lr, ...)`."""
+    """The ES policy (`trainers.policy.Policy`): `ask(run_key, generation)` names the members,
+    `tell(members, rewards, lr=, optimizer=)` returns their rounded coefficients."""
 
     def __init__(self, population: int, mirrored: bool = True, shaping: Shaping = "zscore"):
         if population < 1 or (mirrored and population % 2):
@@ -80,8 +83,17 @@ class ES:
     def shape(self, rewards: list[float]) -> list[float]:
         return zscore(rewards) if self.shaping == "zscore" else centered_ranks(rewards)
 
-    def tell(self, members: list[Member], rewards: list[float], *, scale: float) -> list[float]:
-        """Coefficients in member order. `scale` is α/N (SGD) or 1/N (momentum, Adam)."""
+    def tell(
+        self, members: list[Member], rewards: list[float], *, lr: float, optimizer: OptimizerSpec
+    ) -> list[float]:
+        """Coefficients in member order: shaped rewards times α/N when the optimizer folds the
+        learning rate into the coefficients (SGD), times 1/N when its rule applies α itself."""
+        scale = (lr if optimizer.folds_lr else 1.0) / len(members)
+        return self.coefficients(members, rewards, scale)
+
+    def coefficients(self, members: list[Member], rewards: list[float], scale: float) -> list[float]:
+        """`scale`·(shaped reward) per member, mirrored pairs folded onto the pair's first
+        member, each rounded; `tell` chooses `scale`."""
         if len(rewards) != len(members):
             raise ValueError("one reward per member")
         z = self.shape(rewards)

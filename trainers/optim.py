@@ -4,6 +4,12 @@ The arithmetic lives in `replay.update`; this module only validates the settings
 says how ES coefficients relate to the rule: for `sgd` the learning rate is folded into
 the coefficients (θ += Σ cᵢεᵢ, the paper's update), for `momentum` and `adam` the
 coefficients are the gradient estimate and the rule applies the learning rate.
+
+Momentum is damped by default (dampening 0.9: v = 0.9·v + 0.1·g): undamped momentum
+with the paper's settings diverged (DESIGN.md; tests/test_momentum_quadratic.py).
+`record` always writes every constant of the rule into the generation record, so replay
+never falls back on its own defaults — which differ: `replay.update` reads a record
+without `dampening` as 0.0 (torch's convention), not as this module's 0.9.
 """
 
 from __future__ import annotations
@@ -12,6 +18,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+DEFAULT_DAMPENING = 0.9  # deliberately not replay.update's 0.0: see the module docstring
+
 
 class OptimizerSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -19,12 +27,18 @@ class OptimizerSpec(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _from_name(cls, value):
-        """`optimizer: adam` and `schedule.lr: cosine` are shorthand for `{name: ...}`."""
+        """A bare name is shorthand: `optimizer: adam` means `{name: adam}`."""
         return {"name": value} if isinstance(value, str) else value
 
     name: Literal["sgd", "momentum", "adam"] = "sgd"
     beta: float = Field(0.9, ge=0.0, lt=1.0, description="momentum coefficient")
-    dampening: float = Field(0.9, ge=0.0, le=1.0, description="v = β·v + (1 − dampening)·g")
+    dampening: float = Field(
+        DEFAULT_DAMPENING,
+        ge=0.0,
+        le=1.0,
+        description="v = β·v + (1 − dampening)·g; default damped (replay's default for a "
+        "record without the key is 0.0, so records always carry it)",
+    )
     beta1: float = Field(0.9, ge=0.0, lt=1.0)
     beta2: float = Field(0.999, ge=0.0, lt=1.0)
     eps: float = Field(1e-8, gt=0.0)

@@ -21,7 +21,7 @@ class Schedule(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _from_name(cls, value):
-        """`optimizer: adam` and `schedule.lr: cosine` are shorthand for `{name: ...}`."""
+        """A bare name is shorthand: `schedule.lr: cosine` means `{name: cosine}`."""
         return {"name": value} if isinstance(value, str) else value
 
     name: Literal["constant", "linear_warmup", "cosine"] = "constant"

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from engine.config import TrainConfig
 from engine.evaluator import Evaluator, MemberResult
+from engine.failpoints import failpoint
 from ledger import Ledger, ReplayStep
 from trainers.es import Member
 
@@ -39,7 +40,10 @@ class LocalPool:
         return results
 
     def apply(self, step: ReplayStep) -> str:
-        return self.replica.apply(step)
+        failpoint("update", step.index)
+        fingerprint = self.replica.apply(step)
+        failpoint("updated", step.index)
+        return fingerprint
 
     def held_out_reward(self, limit: int) -> float:
         return self.replica.held_out_reward(limit)

@@ -1,0 +1,67 @@
+"""The policy surface the generation loop talks to: ask for members, tell their rewards.
+
+A policy (ES today; GA, CMA-ES or low-rank ES later) owns everything algorithm-specific:
+which members a generation evaluates and how their rewards become the coefficients that
+replay applies (θ ← rule(θ, Σᵢ cᵢ·εᵢ)). The loop stays algorithm-agnostic: it asks,
+evaluates, tells, records and applies, and never scales a reward itself.
+
+    policy = make_policy(cfg)
+    members = policy.ask(run_key, generation)          # list[Member], member order
+    coeffs = policy.tell(members, rewards, lr=lr, optimizer=cfg.optimizer)
+    # coeffs: one per member, already rounded by replay.noise.round_coefficient
+
+A policy must be a pure function of its constructor arguments and of what `ask`/`tell`
+are given (no hidden state carried across generations), so that `resume` and `fork`,
+which build a fresh policy, reach the same bits as an uninterrupted run. A future policy
+that needs state across generations (CMA-ES's covariance, a GA's elite) must rebuild it
+from the ledger's records, as the curriculum does.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+from ledger.errors import SeedLedgerError
+from trainers.es import ES, Member
+from trainers.optim import OptimizerSpec
+
+__all__ = ["ALGORITHMS", "Member", "Policy", "make_policy"]
+
+
+@runtime_checkable
+class Policy(Protocol):
+    def ask(self, run_key: int, generation: int) -> list[Member]:
+        """The generation's members (noise key and sign), in member order."""
+        ...
+
+    def tell(
+        self, members: list[Member], rewards: list[float], *, lr: float, optimizer: OptimizerSpec
+    ) -> list[float]:
+        """The coefficients to record and apply, in member order, each already rounded.
+
+        `lr` is the learning rate in force; `optimizer` says whether the update rule applies
+        it (momentum, Adam) or the coefficients must carry it (`optimizer.folds_lr`, SGD)."""
+        ...
+
+
+def _es(cfg: Any) -> ES:
+    return ES(cfg.population, mirrored=cfg.mirrored, shaping=cfg.shaping)
+
+
+# algorithm name -> factory(cfg). A new algorithm adds an entry here and a value to the
+# config's `algorithm` field; the loop does not change.
+ALGORITHMS = {"es": _es}
+
+
+def make_policy(cfg: Any) -> Policy:
+    """The policy a training config selects by its `algorithm` key (default `es`).
+
+    `cfg` is the engine's TrainConfig (trainers cannot import engine, so it is read by
+    attribute). A config without an `algorithm` field is ES: that is what every run
+    recorded so far was trained with."""
+    name = getattr(cfg, "algorithm", "es")
+    try:
+        factory = ALGORITHMS[name]
+    except KeyError:
+        raise SeedLedgerError(f"algorithm: unknown algorithm {name!r} (known: {', '.join(sorted(ALGORITHMS))})") from None
+    return factory(cfg)
