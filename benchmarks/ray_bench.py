@@ -33,8 +33,7 @@ def one_generation(pool, cfg, strategy: ES, key: int, generation: int) -> tuple[
     lr, sigma = hyperparameters(cfg, generation)
     members = strategy.ask(key, generation)
     results = pool.evaluate(members, sigma, generation, key)
-    scale = (lr if cfg.optimizer.folds_lr else 1.0) / len(members)
-    coefficients = strategy.tell(members, [r.reward for r in results], scale=scale)
+    coefficients = strategy.tell(members, [r.reward for r in results], lr=lr, optimizer=cfg.optimizer)
     step = ReplayStep(
         run="bench",
         index=generation,

@@ -84,6 +84,7 @@ class Evaluation(Strict):
 
 class TrainConfig(Strict):
     model: str = "smollm2-135m-instruct"
+    algorithm: Literal["es"] = Field("es", description="the policy (trainers.policy.ALGORITHMS)")
     task: str | dict[str, Any] = "arithmetic"
     population: int = Field(8, ge=1)
     mirrored: bool = True

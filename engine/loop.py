@@ -146,6 +146,7 @@ def train(
             "evaluate": evaluated - started,
             "load_member": sum(r.seconds.get("load_member", 0.0) for r in results),
             "update": applied - evaluated,
+            "wall": applied - started,  # the generation up to its commit (the parts above overlap)
         }
         if previous_commit is not None:
             record.timings["previous_commit"] = previous_commit

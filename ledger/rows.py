@@ -59,11 +59,21 @@ def _check_record(rec: GenerationRecord) -> None:
         )
 
 
+def wall_seconds(timings: dict[str, float]) -> float | None:
+    """A generation's wall time: `wall` as the loop records it; for older records the sum of
+    the phases, leaving out `load_member` (per-member time inside evaluation)."""
+    if not timings:
+        return None
+    if "wall" in timings:
+        return timings["wall"]
+    return math.fsum(v for k, v in timings.items() if k not in ("load_member", "previous_commit"))
+
+
 def generation_row(run_id: int, rec: GenerationRecord) -> dict[str, Any]:
     """Column values of the generation row (exact arrays packed as LE blobs)."""
     _check_record(rec)
     stats = rec.reward_stats()
-    wall = math.fsum(rec.timings.values()) if rec.timings else None
+    wall = wall_seconds(rec.timings)
     ms = rec.members
     return {
         "run_id": run_id,

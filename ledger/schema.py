@@ -91,7 +91,7 @@ class Generation(Base):
     reward_max: Mapped[float | None] = mapped_column(Float)
     fingerprint: Mapped[str | None] = mapped_column(String(64))
     timings: Mapped[str] = mapped_column(Text)  # JSON {phase: seconds}
-    wall_time: Mapped[float | None] = mapped_column(Float)  # sum of timings
+    wall_time: Mapped[float | None] = mapped_column(Float)  # timings["wall"]: the generation up to its commit
     extra: Mapped[str] = mapped_column(Text)  # JSON
     committed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
