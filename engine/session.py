@@ -8,9 +8,12 @@ over it), which `resume` and `fork` continue towards by default.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import socket
+import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +25,7 @@ from engine.refs import resolve_ref
 from ledger import GenerationRecord, Ledger, RunInfo
 from ledger.db import sqlite_path, to_url
 from ledger.errors import RunNotFound, SeedLedgerError
+from ledger.lease import WriterLease
 from replay.noise import NOISE_SPEC, run_key
 
 LEASE_TTL = 300.0  # seconds; the loop renews it after every member
@@ -42,6 +46,12 @@ def anchors_dir(ledger: Ledger) -> Path:
         return Path(str(path) + ".anchors")
     home = Path(os.environ.get("SEEDLEDGER_HOME", Path.home() / ".cache" / "seedledger"))
     return home / "anchors"
+
+
+def log_dir(ledger: Ledger) -> Path:
+    """Where `report_to` trackers write: `logs/` beside a SQLite ledger, else
+    `$SEEDLEDGER_HOME/logs`; each tracker uses `<log_dir>/<tracker>/<run>`."""
+    return anchors_dir(ledger).parent / "logs"
 
 
 def software_versions() -> dict[str, str]:
@@ -68,34 +78,62 @@ def _installed(dist: str) -> bool:
     return True
 
 
-def _run_loop(ledger: Ledger, run: RunInfo, cfg: TrainConfig, pool, generations: int, hooks):
+@contextmanager
+def _keepalive(lease: WriterLease, every: float = LEASE_TTL / 5):
+    """Renew `lease` from a thread while setup (model load, replay of the history) runs:
+    the loop renews it itself once it trains, but setup can outlast the lease's ttl."""
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(every):
+            try:
+                lease.heartbeat()
+            except SeedLedgerError:  # taken over: the first commit will say so
+                return
+
+    thread = threading.Thread(target=beat, name="seedledger-lease", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+def _run_loop(ledger: Ledger, run: RunInfo, cfg: TrainConfig, pool, generations: int, hooks, lease):
+    """Train under `lease` (held by the caller since before any work)."""
     loggers = None
     if cfg.report_to:
         from engine.loggers import make_loggers
 
-        loggers = make_loggers(cfg.report_to, run.name, anchors_dir(ledger).parent / "logs", cfg.model_dump())
+        loggers = make_loggers(cfg.report_to, run.name, log_dir(ledger), cfg.model_dump())
     try:
-        with ledger.lease(run.name, ttl=LEASE_TTL) as lease:
-            ledger.set_status(run.name, "training")
-            try:
-                records = train(
-                    ledger, run, cfg, pool, generations,
-                    anchors_dir=anchors_dir(ledger), loggers=loggers, hooks=hooks,
-                    heartbeat=lease.heartbeat,
-                )
-            except BaseException:
-                ledger.set_status(run.name, "interrupted")
-                raise
-            latest = ledger.latest_generation(run.name)
-            done = latest - run.parent_generation
-            ledger.set_status(run.name, "finished" if done >= cfg.generations else "stopped")
+        ledger.set_status(run.name, "training")
+        try:
+            records = train(
+                ledger, run, cfg, pool, generations,
+                anchors_dir=anchors_dir(ledger), loggers=loggers, hooks=hooks,
+                heartbeat=lease.heartbeat,
+            )
+        except BaseException as exc:
+            ledger.set_status(run.name, "interrupted")
+            if isinstance(exc, Exception):
+                with contextlib.suppress(Exception):  # the audit trail; never mask the error
+                    ledger.log_event(
+                        run.name, "error",
+                        {"error": type(exc).__name__, "message": str(exc),
+                         "generation": ledger.latest_generation(run.name) + 1},
+                    )
+            raise
+        latest = ledger.latest_generation(run.name)
+        done = latest - run.parent_generation
+        ledger.set_status(run.name, "finished" if done >= cfg.generations else "stopped")
     finally:
         if loggers is not None:
             loggers.close()
-    master, _ = pool.state()
-    from replay.fingerprint import fingerprint
-
-    return SessionResult(run, records, fingerprint(master), latest)
+    # The pool's own fingerprint of its master (a Ray pool's workers reported it): no
+    # weights move to compute it.
+    return SessionResult(run, records, pool.fingerprint(), latest)
 
 
 def start(
@@ -128,27 +166,34 @@ def start(
             software=software_versions(),
             host=socket.gethostname(),
         )
-        pool.restore(ledger, run.name, 0, None)
-        count = cfg.generations if generations is None else generations
-        return _run_loop(ledger, run, cfg, pool, count, hooks)
+        with ledger.lease(run.name, ttl=LEASE_TTL) as lease:
+            pool.restore(ledger, run.name, 0, None)
+            count = cfg.generations if generations is None else generations
+            return _run_loop(ledger, run, cfg, pool, count, hooks, lease)
     finally:
         pool.close()
 
 
 def resume(ledger: Ledger, run_name: str, generations: int | None, hooks: Hooks | None = None):
+    """Continue `run_name`. The writer lease is taken first: a second `resume` of a run
+    being trained is refused (naming the holder) before it loads or replays anything,
+    and leaves no `resume` event."""
     run = ledger.get_run(run_name)
     cfg = validate(run.config, f"run {run_name} config")
-    latest = ledger.latest_generation(run_name)
-    if generations is None:
-        generations = max(cfg.generations - (latest - run.parent_generation), 0)
-    pool = make_pool(cfg, resolve_model(cfg.model))
-    try:
-        _check_base(run, pool.base_fingerprint())
-        pool.restore(ledger, run.name, latest, anchors_dir(ledger))
-        ledger.log_event(run.name, "resume", {"from_generation": latest, "generations": generations})
-        return _run_loop(ledger, run, cfg, pool, generations, hooks)
-    finally:
-        pool.close()
+    with ledger.lease(run.name, ttl=LEASE_TTL) as lease:
+        latest = ledger.latest_generation(run_name)  # read under the lease: no one commits now
+        if generations is None:
+            generations = max(cfg.generations - (latest - run.parent_generation), 0)
+        with _keepalive(lease):
+            pool = make_pool(cfg, resolve_model(cfg.model))
+        try:
+            _check_base(run, pool.base_fingerprint())
+            with _keepalive(lease):
+                pool.restore(ledger, run.name, latest, anchors_dir(ledger))
+            ledger.log_event(run.name, "resume", {"from_generation": latest, "generations": generations})
+            return _run_loop(ledger, run, cfg, pool, generations, hooks, lease)
+        finally:
+            pool.close()
 
 
 def fork(
@@ -159,6 +204,9 @@ def fork(
     generations: int | None,
     hooks: Hooks | None = None,
 ) -> SessionResult:
+    """Start `new_name` at `ref`. The child run is created and leased before the model is
+    loaded (a racing fork of the same name fails at once); if setup then fails, before
+    anything trained, the empty child is deleted so that its name stays free."""
     parent, gen = resolve_ref(ledger, ref)
     data = apply_overrides(dict(parent.config), list(overrides))
     cfg = validate(data, "fork config")
@@ -166,29 +214,40 @@ def fork(
         raise SeedLedgerError("a fork keeps its parent's base model; `model` cannot be changed")
     if _has_run(ledger, new_name):
         raise SeedLedgerError(f"run {new_name!r} exists; pick another --run")
-    pool = make_pool(cfg, resolve_model(cfg.model))
-    try:
-        _check_base(parent, pool.base_fingerprint())
-        run = ledger.create_run(
-            name=new_name,
-            base_model=parent.base_model,
-            base_revision=parent.base_revision,
-            base_fingerprint=parent.base_fingerprint,
-            noise_spec=parent.noise_spec,
-            dtype_policy=f"fp32-master/{cfg.dtype}-eval",
-            param_selection=parent.param_selection,
-            config=cfg.model_dump(mode="json"),
-            seed=cfg.seed,
-            run_key=run_key(cfg.seed),
-            parent=(parent.name, gen),
-            software=software_versions(),
-            host=socket.gethostname(),
-        )
-        pool.restore(ledger, run.name, gen, anchors_dir(ledger))
-        count = max(cfg.generations - gen, 0) if generations is None else generations
-        return _run_loop(ledger, run, cfg, pool, count, hooks)
-    finally:
-        pool.close()
+    run = ledger.create_run(
+        name=new_name,
+        base_model=parent.base_model,
+        base_revision=parent.base_revision,
+        base_fingerprint=parent.base_fingerprint,
+        noise_spec=parent.noise_spec,
+        dtype_policy=f"fp32-master/{cfg.dtype}-eval",
+        param_selection=parent.param_selection,
+        config=cfg.model_dump(mode="json"),
+        seed=cfg.seed,
+        run_key=run_key(cfg.seed),
+        parent=(parent.name, gen),
+        software=software_versions(),
+        host=socket.gethostname(),
+    )
+    with ledger.lease(run.name, ttl=LEASE_TTL) as lease:
+        pool = None
+        try:
+            with _keepalive(lease):
+                pool = make_pool(cfg, resolve_model(cfg.model))
+                _check_base(parent, pool.base_fingerprint())
+                pool.restore(ledger, run.name, gen, anchors_dir(ledger))
+        except BaseException:
+            if pool is not None:
+                pool.close()
+            lease.release()
+            with contextlib.suppress(Exception):
+                ledger.delete_run(run.name)
+            raise
+        try:
+            count = max(cfg.generations - gen, 0) if generations is None else generations
+            return _run_loop(ledger, run, cfg, pool, count, hooks, lease)
+        finally:
+            pool.close()
 
 
 def _has_run(ledger: Ledger, name: str) -> bool:

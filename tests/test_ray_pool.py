@@ -1,20 +1,25 @@
-"""The Ray pool reaches the local pool's fingerprints, with and without a killed worker.
+"""The Ray pool reaches the local pool's fingerprints, with and without a killed worker;
+joins an existing cluster; aborts (exit 1) when a replica diverges.
 
-A real local Ray cluster (2 CPUs, small object store) and the `tiny` model, driven
-through `engine.session.start`, so the pool is exercised exactly as `seedledger train`
-uses it.
+Real local Ray clusters (2 CPUs, small object store) and the `tiny` model, driven through
+`engine.session.start` or the console script, so the pool is exercised exactly as
+`seedledger train` uses it.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
+import subprocess
+import sys
 
 import pytest
+from test_cli_walkthrough import Cli, _cli
 
+from engine.pools import PoolFailure, ReplicaMismatch
 from engine.pools.ray import actor_resources, assign, check_agreement
-from ledger.errors import SeedLedgerError
 
 TINY = [
     "model=tiny",
@@ -43,8 +48,10 @@ def test_members_are_assigned_round_robin_in_member_order():
 
 def test_disagreeing_workers_abort_naming_worker_and_generation():
     assert check_agreement(["ab" * 16] * 3, 4) == "ab" * 16
-    with pytest.raises(SeedLedgerError, match="worker 2 .* generation 4"):
+    with pytest.raises(ReplicaMismatch, match="worker 2 .* generation 4") as err:
         check_agreement(["ab" * 16, "ab" * 16, "cd" * 16], 4)
+    assert err.value.exit_code == 1  # a failure of the run, not bad input
+    assert issubclass(ReplicaMismatch, PoolFailure) and PoolFailure.exit_code == 1
 
 
 def test_cpu_workers_split_the_cluster_and_gpu_workers_take_one_gpu():
@@ -77,7 +84,7 @@ def local_run(tmp_path_factory):
     return _train(tmp_path_factory.mktemp("local"), [])
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def cluster():
     ray = pytest.importorskip("ray")
     owned = not ray.is_initialized()
@@ -100,6 +107,12 @@ def test_two_workers_reach_the_local_pools_fingerprints(local_run, tmp_path, mon
     ray = pytest.importorskip("ray")
     if ray.is_initialized():
         pytest.skip("Ray already initialised in this process")
+    from engine.pools.ray import RayPool
+
+    def no_weights(self):
+        raise AssertionError("weights pulled from a worker with no anchor to save")
+
+    monkeypatch.setattr(RayPool, "state", no_weights)  # the session's end uses fingerprint()
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     monkeypatch.setenv("SEEDLEDGER_RAY_OBJECT_STORE", str(200 * 2**20))
     fingerprints, rewards, final = _train(tmp_path, RAY)
@@ -113,6 +126,10 @@ def test_two_workers_reach_the_local_pools_fingerprints(local_run, tmp_path, mon
 def test_a_worker_killed_mid_generation_is_rebuilt_and_changes_nothing(
     cluster, local_run, tmp_path, monkeypatch
 ):
+    """Worker 1 is killed at a known point: blocked in its first member of generation 2
+    (the stall hook), so its members are in flight and the death is always noticed during
+    generation 2's evaluate, never in apply. Its replacement (no stall) rebuilds
+    generation 1 from the ledger and scores them again."""
     from engine import session
     from engine.loop import Hooks
 
@@ -124,6 +141,7 @@ def test_a_worker_killed_mid_generation_is_rebuilt_and_changes_nothing(
 
     session_make_pool = session.make_pool
     monkeypatch.setattr(session, "make_pool", capture)
+    monkeypatch.setenv("SEEDLEDGER_RAY_STALL", "1@2")
     state: dict = {"generation": 0, "pids": None, "killed": None}
 
     def on_generation_start(generation: int, members: int) -> None:
@@ -132,8 +150,8 @@ def test_a_worker_killed_mid_generation_is_rebuilt_and_changes_nothing(
             state["pids"] = pools[0].pids()  # asked while the workers are idle
 
     def on_member(result) -> None:
-        # The first result of generation 2 has arrived: worker 1 still has member 3
-        # queued (members 1 and 3 are its share), so it dies with work in flight.
+        # Worker 0's first result of generation 2: worker 1 is stalled in member 1 (with
+        # member 3 queued behind it) and cannot finish, so this kill always finds it there.
         if state["generation"] == 2 and state["killed"] is None:
             state["killed"] = state["pids"][1]
             os.kill(state["killed"], signal.SIGKILL)
@@ -142,6 +160,148 @@ def test_a_worker_killed_mid_generation_is_rebuilt_and_changes_nothing(
     fingerprints, rewards, final = _train(tmp_path, RAY, hooks)
     assert state["killed"] is not None
     # Replaced while the pool stood at generation 1, i.e. during generation 2's evaluate.
-    assert [r["worker"] for r in pools[0].replacements] == [1]
-    assert pools[0].replacements[0]["generation"] == 1
+    assert pools[0].replacements == [
+        {"worker": 1, "generation": 1, "error": pools[0].replacements[0]["error"]}
+    ]
     assert (fingerprints, rewards, final) == local_run
+
+
+# -- an existing cluster, joined through RAY_ADDRESS, via the console script ----------------
+
+HEAD = """
+import sys, ray
+import ray._private.state as state
+ray.init(num_cpus=2, include_dashboard=False, object_store_memory=200 * 2**20,
+         logging_level="WARNING")
+print(ray.get_runtime_context().gcs_address, flush=True)
+for line in sys.stdin:  # "jobs": the pids of every driver that joined so far
+    print(" ".join(str(j["DriverPid"]) for j in state.jobs()), flush=True)
+ray.shutdown()
+"""
+
+
+@pytest.fixture(scope="module")
+def head():
+    """A Ray head started by another process (as `ray start --head` would be): yields
+    (address, ask, auth env) where ask() lists the pids of the drivers that joined it."""
+    pytest.importorskip("ray")
+    import secrets
+
+    # Ray's token authentication with a token of this fixture's own (not ~/.ray/auth_token,
+    # which other clusters on this machine may share or replace).
+    auth = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HEAD], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        text=True, start_new_session=True,
+        env={**os.environ, "RAY_ADDRESS": "", "RAY_USAGE_STATS_ENABLED": "0", **auth},
+    )
+    try:
+        address = proc.stdout.readline().strip()
+        assert ":" in address, f"the head did not start (exit {proc.poll()})"
+
+        def ask() -> set[int]:
+            proc.stdin.write("jobs\n")
+            proc.stdin.flush()
+            return {int(p) for p in proc.stdout.readline().split()}
+
+        yield address, ask, auth
+    finally:
+        proc.stdin.close()  # the head shuts its cluster down and exits
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # the group this fixture started
+            proc.wait()
+
+
+def _cli_on(head, tmp_path, **env: str) -> Cli:
+    address, _, auth = head
+    cli = Cli(tmp_path)
+    cli.env.update({"RAY_ADDRESS": address, "RAY_USAGE_STATS_ENABLED": "0", **auth, **env})
+    return cli
+
+
+TRAIN = ["train", "--run", "r", "--json"] + [
+    x for kv in TINY + RAY + [f"generations={GENERATIONS}"] for x in ("--set", kv)
+]
+
+
+@pytest.mark.ray
+def test_the_console_script_joins_an_existing_cluster(head, local_run, tmp_path):
+    from ledger import Ledger
+
+    _, ask, _ = head
+    cli = _cli_on(head, tmp_path)
+    proc = subprocess.Popen(  # as Cli.run, but the driver's pid is needed
+        [*_cli(), *TRAIN], cwd=tmp_path, env=cli.env,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err[-3000:]
+    assert proc.pid in ask(), "the run did not join the head's cluster"
+    fingerprints, _, final = local_run
+    assert json.loads(out)["fingerprint"] == final
+    with Ledger.open(tmp_path / "ledger.db", create=False) as led:
+        assert [r.fingerprint for r in led.records("r")] == fingerprints
+
+
+@pytest.mark.ray
+def test_a_diverging_replica_aborts_the_run_with_exit_1(head, tmp_path):
+    from ledger import Ledger
+
+    cli = _cli_on(head, tmp_path, SEEDLEDGER_RAY_DIVERGE="1@2")
+    err = cli.run(*TRAIN, code=1).stderr
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert "worker 1" in lines[0] and "generation 2" in lines[0] and "disagree" in lines[0]
+    with Ledger.open(tmp_path / "ledger.db", create=False) as led:
+        assert led.latest_generation("r") == 1, "the disputed generation never committed"
+        assert led.get_run("r").status == "interrupted"
+        (event,) = led.events("r", kind="error")
+        assert event.payload["error"] == "ReplicaMismatch" and event.payload["generation"] == 2
+
+
+
+# -- multi-machine preconditions: clear one-line errors ------------------------------------
+
+
+def test_a_worker_without_the_model_or_the_ledger_says_so(tiny_model_dir, tmp_path):
+    """What a worker on another node meets when the model path or a SQLite ledger exists
+    only on the driver's machine (the actor class, called in process)."""
+    from engine.config import validate
+    from engine.pools.ray_worker import ReplicaActor
+    from ledger.errors import SeedLedgerError
+
+    cfg = validate({"model": "tiny"}).model_dump(mode="json")
+    missing = ReplicaActor(cfg, str(tmp_path / "no-model"), 1, worker=3)
+    with pytest.raises(SeedLedgerError, match=r"worker 3 on host .*no-model.* every node"):
+        missing.base_fingerprint()
+
+    actor = ReplicaActor(cfg, str(tiny_model_dir), 1, worker=1)
+    url = f"sqlite:///{tmp_path}/elsewhere/ledger.db"
+    with pytest.raises(SeedLedgerError) as err:
+        actor.restore(url, "r", 1, None)
+    message = str(err.value)
+    assert "worker 1 on host" in message and url in message and "PostgreSQL" in message
+    assert "\n" not in message
+
+
+@pytest.mark.ray
+def test_a_workers_error_reaches_the_driver_as_one_line(cluster, tmp_path):
+    from types import SimpleNamespace
+
+    from engine.config import validate
+    from engine.models import resolve_model
+    from engine.pools.ray import RayPool
+    from ledger.errors import SeedLedgerError
+
+    cfg = validate({"model": "tiny", "workers": {"pool": "ray", "count": 2}})
+    pool = RayPool(cfg, resolve_model("tiny"))
+    try:
+        nowhere = SimpleNamespace(location=str(tmp_path / "elsewhere" / "ledger.db"))
+        with pytest.raises(SeedLedgerError) as err:
+            pool.restore(nowhere, "r", 1, None)
+    finally:
+        pool.close()
+    assert type(err.value) is SeedLedgerError  # not Ray's wrapper with a remote traceback
+    assert "cannot open the ledger" in str(err.value) and "\n" not in str(err.value)

@@ -5,6 +5,18 @@ from __future__ import annotations
 from pathlib import Path
 
 from engine.config import TrainConfig
+from ledger.errors import SeedLedgerError
+
+
+class PoolFailure(SeedLedgerError):
+    """The pool could not produce a sound result (a worker kept dying, replicas disagree):
+    a failure of the run, not bad input, so the CLI exits 1."""
+
+    exit_code = 1
+
+
+class ReplicaMismatch(PoolFailure):
+    """Two replicas hold different weights after the same generation."""
 
 
 def make_pool(cfg: TrainConfig, model_dir: Path):

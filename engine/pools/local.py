@@ -16,12 +16,20 @@ class LocalPool:
     def __init__(self, cfg: TrainConfig, model_dir: Path):
         self.replica = Evaluator(cfg, model_dir)
         self.task = self.replica.task
+        self._fingerprint: str | None = None
 
     def base_fingerprint(self) -> str:
         return self.replica.base_fingerprint()
 
+    def fingerprint(self) -> str:
+        """The master's fingerprint as of the last restore or apply."""
+        if self._fingerprint is None:
+            self._fingerprint = self.base_fingerprint()
+        return self._fingerprint
+
     def restore(self, ledger: Ledger, run: str, generation: int, anchors_dir: Path | None) -> str:
-        return self.replica.restore(ledger, run, generation, anchors_dir)
+        self._fingerprint = self.replica.restore(ledger, run, generation, anchors_dir)
+        return self._fingerprint
 
     def evaluate(
         self,
@@ -41,9 +49,9 @@ class LocalPool:
 
     def apply(self, step: ReplayStep) -> str:
         failpoint("update", step.index)
-        fingerprint = self.replica.apply(step)
+        self._fingerprint = self.replica.apply(step)
         failpoint("updated", step.index)
-        return fingerprint
+        return self._fingerprint
 
     def held_out_reward(self, limit: int) -> float:
         return self.replica.held_out_reward(limit)

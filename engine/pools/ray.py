@@ -15,6 +15,18 @@ fault.
 
 Workers import seedledger themselves: install it on every node (a local cluster also
 finds it through the driver's working directory, which Ray puts on workers' path).
+
+Several machines: every worker opens the ledger itself (read only, to rebuild its master
+at start and after a fault), so `--ledger` must be a database URL every node reaches,
+e.g. `postgresql+psycopg://host/seedledger`; a SQLite file is seen only by workers on its
+own machine (a worker that cannot open the ledger fails the run with one line naming its
+host). The model is passed by path: the same model directory (a local Hugging Face
+directory, or `$SEEDLEDGER_HOME`'s provisioned cache) must exist at that path on every node.
+
+Test hooks, read by the driver when it starts a worker: `SEEDLEDGER_RAY_DIVERGE=W@G` makes
+worker W nudge one weight after applying generation G (the pool must abort, naming W and
+G); `SEEDLEDGER_RAY_STALL=W@G` makes the first worker W block in its first member of
+generation G until killed (its replacement does not), so a kill lands at a known point.
 """
 
 from __future__ import annotations
@@ -26,10 +38,11 @@ from pathlib import Path
 from typing import Any
 
 import ray
-from ray.exceptions import RayActorError
+from ray.exceptions import RayActorError, RayTaskError
 
 from engine.config import TrainConfig
 from engine.evaluator import MemberResult
+from engine.pools import PoolFailure, ReplicaMismatch
 from engine.pools.ray_worker import ReplicaActor, step_to_wire
 from ledger import Ledger, ReplayStep
 from ledger.db import to_url
@@ -89,12 +102,33 @@ def assign(members: int, workers: int) -> list[list[int]]:
     return [list(range(w, members, workers)) for w in range(workers)]
 
 
+def hook_generation(name: str, worker: int) -> int | None:
+    """The generation that $SEEDLEDGER_RAY_<name>=W@G names for `worker`, if any."""
+    spec = os.environ.get(f"SEEDLEDGER_RAY_{name}", "")
+    w, _, g = spec.partition("@")
+    if w.isdigit() and g.isdigit() and int(w) == worker:
+        return int(g)
+    return None
+
+
+def get(ref: Any, **kwargs: Any) -> Any:
+    """`ray.get`, except that a SeedLedgerError raised in a worker comes back as itself, one
+    line, instead of wrapped in Ray's multi-line task error."""
+    try:
+        return ray.get(ref, **kwargs)
+    except RayTaskError as exc:
+        cause = getattr(exc, "cause", None)
+        if isinstance(cause, SeedLedgerError):
+            raise type(cause)(str(cause)) from None
+        raise
+
+
 def check_agreement(fingerprints: Sequence[str], generation: int) -> str:
-    """The common fingerprint; SeedLedgerError naming the first worker that differs."""
+    """The common fingerprint; ReplicaMismatch (exit 1) naming the first worker that differs."""
     first = fingerprints[0]
     for worker, fp in enumerate(fingerprints):
         if fp != first:
-            raise SeedLedgerError(
+            raise ReplicaMismatch(
                 f"worker {worker} has fingerprint {fp[:16]}… after generation {generation}, "
                 f"worker 0 has {first[:16]}…: the replicas disagree; aborting the run"
             )
@@ -125,8 +159,8 @@ class RayPool:
             # No Ray-level restarts: a restarted actor would come back at the base model;
             # `_replace` brings a fresh one to the pool's generation instead.
             self._remote = ray.remote(max_restarts=0, max_task_retries=0, **options)(ReplicaActor)
-            self._actors = [self._spawn() for _ in range(cfg.workers.count)]
-            fps = ray.get([a.base_fingerprint.remote() for a in self._actors])
+            self._actors = [self._spawn(w, first=True) for w in range(cfg.workers.count)]
+            fps = get([a.base_fingerprint.remote() for a in self._actors])
             self._base = check_agreement(fps, 0)
             self._fingerprint = self._base
         except BaseException:
@@ -135,8 +169,11 @@ class RayPool:
 
     # -- actors ----------------------------------------------------------------------------
 
-    def _spawn(self):
-        return self._remote.remote(self.cfg.model_dump(mode="json"), self.model_dir, self._threads)
+    def _spawn(self, worker: int, first: bool = False):
+        return self._remote.remote(
+            self.cfg.model_dump(mode="json"), self.model_dir, self._threads, worker,
+            hook_generation("DIVERGE", worker), hook_generation("STALL", worker) if first else None,
+        )
 
     def pids(self) -> list[int]:
         """Worker process ids, in worker order."""
@@ -151,23 +188,23 @@ class RayPool:
             ray.kill(self._actors[worker], no_restart=True)
         except Exception:  # already gone
             pass
-        actor = self._spawn()
+        actor = self._spawn(worker)
         self._actors[worker] = actor
         target = self.generation
         if self._run is None:  # never restored: the base model is the state
-            fp = ray.get(actor.base_fingerprint.remote())
+            fp = get(actor.base_fingerprint.remote())
         else:
             committed = min(target, self._ledger.latest_generation(self._run))
             committed = max(committed, self._restored_at)
-            fp = ray.get(actor.restore.remote(self._url, self._run, committed, self._anchors))
+            fp = get(actor.restore.remote(self._url, self._run, committed, self._anchors))
             if target > committed:
                 step = self._last_step
                 if step is None or step.index != target or target != committed + 1:
-                    raise SeedLedgerError(
+                    raise PoolFailure(
                         f"worker {worker} died at generation {target}, and generations "
                         f"{committed + 1}..{target} are neither committed nor held by the pool"
                     ) from why
-                fp = ray.get(actor.apply.remote(step_to_wire(step)))
+                fp = get(actor.apply.remote(step_to_wire(step)))
         logging.getLogger(__name__).warning(
             "worker %d died (%s); replaced and rebuilt to generation %d",
             worker, type(why).__name__, target,
@@ -185,7 +222,7 @@ class RayPool:
         out = []
         for worker, ref in enumerate(refs):
             try:
-                out.append(ray.get(ref))
+                out.append(get(ref))
             except RayActorError as exc:
                 out.append(self._replace_checked(worker, exc, attempts=MAX_RESTARTS))
         return out
@@ -198,7 +235,7 @@ class RayPool:
                 why = exc
                 if attempt == attempts - 1:
                     break
-        raise SeedLedgerError(
+        raise PoolFailure(
             f"worker {worker} kept dying at generation {self.generation} "
             f"({attempts} replacements): {why}"
         ) from why
@@ -207,6 +244,10 @@ class RayPool:
 
     def base_fingerprint(self) -> str:
         return self._base
+
+    def fingerprint(self) -> str:
+        """The fingerprint every worker reported after the last restore or apply."""
+        return self._fingerprint
 
     def restore(self, ledger: Ledger, run: str, generation: int, anchors_dir: Path | None) -> str:
         self._ledger, self._run = ledger, run
@@ -255,7 +296,7 @@ class RayPool:
             [ref], _ = ray.wait(list(pending), num_returns=1)
             pos, worker = pending.pop(ref)
             try:
-                record(pos, ray.get(ref))
+                record(pos, get(ref))
                 continue
             except RayActorError as exc:
                 why = exc
@@ -268,12 +309,12 @@ class RayPool:
                     pass
             deaths[worker] += 1
             if deaths[worker] > MAX_RESTARTS:
-                raise SeedLedgerError(
+                raise PoolFailure(
                     f"worker {worker} died {deaths[worker]} times in generation {generation}"
                 ) from why
             fp = self._replace_checked(worker, why, attempts=MAX_RESTARTS)
             if fp != self._fingerprint:
-                raise SeedLedgerError(
+                raise ReplicaMismatch(
                     f"worker {worker} rebuilt generation {self.generation} with fingerprint "
                     f"{fp[:16]}…, expected {self._fingerprint[:16]}…; aborting the run"
                 )
@@ -290,19 +331,19 @@ class RayPool:
 
     def held_out_reward(self, limit: int) -> float:
         try:
-            return ray.get(self._actors[0].held_out_reward.remote(limit))
+            return get(self._actors[0].held_out_reward.remote(limit))
         except RayActorError as exc:
             self._replace_checked(0, exc, attempts=MAX_RESTARTS)
-            return ray.get(self._actors[0].held_out_reward.remote(limit))
+            return get(self._actors[0].held_out_reward.remote(limit))
 
     def state(self):
         """(master, optimizer state) from worker 0: the one call that moves weights, for
-        anchors and session ends, never per generation."""
+        anchors only (a session's final fingerprint is `fingerprint()`)."""
         try:
-            return ray.get(self._actors[0].state.remote())
+            return get(self._actors[0].state.remote())
         except RayActorError as exc:
             self._replace_checked(0, exc, attempts=MAX_RESTARTS)
-            return ray.get(self._actors[0].state.remote())
+            return get(self._actors[0].state.remote())
 
     def close(self) -> None:
         """Stop the actors, and the Ray connection (with its local cluster) if ours."""
