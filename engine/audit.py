@@ -11,6 +11,7 @@ from typing import Any
 
 from ledger import GenerationRecord, Ledger, RunInfo
 from ledger.errors import SeedLedgerError
+from ledger.rows import wall_seconds
 
 FP_PREFIX = 12  # fingerprint characters shown in tables; JSON always carries all 32
 
@@ -31,16 +32,6 @@ def _strict(obj: Any) -> Any:
     if isinstance(obj, list | tuple):
         return [_strict(v) for v in obj]
     return obj
-
-
-def _seconds(timings: dict[str, float]) -> float | None:
-    """Wall seconds of a generation: evaluate + update (load_member is summed per member)."""
-    if not timings:
-        return None
-    if "total" in timings:
-        return timings["total"]
-    wall = [v for k, v in timings.items() if k in ("evaluate", "update")]
-    return sum(wall) if wall else sum(timings.values())
 
 
 def _own_range(ledger: Ledger, run: RunInfo) -> range:
@@ -92,7 +83,7 @@ def generation_row(record: GenerationRecord, holder: str) -> dict[str, Any]:
         "sigma": record.sigma,
         "population": record.population,
         "fingerprint": record.fingerprint,
-        "seconds": _seconds(record.timings),
+        "seconds": wall_seconds(record.timings),
         "committed_at": record.committed_at.isoformat() if record.committed_at else None,
     }
 
@@ -184,7 +175,7 @@ def show_generation(
         "members": members,
         "fingerprint": record.fingerprint,
         "timings": _strict(record.timings),
-        "seconds": _seconds(record.timings),
+        "seconds": wall_seconds(record.timings),
         "extra": _strict(record.extra),
         "committed_at": record.committed_at.isoformat() if record.committed_at else None,
     }

@@ -77,7 +77,10 @@ def open_ledger(url: str, create: bool = False):
     so a mistyped `--ledger` is reported instead of becoming an empty ledger."""
     from ledger import Ledger
 
-    return Ledger.open(url or DEFAULT_LEDGER, upgrade=State.upgrade, create=create)
+    ledger = Ledger.open(url or DEFAULT_LEDGER, upgrade=State.upgrade, create=create)
+    if ledger.upgraded is not None and ledger.upgraded.changed:
+        print(ledger.upgraded.describe(), file=sys.stderr)  # the schema changed: say so, and where the backup is
+    return ledger
 
 
 def _session_payload(result) -> dict:

@@ -23,6 +23,7 @@ from engine.models import resolve_model
 from engine.plot import plot_run
 from engine.progress import TrainingProgress
 from ledger import Ledger
+from ledger.errors import SeedLedgerError
 from ledger.seedfile import export_seedfile
 from replay.noise import member_key
 
@@ -57,13 +58,30 @@ def _mean(values: list[float | None]) -> float:
     return statistics.fmean(kept) if kept else 0.0
 
 
+DEMO_ENTRIES = ("seedledger.db", "demo-final", "demo.seeds", "demo-reward.png", "logs")
+
+
+def _fresh_workdir(workdir: Path) -> None:
+    """Empty `workdir` for a fresh demo (its ledger is its own), but only if everything in it
+    is what an earlier demo wrote: a mistyped --workdir must not delete someone's files."""
+    if workdir.exists():
+        if not workdir.is_dir():
+            raise SeedLedgerError(f"demo workdir {workdir} is a file; name a directory")
+        foreign = sorted(p.name for p in workdir.iterdir() if not p.name.startswith(DEMO_ENTRIES))
+        if foreign:
+            raise SeedLedgerError(
+                f"demo workdir {workdir} holds files the demo did not write ({', '.join(foreign[:3])}); "
+                "name an empty or new directory"
+            )
+        shutil.rmtree(workdir)
+    workdir.mkdir(parents=True)
+
+
 def run_demo(workdir: Path, generations: int | None = None, config: Path = CONFIG) -> dict:
     console = Console(stderr=True)
     overrides = [f"generations={generations}"] if generations is not None else []
+    _fresh_workdir(workdir)
     cfg = load_config(config, overrides)
-    if workdir.exists():
-        shutil.rmtree(workdir)  # a fresh demo each time: its ledger is its own
-    workdir.mkdir(parents=True)
 
     console.rule("1. the base model")
     started = time.perf_counter()

@@ -123,6 +123,12 @@ def test_no_upgrade_refuses_an_old_schema_and_db_upgrade_names_its_backup(tmp_pa
     human = cli.run("db", "upgrade", "--ledger", str(again)).stdout
     assert "backed up at" in human and str(tmp_path / "again.db.bak-0001-") in human
 
+    silently = tmp_path / "silently.db"  # any command upgrades an old ledger, and says so
+    migrate.upgrade(str(silently), "0001")
+    notice = cli.run("log", "--ledger", str(silently)).stderr
+    assert "upgraded schema 0001 ->" in notice and "silently.db.bak-0001-" in notice
+    assert migrate.current(str(silently)) == migrate.head()
+
 
 # -- rebuild -o: refuse to destroy ---------------------------------------------------------
 

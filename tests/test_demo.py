@@ -9,6 +9,7 @@ import yaml
 
 from engine.demo import run_demo
 from ledger import Ledger
+from ledger.errors import SeedLedgerError
 from ledger.seedfile import read_seedfile
 from replay.noise import member_key
 
@@ -31,11 +32,10 @@ def test_demo_reports_what_it_measured(tmp_path: Path, tiny_model_dir: Path) -> 
     config.write_text(yaml.safe_dump(TINY))
     workdir = tmp_path / "out"
     workdir.mkdir()
-    (workdir / "stale.txt").write_text("from an earlier demo")
+    (workdir / "seedledger.db").write_text("a stale ledger from an earlier demo")
 
     figures = run_demo(workdir, config=config)
 
-    assert not (workdir / "stale.txt").exists(), "each demo starts from an empty directory"
     assert figures["generations"] == 2 and figures["verified"] is True
     with Ledger.open(str(workdir / "seedledger.db")) as led:
         assert figures["fingerprint"] == led.generation("demo", 2).fingerprint
@@ -48,6 +48,15 @@ def test_demo_reports_what_it_measured(tmp_path: Path, tiny_model_dir: Path) -> 
     assert 0.0 <= figures["base_held_out_reward"] <= 1.0 and 0.0 <= figures["final_held_out_reward"] <= 1.0
     assert figures["question"] and isinstance(figures["final_answer"], str)
     assert figures["held_out_rows"] == 4 and figures["held_out_change"]["better"] <= 4
+
+
+def test_demo_refuses_a_workdir_holding_files_it_did_not_write(tmp_path: Path) -> None:
+    workdir = tmp_path / "mine"
+    workdir.mkdir()
+    (workdir / "thesis.tex").write_text("precious")
+    with pytest.raises(SeedLedgerError, match="thesis.tex"):
+        run_demo(workdir, config=tmp_path / "unused.yaml")
+    assert (workdir / "thesis.tex").read_text() == "precious"
 
 
 def test_paired_change_is_the_mean_row_difference_with_its_standard_error() -> None:
