@@ -18,7 +18,7 @@ from engine.refs import parse_ref, resolve_ref
 from engine.session import anchors_dir
 from ledger import Ledger
 from ledger.db import sqlite_path, to_url
-from ledger.errors import RunNotFound, SeedLedgerError, VerifyMismatch
+from ledger.errors import SeedLedgerError, VerifyMismatch
 from replay.fingerprint import fingerprint
 from replay.noise import member_key
 from replay.rebuild import rebuild, replay_steps
@@ -231,7 +231,7 @@ def rebuild_source(
             if not is_file:
                 raise  # a seed file needs no ledger: one that cannot be opened is no run
     try:
-        is_run = led is not None and run_name is not None and _has_run(led, run_name)
+        is_run = led is not None and run_name is not None and led.has_run(run_name)
         if is_run and is_file:
             raise SeedLedgerError(
                 f"{source!r} is both a run in {ledger_location} and a file; "
@@ -259,9 +259,3 @@ def _run_part(source: str) -> str | None:
     return name
 
 
-def _has_run(ledger: Ledger, name: str) -> bool:
-    try:
-        ledger.get_run(name)
-    except RunNotFound:
-        return False
-    return True

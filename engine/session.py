@@ -24,7 +24,7 @@ from engine.pools import make_pool
 from engine.refs import resolve_ref
 from ledger import GenerationRecord, Ledger, RunInfo
 from ledger.db import sqlite_path, to_url
-from ledger.errors import RunNotFound, SeedLedgerError
+from ledger.errors import SeedLedgerError
 from ledger.lease import WriterLease
 from replay.noise import NOISE_SPEC, run_key
 
@@ -146,7 +146,7 @@ def start(
 ) -> SessionResult:
     cfg = load_config(config_path, overrides)
     name = run_name or (Path(config_path).stem if config_path else "run")
-    if _has_run(ledger, name):
+    if ledger.has_run(name):
         raise SeedLedgerError(f"run {name!r} exists: `seedledger resume {name}` or pick another --run")
     model_dir = resolve_model(cfg.model)
     pool = make_pool(cfg, model_dir)
@@ -212,7 +212,7 @@ def fork(
     cfg = validate(data, "fork config")
     if cfg.model != parent.base_model:
         raise SeedLedgerError("a fork keeps its parent's base model; `model` cannot be changed")
-    if _has_run(ledger, new_name):
+    if ledger.has_run(new_name):
         raise SeedLedgerError(f"run {new_name!r} exists; pick another --run")
     run = ledger.create_run(
         name=new_name,
@@ -248,14 +248,6 @@ def fork(
             return _run_loop(ledger, run, cfg, pool, count, hooks, lease)
         finally:
             pool.close()
-
-
-def _has_run(ledger: Ledger, name: str) -> bool:
-    try:
-        ledger.get_run(name)
-    except RunNotFound:
-        return False
-    return True
 
 
 def _check_base(run: RunInfo, fingerprint: str) -> None:

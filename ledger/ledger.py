@@ -252,6 +252,10 @@ class Ledger:
         with self._read() as conn:
             return self._info(conn, self._run_row(conn, name))
 
+    def has_run(self, name: str) -> bool:
+        with self._read() as conn:
+            return conn.execute(select(Run.id).where(Run.name == name)).first() is not None
+
     def list_runs(self) -> list[RunInfo]:
         with self._read() as conn:
             runs = conn.execute(select(Run).order_by(Run.id)).all()

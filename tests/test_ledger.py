@@ -31,6 +31,7 @@ def test_runs_round_trip(led):
     assert got == info and got.run_key == (1 << 64) - 1 and got.parent is None
     assert got.config == {"population": 4, "sigma": 1e-3} and got.base_revision == "r1"
     assert led.get_run("b") == fork and fork.parent == ("a", 0) and fork.run_key == 1 << 63
+    assert led.has_run("a") and led.has_run("b") and not led.has_run("c")
     assert [r.name for r in led.list_runs()] == ["a", "b"]
     led.set_status("a", "running")
     assert led.get_run("a").status == "running"
