@@ -7,7 +7,6 @@ Exit codes: 0 ok, 1 failure (verify mismatch), 2 bad input (one line on stderr).
 from __future__ import annotations
 
 import json
-import os
 import sys
 import traceback
 from enum import StrEnum
@@ -402,11 +401,9 @@ def _usage_error(exc: UsageError) -> None:
 
 def main() -> None:
     """Console-script entry point: map errors to one line and an exit code."""
-    # Models are local files: never ask a hub, and keep library progress bars off stderr
-    # (ours go there; an error must stay one line).
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    from engine.models import quiet_hf_env
+
+    quiet_hf_env()  # no hub, no library progress bars: an error must stay one line
     try:
         app(standalone_mode=False)
     except SeedLedgerError as exc:

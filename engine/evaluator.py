@@ -28,7 +28,6 @@ from typing import Any
 from engine.backends import make_backend
 from engine.config import TrainConfig
 from ledger import Ledger, ReplayStep
-from ledger.errors import SeedLedgerError
 from replay import update
 from replay.fingerprint import fingerprint
 from replay.noise import member_key
@@ -61,10 +60,6 @@ class Evaluator:
         self.master = self.backend.master()
         self.state = update.OptimizerState()
         self.generation = 0
-        if cfg.curriculum is not None and self.task.levels < 2:
-            raise SeedLedgerError(
-                f"curriculum: task {self.task.name} has a single difficulty level; nothing to move"
-            )
         self._threshold = cfg.curriculum.threshold if cfg.curriculum else 1.0
         self._passk_threshold = self._threshold
         if cfg.passk is not None and cfg.passk.threshold is not None:

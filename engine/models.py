@@ -30,6 +30,20 @@ from ledger.errors import SeedLedgerError
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never touch the hub, whoever imports us first
 
+# Models are local files: never ask a hub; and keep library progress bars and chatter off
+# stderr, where seedledger's own progress and one-line errors go.
+QUIET_HF_ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+    "TRANSFORMERS_VERBOSITY": "error",
+}
+
+
+def quiet_hf_env() -> None:
+    """Set `QUIET_HF_ENV` where the user has not chosen otherwise (before HF libraries load)."""
+    for name, value in QUIET_HF_ENV.items():
+        os.environ.setdefault(name, value)
+
 log = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "smollm2-135m-instruct"

@@ -71,17 +71,19 @@ def check_output(output: Path, force: bool = False, keep: Path | None = None) ->
 
 
 def write_model_dir(
-    base_dir: Path, master: dict[str, torch.Tensor], output: Path, meta: dict, force: bool = False
+    base_dir: Path, master: dict[str, torch.Tensor], output: Path, meta: dict,
+    force: bool = False, keep: Path | None = None,
 ) -> None:
     """Write a transformers/vLLM-loadable directory in the base model's own dtype.
 
     The directory is written beside `output` under a temporary name and renamed into
     place, so `output` is never half-written; what stood there before (an earlier
-    rebuild, or anything with `force`) is moved aside first and removed after.
+    rebuild, or anything with `force`) is moved aside first and removed after. Callers
+    run `check_output` before their expensive work; it runs again here just before the
+    rename, for anything that appeared meanwhile.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    check_output(output, force)
     model = AutoModelForCausalLM.from_pretrained(base_dir, dtype="auto")
     with torch.no_grad():
         for name, param in model.named_parameters():
@@ -94,7 +96,7 @@ def write_model_dir(
         model.save_pretrained(staging)
         AutoTokenizer.from_pretrained(base_dir).save_pretrained(staging)
         (staging / MARKER).write_text(json.dumps(meta, indent=2) + "\n")
-        check_output(output, force)  # again: something may have appeared meanwhile
+        check_output(output, force, keep)  # again: something may have appeared meanwhile
         if output.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{output.name}.old.", dir=output.parent))
             output.rename(old / "previous")
@@ -131,17 +133,10 @@ def verify_ref(ledger: Ledger, ref: str, device: str = "cpu") -> dict:
     """
     run, gen = resolve_ref(ledger, ref)
     _, master = _base_for(run, None, device)
-    done = [0]
-
-    def progress(count: int, total: int) -> None:
-        done[0] = count
-
     try:
-        master, _ = rebuild(
-            ledger, run.name, gen, master, verify="every", anchors_dir=None, progress=progress
-        )
+        master, _ = rebuild(ledger, run.name, gen, master, verify="every", anchors_dir=None)
     except VerifyMismatch as exc:
-        bad = done[0] + 1  # from the base, the k-th replayed step is generation k
+        bad = exc.generation
         message = f"{run.name}@{gen} does not verify: {exc}"
         ledger.log_event(
             run.name, "verify",
@@ -173,12 +168,13 @@ def rebuild_ref(
     *, verify: str = "end", force: bool = False,
 ) -> dict:
     run, gen = resolve_ref(ledger, ref)
-    check_output(output, force, keep=sqlite_path(to_url(ledger.location)))
+    keep = sqlite_path(to_url(ledger.location))
+    check_output(output, force, keep)
     model_dir, master = _base_for(run, base, device)
     master, _ = rebuild(ledger, run.name, gen, master, verify=verify, anchors_dir=anchors_dir(ledger))
     fp = fingerprint(master)
     meta = {"run": run.name, "generation": gen, "fingerprint": fp, "base_model": run.base_model}
-    write_model_dir(model_dir, master, output, meta, force)
+    write_model_dir(model_dir, master, output, meta, force, keep)
     return {**meta, "output": str(output), "verify": verify}
 
 
@@ -209,7 +205,7 @@ def rebuild_seedfile(
     if fp != seeds.final_fingerprint:
         raise VerifyMismatch(f"{path}: rebuilt fingerprint {fp} differs from the file's {seeds.final_fingerprint}")
     meta = {"run": seeds.header["run"], "generation": seeds.generation, "fingerprint": fp, "base_model": seeds.base_model}
-    write_model_dir(model_dir, master, output, meta, force)
+    write_model_dir(model_dir, master, output, meta, force, keep)
     return {**meta, "output": str(output), "verify": verify}
 
 

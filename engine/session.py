@@ -184,16 +184,17 @@ def resume(ledger: Ledger, run_name: str, generations: int | None, hooks: Hooks 
         latest = ledger.latest_generation(run_name)  # read under the lease: no one commits now
         if generations is None:
             generations = max(cfg.generations - (latest - run.parent_generation), 0)
-        with _keepalive(lease):
-            pool = make_pool(cfg, resolve_model(cfg.model))
+        pool = None
         try:
-            _check_base(run, pool.base_fingerprint())
             with _keepalive(lease):
+                pool = make_pool(cfg, resolve_model(cfg.model))
+                _check_base(run, pool.base_fingerprint())
                 pool.restore(ledger, run.name, latest, anchors_dir(ledger))
             ledger.log_event(run.name, "resume", {"from_generation": latest, "generations": generations})
             return _run_loop(ledger, run, cfg, pool, generations, hooks, lease)
         finally:
-            pool.close()
+            if pool is not None:
+                pool.close()
 
 
 def fork(

@@ -17,6 +17,7 @@ from ledger.errors import SeedLedgerError
 
 U64 = 1 << 64
 I64_MAX = (1 << 63) - 1
+I64_MIN = -(1 << 63)
 
 
 def key_to_sql(key: int) -> int:

@@ -16,6 +16,12 @@ class LeaseHeld(SeedLedgerError):
 
 
 class VerifyMismatch(SeedLedgerError):
-    """A fingerprint that differs from the ledger's: the history does not replay."""
+    """A fingerprint that differs from the ledger's: the history does not replay.
+
+    `generation` names the first generation that does not replay, where it is known."""
 
     exit_code = 1
+
+    def __init__(self, message: str, generation: int | None = None):
+        super().__init__(message)
+        self.generation = generation

@@ -33,7 +33,6 @@ from ledger.schema import COEFFICIENTS_DTYPE as DTYPE
 from ledger.schema import Anchor, Event, Generation, Lease, Member, Run
 
 Segment = tuple[str, int, int]
-I64 = 1 << 63  # runs.seed is a signed 64-bit column
 
 
 _SQL_CACHE: dict[tuple[str, str, tuple[str, ...]], tuple[str, list[str] | None]] = {}
@@ -212,7 +211,7 @@ class Ledger:
             raise SeedLedgerError(f"bad run name {name!r} (non-empty, no '@', no edge spaces)")
         seed = columns.get("seed")
         if seed is not None and (
-            not isinstance(seed, int) or isinstance(seed, bool) or not -I64 <= seed < I64
+            not isinstance(seed, int) or isinstance(seed, bool) or not codec.I64_MIN <= seed <= codec.I64_MAX
         ):
             raise SeedLedgerError(f"seed {seed!r} is not a signed 64-bit integer")
         software = software if software is not None else {"python": sys.version.split()[0]}

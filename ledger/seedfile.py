@@ -67,7 +67,6 @@ MAX_BODY = MAX_HEADER + 4 + MAX_MEMBERS * MAX_MEMBER_BYTES  # ~52 MB
 MAX_FILE = MAX_BODY + (1 << 20)  # zstd never expands by more than a little
 MAX_RATIO = 1024  # body size / compressed size (zstd reaches ~32,000x on a bomb)
 RATIO_FLOOR = 8 << 20  # bodies up to this size may compress as well as they like
-I64 = 1 << 63
 I32 = 1 << 31
 # longest strings the SQL columns take (ledger.schema) / that a sane header holds
 MAX_NAME = 200
@@ -411,7 +410,7 @@ def _parse(body: bytes, key_fn: KeyFn | None) -> SeedFile:
     _json_obj(h.get("config"), "config")
     _json_obj(h.get("software"), "software")
     if h.get("seed") is not None:
-        _int(h.get("seed"), -I64, I64 - 1, "seed")
+        _int(h.get("seed"), codec.I64_MIN, codec.I64_MAX, "seed")
     _u64_text(h.get("run_key"), "run key")
     final = _str(h.get("final_fingerprint"), "final fingerprint", MAX_FINGERPRINT, optional=True)
     segs = h.get("segments")

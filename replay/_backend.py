@@ -41,8 +41,10 @@ def triton_available() -> bool:
     return True
 
 
+@cache
 def use_triton(device_type: str) -> bool:
-    """Triton for a tensor on this device type?"""
+    """Triton for a tensor on this device type? (Read once, like `fast_cpu`: it is asked
+    per tensor on the update's path.)"""
     mode = impl()
     if mode == "reference" or not triton_available():
         return False

@@ -108,28 +108,24 @@ def _accumulate_block(delta, eps, start, stop, keys, kxs, coefs, table):
     """delta[0:stop-start] = Σ_m coefs[m]·eps(keys[m], start..stop) in member order.
 
     The sum starts at −0.0 and members with coefs[m] == 0 are skipped (x + (−0) == x for
-    every x, so an all-zero generation leaves θ bit-identical). A member whose key equals
-    the next member's (mirrored pairs) fills the noise buffer, which later members with
-    that key reuse; the arithmetic is unchanged, only the hashing is skipped.
+    every x, so an all-zero generation leaves θ bit-identical). A member whose key repeats
+    the previous, applied member's (mirrored pairs with two coefficients) reuses its noise
+    block; the arithmetic is unchanged, only the hashing is skipped.
     """
     n = stop - start
     members = keys.shape[0]
     for p in range(n):
         delta[p] = np.float32(-0.0)
-    cached = False  # eps holds the noise of cached_key
-    cached_key = keys[0] if members > 0 else uint64(0)
     for m in range(members):
         c = coefs[m]
         if c == 0:
             continue
-        key = keys[m]
-        if not (cached and cached_key == key):
-            if m + 1 == members or keys[m + 1] != key:
-                _accumulate_noise(delta, start, n, key, kxs[m], c, table)  # used once: no buffer
-                continue
-            _noise_block(eps, start, n, key, kxs[m], table)
-            cached = True
-            cached_key = key
+        repeated = m > 0 and keys[m] == keys[m - 1] and coefs[m - 1] != 0  # eps holds its noise
+        if not repeated and (m + 1 == members or keys[m + 1] != keys[m]):
+            _accumulate_noise(delta, start, n, keys[m], kxs[m], c, table)  # used once: no buffer
+            continue
+        if not repeated:
+            _noise_block(eps, start, n, keys[m], kxs[m], table)
         for p in range(n):
             delta[p] = delta[p] + c * eps[p]
 

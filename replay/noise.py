@@ -95,13 +95,13 @@ def generate(
     if out is not None and (out.dtype != torch.float32 or out.numel() != numel or not out.is_contiguous()):
         raise ValueError("out must be a contiguous fp32 tensor of numel elements")
     device = out.device if out is not None else torch.device(device)
-    if _use_triton(device):
-        from . import _triton_kernels as tk
-
-        flat = None if out is None else out.detach().view(-1)
-        res = tk.generate(key, noise_xkey(key), numel, offset, device, flat)
-        return res if out is None else out
     if not _use_fast(device):
+        if _use_triton(device):
+            from . import _triton_kernels as tk
+
+            flat = None if out is None else out.detach().view(-1)
+            res = tk.generate(key, noise_xkey(key), numel, offset, device, flat)
+            return res if out is None else out
         res = ref.noise_ref(key, numel, offset, device)
         return res if out is None else out.copy_(res.view(out.shape))
     from . import _cpu_kernels as k

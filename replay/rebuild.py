@@ -43,7 +43,8 @@ def replay_steps(
             if got != want:
                 raise VerifyMismatch(
                     f"generation {step.index} of {step.run if hasattr(step, 'run') else 'the history'} "
-                    f"does not replay: fingerprint {got}, the ledger says {want}"
+                    f"does not replay: fingerprint {got}, the ledger says {want}",
+                    generation=step.index,
                 )
         if progress is not None:
             progress(done, len(steps))

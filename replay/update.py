@@ -120,22 +120,22 @@ def apply_step(master: dict[str, torch.Tensor], state: OptimizerState, step: Any
     scal = _scalars(name, opt, state.step)
     rule = RULES[name]
     kinds = BUFFERS[name]
-    fast, gpu, slow = [], {}, []
+    groups: dict[tuple[Any, torch.device], list] = {}  # one call per kernel and device
     for tname, theta in master.items():
         bufs = [state.buffer(kind, tname, theta) for kind in kinds]
         tkeys = [tensor_key(k, tname) for k in keys]
-        if _use_fast(theta.device):
-            fast.append((theta, tkeys, bufs))
-        elif _use_triton(theta.device):
-            gpu.setdefault(theta.device, []).append((theta, tkeys, bufs))
-        else:
-            slow.append((theta, tkeys, bufs))
-    if fast:
-        _apply_fast(fast, coefs, rule, scal)
-    for items in gpu.values():
-        _apply_triton(items, coefs, rule, scal)
-    for theta, tkeys, bufs in slow:
-        apply_tensor(theta, tkeys, coefs, rule, scal, bufs, fast=False)
+        groups.setdefault((_kernel(theta.device), theta.device), []).append((theta, tkeys, bufs))
+    for (kernel, _), items in groups.items():
+        kernel(items, coefs, rule, scal)
+
+
+def _kernel(device: torch.device, reference: bool = False):
+    """The fused update for tensors on `device`: numba (CPU), Triton (CUDA) or the reference."""
+    if not reference and _use_fast(device):
+        return _apply_fast
+    if not reference and _use_triton(device):
+        return _apply_triton
+    return _apply_reference
 
 
 def _nonzero(keys: Sequence[int], coefs: Sequence[float]) -> tuple[list[int], list[float]]:
@@ -172,6 +172,13 @@ def _apply_fast(items: list, coefs: Sequence[float], rule: int, scal: Sequence[f
     )
 
 
+def _apply_reference(items: list, coefs: Sequence[float], rule: int, scal: Sequence[float]) -> None:
+    """The torch reference (the oracle), one tensor at a time."""
+    for theta, tkeys, bufs in items:
+        g = ref.delta_ref(list(tkeys), list(coefs), theta.numel(), theta.device).view(theta.shape)
+        ref.apply_rule_ref(theta, g, rule, list(scal), *(list(bufs) + [None, None])[:2])
+
+
 def apply_tensor(
     theta: torch.Tensor, tkeys: Sequence[int], coefs: Sequence[float], rule: int,
     scal: Sequence[float], bufs: Sequence[torch.Tensor], *, fast: bool | None = None,
@@ -180,14 +187,5 @@ def apply_tensor(
 
     ``fast=False`` forces the reference (the oracle); None picks by device.
     """
-    b1 = bufs[0] if bufs else None
-    b2 = bufs[1] if len(bufs) > 1 else None
     tkeys, coefs = _nonzero(tkeys, coefs)
-    if fast is not False and _use_fast(theta.device):
-        _apply_fast([(theta, list(tkeys), list(bufs))], coefs, rule, scal)
-        return
-    if fast is not False and _use_triton(theta.device):
-        _apply_triton([(theta, list(tkeys), list(bufs))], coefs, rule, scal)
-        return
-    g = ref.delta_ref(list(tkeys), list(coefs), theta.numel(), theta.device).view(theta.shape)
-    ref.apply_rule_ref(theta, g, rule, list(scal), b1, b2)
+    _kernel(theta.device, reference=fast is False)([(theta, list(tkeys), list(bufs))], coefs, rule, scal)

@@ -17,21 +17,11 @@ from pathlib import Path
 import pytest
 from test_cli_walkthrough import Cli
 
+from tests.support.configs import tiny_config
+
 pytestmark = pytest.mark.slow
 
-CONFIG = """\
-model: tiny
-task:
-  name: arithmetic
-  rewards: [task, {fn: length, limit: 12}]
-population: 4
-generations: 2
-batch_size: 2
-max_new_tokens: 4
-sigma: 0.05
-lr: 0.01
-seed: 7
-"""
+CONFIG = tiny_config(sigma=0.05, lr=0.01)
 
 
 @pytest.fixture(scope="module")

@@ -7,21 +7,11 @@ from __future__ import annotations
 import pytest
 from test_cli_walkthrough import Cli
 
+from tests.support.configs import tiny_config
+
 pytestmark = pytest.mark.slow
 
-CONFIG = """\
-model: tiny
-task:
-  name: arithmetic
-  rewards: [task, {fn: length, limit: 12}]
-population: 4
-generations: 2
-batch_size: 2
-max_new_tokens: 4
-sigma: 0.05
-seed: 7
-report_to: [tensorboard, mlflow]
-"""
+CONFIG = tiny_config(sigma=0.05, report_to=["tensorboard", "mlflow"])
 
 
 # MLflow's SQL store still uses a loader SQLAlchemy 2.1 deprecates; not ours to fix.

@@ -8,6 +8,7 @@ import torch
 from ledger.records import ReplayStep
 from replay import noise, update
 from replay.fingerprint import fingerprint
+from tests.support.replay_cases import special_values
 
 pytestmark = [
     pytest.mark.gpu,
@@ -77,16 +78,6 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
     return t.view({4: torch.int32, 2: torch.int16}[t.element_size()])
 
 
-def _special(n: int, seed: int) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(n, generator=g)
-    specials = torch.tensor([-0.0, 0.0, 1e-45, -1e-45, 1e-40, -3e-39, 1.2e-38, 65519.0, -65520.0, 1e30, -3e38])
-    if n:
-        idx = torch.randint(0, n, (min(n, 64),), generator=g)
-        x[idx] = specials[torch.arange(idx.numel()) % specials.numel()]
-    return x
-
-
 def test_triton_noise_equals_reference_on_cuda():
     """The Triton kernel (what CUDA uses) against the torch reference on the same GPU and the CPU."""
     from replay import _reference as ref
@@ -104,7 +95,7 @@ def test_triton_noise_equals_reference_on_cuda():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_triton_perturb_special_values(dtype):
     _needs_triton()
-    master = _special(1_000_003, 3)
+    master = special_values(1_000_003, 3)
     for scale in (noise.round_coefficient(-1e-3), noise.round_coefficient(3e-2), 0.0):
         a = torch.empty(master.shape, dtype=dtype)
         b = torch.empty(master.shape, dtype=dtype, device="cuda")
@@ -124,7 +115,7 @@ def test_triton_update_random_shapes_cpu_equals_cuda(optimizer, zero_second):
     rng = np.random.default_rng(7)
     shapes = {"zero": (0,), "one": (1,), "tail": (1025,), "big": (3_000_017,), "mat": (301, 77)}
     shapes |= {f"r{i}": tuple(int(d) for d in rng.integers(1, 300, int(rng.integers(1, 3)))) for i in range(4)}
-    cpu = {k: _special(int(np.prod(s)), i).view(s) for i, (k, s) in enumerate(shapes.items())}
+    cpu = {k: special_values(int(np.prod(s)), i).view(s) for i, (k, s) in enumerate(shapes.items())}
     gpu = {k: v.cuda() for k, v in cpu.items()}
     ref_gpu = {k: v.cuda() for k, v in cpu.items()}
     states = [update.OptimizerState() for _ in range(3)]
@@ -157,7 +148,7 @@ def test_triton_update_random_shapes_cpu_equals_cuda(optimizer, zero_second):
 def test_triton_zero_sgd_update_is_identity_on_cuda():
     _needs_triton()
     master = {"s": torch.tensor([-0.0, 0.0, 1e-45, -1e-45, 1e-40, -1e-39, 1.0, 3e38]).cuda(),
-              "big": _special(2_000_003, 1).cuda()}
+              "big": special_values(2_000_003, 1).cuda()}
     before = {k: v.clone() for k, v in master.items()}
     keys = [noise.member_key(1, 1, i) for i in range(4)]
     update.apply_step(master, update.OptimizerState(), ReplayStep("z", 1, keys, [0.0] * 4, 0.001, {"name": "sgd"}))

@@ -13,18 +13,9 @@ from test_cli_walkthrough import Cli, _cli
 
 from ledger import Ledger
 from ledger.errors import RunNotFound, SeedLedgerError
+from tests.support.configs import tiny_config
 
-CONFIG = """\
-model: tiny
-task:
-  name: arithmetic
-  rewards: [task, {fn: length, limit: 12}]
-population: 4
-generations: 1
-batch_size: 2
-max_new_tokens: 4
-seed: 7
-"""
+CONFIG = tiny_config(generations=1)
 
 
 def _lease_and_resume(ledger, pid: int) -> tuple[bool, int]:

@@ -31,6 +31,7 @@ if str(ROOT) not in sys.path:
 from ledger.records import ReplayStep  # noqa: E402
 from replay import _reference as ref  # noqa: E402
 from replay import noise, update  # noqa: E402
+from tests.support.replay_cases import reference_apply, special_values  # noqa: E402
 
 SKIP = "skip: triton does not import"
 CHECKS = ["dispatch", "generate", "generate_random", "perturb", "apply", "apply_large", "apply_random_shapes",
@@ -93,10 +94,13 @@ def check_dispatch():
     assert noise._use_triton(torch.device("cpu")) and not noise._use_fast(torch.device("cpu"))
     assert _backend.use_triton("cuda")
     os.environ["SEEDLEDGER_REPLAY_IMPL"] = "fast"
+    _backend.use_triton.cache_clear()  # read once per process, like fast_cpu
     assert _backend.use_triton("cuda") and not _backend.use_triton("cpu")
     os.environ["SEEDLEDGER_REPLAY_IMPL"] = "reference"
+    _backend.use_triton.cache_clear()  # read once per process, like fast_cpu
     assert not _backend.use_triton("cuda")
     os.environ["SEEDLEDGER_REPLAY_IMPL"] = "triton"
+    _backend.use_triton.cache_clear()  # read once per process, like fast_cpu
 
 
 def check_generate():
@@ -128,20 +132,9 @@ def check_generate_random():
         assert same(a, ref.noise_ref(key, n, offset)), (key, n, offset)
 
 
-def special_master(n: int, seed: int) -> torch.Tensor:
-    """Random normals with −0.0, +0.0, subnormals, tiny and huge values sprinkled in."""
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(n, generator=g)
-    specials = torch.tensor([-0.0, 0.0, 1e-45, -1e-45, 1e-40, -3e-39, 1.2e-38, 65519.0, -65520.0, 1e30, -3e38])
-    if n:
-        idx = torch.randint(0, n, (min(n, 64),), generator=g)
-        x[idx] = specials[torch.arange(idx.numel()) % specials.numel()]
-    return x
-
-
 def check_perturb():
     for n in (0, 1, 3, 2047, 2049, 4099, 70001):
-        master = special_master(n, n)
+        master = special_values(n, n)
         for scale in (noise.round_coefficient(-1e-3), noise.round_coefficient(2.5e-2), 0.0):
             eps = ref.noise_ref(4242, n)
             expect32 = torch.add(master, torch.mul(eps, scale))
@@ -176,21 +169,8 @@ def steps(n: int, population: int, optimizer: dict, seed: int, mirrored: bool) -
     return out
 
 
-def reference_apply(master, state, step) -> None:
-    """apply_step with the torch reference forced (same bookkeeping)."""
-    name = step.optimizer["name"]
-    if state.name != name:
-        state.reset(name)
-    state.step += 1
-    scal = update._scalars(name, step.optimizer, state.step)
-    for tname, theta in master.items():
-        bufs = [state.buffer(kind, tname, theta) for kind in update.BUFFERS[name]]
-        tkeys = [noise.tensor_key(k, tname) for k in step.keys]
-        update.apply_tensor(theta, tkeys, step.coefficients, update.RULES[name], scal, bufs, fast=False)
-
-
 def compare_apply(shapes: dict, rule: str, mirrored: bool, seed: int, generations: int = 4, population: int = 6):
-    fast = {name: special_master(int(np.prod(s)), seed + i).view(s) for i, (name, s) in enumerate(shapes.items())}
+    fast = {name: special_values(int(np.prod(s)), seed + i).view(s) for i, (name, s) in enumerate(shapes.items())}
     slow = {k: v.clone() for k, v in fast.items()}
     sf, ss = update.OptimizerState(), update.OptimizerState()
     for step in steps(generations, population, OPTS[rule], seed, mirrored):
@@ -243,7 +223,7 @@ def check_kernel_skips_zero_members():
     keys = [noise.tensor_key(noise.member_key(9, 1, i // 2), "w") for i in range(6)]
     coefs = [noise.round_coefficient(x) for x in (3e-3, 0.0, -2e-3, 0.0, 0.0, 7e-4)]
     for rule, name in enumerate(OPTS):
-        theta = special_master(n, 5)
+        theta = special_values(n, 5)
         bufs = [torch.randn(n, generator=torch.Generator().manual_seed(k)).abs() * 1e-4 for k in range(2)]
         bufs = bufs[: len(update.BUFFERS[name])]
         scal = update._scalars(name, OPTS[name], 3)
@@ -254,7 +234,7 @@ def check_kernel_skips_zero_members():
         assert same(theta, t_ref), name
         assert all(same(a, b) for a, b in zip(bufs, b_ref, strict=True)), name
     # all-zero members straight into the kernel: Δ = −0.0, SGD is the identity
-    theta = special_master(n, 6)
+    theta = special_values(n, 6)
     before = theta.clone()
     tk.apply_many([(theta, [])], [keys], [[noise.noise_xkey(k) for k in keys]], [0.0] * 6, 0, [])
     assert same(theta, before)
@@ -263,7 +243,7 @@ def check_kernel_skips_zero_members():
 def check_zero_update():
     """An SGD generation with all-zero coefficients leaves every weight bit-identical."""
     master = {"w": torch.tensor([-0.0, 0.0, 1e-45, -1e-45, 1e-40, -1e-39, 1.0, -2.5, 3e38, -1e-30]),
-              "v": special_master(4099, 8)}
+              "v": special_values(4099, 8)}
     before = {k: v.clone() for k, v in master.items()}
     keys = [noise.member_key(1, 1, i) for i in range(4)]
     with no_reference():

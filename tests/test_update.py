@@ -11,6 +11,7 @@ from ledger.records import GenerationRecord, MemberRecord, ReplayStep
 from replay import _reference as ref
 from replay import noise, update
 from replay.table import TABLE_NP
+from tests.support.replay_cases import reference_apply
 
 OPTS = {
     "sgd": {"name": "sgd"},
@@ -42,19 +43,6 @@ def steps(n: int, population: int, optimizer: dict, seed: int = 1, mirrored: boo
         coefs = [noise.round_coefficient(float(x)) for x in raw]
         out.append(ReplayStep("t", g, keys, coefs, noise.round_coefficient(1e-3), dict(optimizer)))
     return out
-
-
-def reference_apply(master, state, step) -> None:
-    """apply_step with the fast path switched off (same bookkeeping, torch arithmetic)."""
-    name = step.optimizer["name"]
-    if state.name != name:
-        state.reset(name)
-    state.step += 1
-    scal = update._scalars(name, step.optimizer, state.step)
-    for tname, theta in master.items():
-        bufs = [state.buffer(kind, tname, theta) for kind in update.BUFFERS[name]]
-        tkeys = [noise.tensor_key(k, tname) for k in step.keys]
-        update.apply_tensor(theta, tkeys, step.coefficients, update.RULES[name], scal, bufs, fast=False)
 
 
 @pytest.mark.parametrize("mirrored", ["distinct", "mirrored", "mirrored-zero"])

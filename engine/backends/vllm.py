@@ -212,8 +212,7 @@ class VLLMBackend:
             for i, s in entries
         ]
         tokens = self._token_prompts(prompts)
-        requests = [{"prompt_token_ids": list(tokens[i]["prompt_token_ids"])} for i, _ in entries]
-        outputs = self.llm.generate(requests, params, use_tqdm=False)
+        outputs = self.llm.generate([tokens[i] for i, _ in entries], params, use_tqdm=False)
         return [
             self.tokenizer.decode(o.outputs[0].token_ids, skip_special_tokens=True)
             for o in outputs

@@ -119,7 +119,7 @@ def get(ref: Any, **kwargs: Any) -> Any:
     except RayTaskError as exc:
         cause = getattr(exc, "cause", None)
         if isinstance(cause, SeedLedgerError):
-            raise type(cause)(str(cause)) from None
+            raise cause from None
         raise
 
 

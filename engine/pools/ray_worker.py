@@ -16,15 +16,10 @@ from typing import Any
 
 from engine.config import TrainConfig
 from engine.evaluator import Evaluator
+from engine.models import quiet_hf_env
 from ledger import Ledger, ReplayStep
 from ledger.errors import SeedLedgerError
 from trainers.es import Member
-
-WORKER_ENV = {
-    "HF_HUB_OFFLINE": "1",
-    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
-    "TRANSFORMERS_VERBOSITY": "error",
-}
 
 
 def step_to_wire(step: ReplayStep) -> dict[str, Any]:
@@ -56,8 +51,7 @@ class ReplicaActor:
         # Workers of a cluster this process did not start do not inherit the CLI's
         # environment: keep library progress bars off (Ray forwards worker output to the
         # driver's stderr, where an error must stay one line) and the hub offline.
-        for name, value in WORKER_ENV.items():
-            os.environ.setdefault(name, value)
+        quiet_hf_env()
         try:  # already imported with this module: switch them off through their APIs too
             from huggingface_hub.utils import disable_progress_bars
             from transformers.utils import logging as hf_logging

@@ -100,13 +100,16 @@ def task_levels(spec: Any) -> int:
 def load_task(spec: Any, seed: int = 0, base_dir: str | Path | None = None) -> Task:
     """A Task from a spec; ``seed`` is the run seed (batches use the seed passed to
     ``train_batch``; data generation and the split use the spec's ``data_seed``, default 0,
-    so runs with different seeds share their test split)."""
+    so runs with different seeds share their test split). Relative dataset paths and
+    reward files are taken from ``base_dir`` (``absolute_paths``), else as given."""
+    if base_dir is not None:
+        spec = absolute_paths(spec, base_dir)
     if isinstance(spec, list):
-        return _load_mix(spec, seed, base_dir)
+        return _load_mix(spec, seed)
     if isinstance(spec, dict) and "mix" in spec:
         if set(spec) - {"mix"}:
             raise SeedLedgerError(f"task mix: unknown keys {sorted(set(spec) - {'mix'})}")
-        return _load_mix(spec["mix"], seed, base_dir)
+        return _load_mix(spec["mix"], seed)
     if isinstance(spec, str):
         name, _, path = spec.partition(":")
         opts: dict[str, Any] = {"path": path} if path else {}
@@ -126,17 +129,14 @@ def load_task(spec: Any, seed: int = 0, base_dir: str | Path | None = None) -> T
     unknown = set(opts) - allowed - _COMMON
     if unknown:
         raise SeedLedgerError(f"task {name}: unknown options {sorted(unknown)} (allowed: {sorted(allowed - {'seed'})})")
-    for key in ("path", "test_path"):
-        if opts.get(key) and base_dir is not None and not Path(opts[key]).is_absolute():
-            opts[key] = str(Path(base_dir) / opts[key])
     opts["seed"] = seed
     task = loader(**opts)
     if reward_spec is not None:
-        task.rewards = build_rewards(reward_spec, task.rewards, base_dir)
+        task.rewards = build_rewards(reward_spec, task.rewards)
     return task
 
 
-def _load_mix(items: Any, seed: int, base_dir: str | Path | None) -> Task:
+def _load_mix(items: Any, seed: int) -> Task:
     if not isinstance(items, list) or not items:
         raise SeedLedgerError("task mix: expected a non-empty list of {task, weight}")
     tasks, weights = [], []
@@ -149,14 +149,12 @@ def _load_mix(items: Any, seed: int, base_dir: str | Path | None) -> Task:
             sub, weight = item, 1.0
         if isinstance(weight, bool) or not isinstance(weight, int | float):
             raise SeedLedgerError(f"task mix: weight {weight!r} is not a number")
-        tasks.append(load_task(sub, seed, base_dir))
+        tasks.append(load_task(sub, seed))
         weights.append(float(weight))
     return MixtureTask(tasks, weights, seed=seed)
 
 
-def build_rewards(
-    spec: Any, task_rewards: list[WeightedReward], base_dir: str | Path | None = None
-) -> list[WeightedReward]:
+def build_rewards(spec: Any, task_rewards: list[WeightedReward]) -> list[WeightedReward]:
     """The reward list named by a config (see the module docstring)."""
     if not isinstance(spec, list) or not spec:
         raise SeedLedgerError("rewards: expected a non-empty list")
@@ -181,7 +179,7 @@ def build_rewards(
                 fn = length_penalty(**opts)
             else:
                 _no_options(ref, opts)
-                fn = load_reward_fn(ref, base_dir)
+                fn = load_reward_fn(ref)  # a file path is absolute by now (``absolute_paths``)
         except TypeError as exc:
             raise SeedLedgerError(f"rewards: {ref!r}: {exc}") from None
         except ValueError as exc:
