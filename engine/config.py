@@ -8,12 +8,13 @@ so a resume or fork never depends on this file's defaults changing later.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
 from ledger.errors import SeedLedgerError
+from replay.perturbation import DEFAULT_TARGETS, Perturbation
 from trainers.optim import OptimizerSpec
 from trainers.schedules import Schedule
 from trainers.tasks.registry import absolute_paths, task_levels
@@ -82,6 +83,34 @@ class Evaluation(Strict):
     rows: int = Field(64, ge=1, description="held-out rows scored by `evaluate`")
 
 
+class LowRank(Strict):
+    """EGGROLL-style perturbations E = A·Bᵀ/√rank of the targeted linear layers only
+    (replay.perturbation); every other parameter stays frozen."""
+
+    kind: Literal["lowrank"] = "lowrank"
+    rank: Literal[1, 4, 16, 64] = Field(1, description="a power of 4, so 1/√rank is exact")
+    targets: list[str] = Field(
+        list(DEFAULT_TARGETS), min_length=1,
+        description="suffixes of the linear layers perturbed and trained (`<suffix>.weight`)",
+    )
+
+
+def _perturbation_shorthand(value: Any) -> Any:
+    """`perturbation: lowrank` and `--set perturbation.rank=4` (which arrives as
+    {name: full, rank: 4}) mean the obvious thing."""
+    if isinstance(value, str) and value not in ("full", "lowrank"):
+        raise ValueError(f"{value!r} is not a perturbation: use full, lowrank or {{kind: lowrank, rank: R}}")
+    if value == "lowrank":
+        return {"kind": "lowrank"}
+    if isinstance(value, dict) and "name" in value and "kind" not in value:
+        value = {("kind" if k == "name" else k): v for k, v in value.items()}
+        if value["kind"] == "full" and set(value) - {"kind"}:
+            value["kind"] = "lowrank"  # a rank or targets given to a full run asks for low-rank
+    if isinstance(value, dict) and value.get("kind") == "full" and set(value) == {"kind"}:
+        return "full"
+    return value
+
+
 class TrainConfig(Strict):
     model: str = "smollm2-135m-instruct"
     algorithm: Literal["es"] = Field("es", description="the policy (trainers.policy.ALGORITHMS)")
@@ -108,6 +137,20 @@ class TrainConfig(Strict):
     evaluation: Evaluation = Evaluation()
     curriculum: CurriculumConfig | None = None
     passk: PassKConfig | None = None
+    perturbation: Annotated[Literal["full"] | LowRank, BeforeValidator(_perturbation_shorthand)] = Field(
+        "full", description="full-rank noise on every parameter, or low-rank on the targeted linears"
+    )
+    members_per_forward: int | None = Field(
+        None, ge=1,
+        description="members evaluated together in one batched forward (low-rank); omitted: "
+        "chosen when the run is created (engine.batching) and stored with it",
+    )
+
+    def perturbation_spec(self) -> Perturbation:
+        """The replay-side description of `perturbation`."""
+        if self.perturbation == "full":
+            return Perturbation()
+        return Perturbation.lowrank(self.perturbation.rank, self.perturbation.targets)
 
     @model_validator(mode="after")
     def _mirrored_needs_pairs(self) -> TrainConfig:
@@ -176,12 +219,26 @@ def validate(
     try:
         return TrainConfig.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"])
+        err = _most_specific(exc.errors())
+        where = ".".join(str(p) for p in err["loc"] if not _is_union_tag(p))
         reason = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             reason = "unknown key"
         raise SeedLedgerError(f"{source}: {where}: {reason}" if where else f"{source}: {reason}") from None
+
+
+def _is_union_tag(part: Any) -> bool:
+    """pydantic names a union's branches in error locations (`literal['full']`, `LowRank`);
+    config keys are lower-case, so these are told apart by their first character."""
+    return isinstance(part, str) and (part.startswith("literal[") or part[:1].isupper())
+
+
+def _most_specific(errors: list[dict[str, Any]]) -> dict[str, Any]:
+    """The error to report: for a union field, the branch that got furthest into the value
+    (a mapping's bad key rather than "should be 'full'")."""
+    first = errors[0]
+    same_field = [e for e in errors if e["loc"][:1] == first["loc"][:1]]
+    return max(same_field, key=lambda e: sum(not _is_union_tag(p) for p in e["loc"]))
 
 
 def load_config(path: str | Path | None, overrides: list[str] = ()) -> TrainConfig:

@@ -20,12 +20,13 @@ are each reward function's mean over all samples, plus `pass@k` (the reward itse
 
 from __future__ import annotations
 
-import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from engine.backends import make_backend
+from engine.backends.base import Population
 from engine.config import TrainConfig
 from ledger import Ledger, ReplayStep
 from replay import update
@@ -78,32 +79,61 @@ class Evaluator:
         self.backend.load_master(self.master)
         return fingerprint(self.master)
 
-    def score(
-        self, member: Member, sigma: float, generation: int, run_key: int, level: int | None = None
-    ) -> MemberResult:
-        """Evaluate one member on the generation's batch (at the curriculum's `level`, if any);
-        rewards are computed here, so only numbers leave a worker."""
+    def score_population(
+        self,
+        members: list[Member],
+        sigma: float,
+        generation: int,
+        run_key: int,
+        level: int | None = None,
+        on_member: Callable[[MemberResult], None] | None = None,
+    ) -> list[MemberResult]:
+        """Evaluate `members` (a contiguous run of the generation's population, starting at
+        a group boundary) on the generation's batch, at the curriculum's `level` if any.
+
+        The batch is built once; the backend gets `members_per_forward` members at a time
+        (the run's stored group size, so a member's rows always share a forward with the
+        same rows whichever pool or worker evaluates it). Rewards are computed here, so
+        only numbers leave a worker; `on_member` hears each result as its group ends."""
         if level is not None:
             self.task.set_level(level)
         indices, rows = self.task.train_batch(self.cfg.seed, generation, self.cfg.batch_size)
-        started = time.perf_counter()
-        self.backend.load_member(self.master, member.key, member.sign, sigma)
-        loaded = time.perf_counter()
         prompts = [self.task.prompt(row) for row in rows]
-        seed = None
-        if self.cfg.sampling.temperature > 0:
-            seed = member_key(run_key, generation, 1_000_000 + member.index)
-        passk = self.cfg.passk
-        if passk is None:
-            completions = self.backend.generate(prompts, self.cfg.max_new_tokens, seed=seed)
-        else:  # n samples per prompt, prompt-major
-            completions = self.backend.generate(
-                prompts, self.cfg.max_new_tokens, seed=seed, samples=passk.n
+        samples = self.cfg.passk.n if self.cfg.passk is not None else 1
+        sampled = self.cfg.sampling.temperature > 0
+        results = []
+        group = self.cfg.members_per_forward or 1  # stored with the run (engine.batching)
+        for start in range(0, len(members), group):
+            chunk = members[start : start + group]
+            population = Population(
+                keys=tuple(m.key for m in chunk),
+                signs=tuple(m.sign for m in chunk),
+                sigma=sigma,
+                seeds=tuple(
+                    member_key(run_key, generation, 1_000_000 + m.index) if sampled else None
+                    for m in chunk
+                ),
             )
+            out = self.backend.evaluate(
+                self.master, population, prompts, self.cfg.max_new_tokens, samples=samples
+            )
+            seconds = {k: v / len(chunk) for k, v in out.seconds.items()}
+            for completions in out.completions:
+                results.append(self._result(prompts, rows, indices, completions, seconds))
+                if on_member is not None:
+                    on_member(results[-1])
+        return results
+
+    def _result(
+        self, prompts: list, rows: list, indices: list[int], completions: list[str],
+        seconds: dict[str, float],
+    ) -> MemberResult:
+        """One member's reward, components and (optionally) samples from its completions."""
+        passk = self.cfg.passk
+        if passk is not None:  # n samples per prompt, prompt-major
             prompts = [p for p in prompts for _ in range(passk.n)]
             rows = [r for r in rows for _ in range(passk.n)]
             indices = [i for i in indices for _ in range(passk.n)]
-        generated = time.perf_counter()
         rewards, components = self.task.reward(prompts, completions, rows)
         scores = [0.0 if r is None else r for r in rewards]
         samples = None
@@ -126,7 +156,7 @@ class Evaluator:
             reward=reward,
             components=means,
             samples=samples,
-            seconds={"load_member": loaded - started, "generate": generated - loaded},
+            seconds=dict(seconds),
             success=success_rate(scores, self._threshold),
         )
 
@@ -134,6 +164,8 @@ class Evaluator:
         """Apply one committed-to-be generation record; returns the new fingerprint."""
         update.apply_step(self.master, self.state, step)
         self.generation = step.index
+        if self.backend.keeps_master:  # members ride on the loaded master: refresh it once
+            self.backend.load_master(self.master)
         return fingerprint(self.master)
 
     def held_out_reward(self, limit: int) -> float:

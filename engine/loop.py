@@ -101,7 +101,9 @@ def train(
             failpoint("member", generation)
 
         level = curriculum.level if curriculum else None
-        results = pool.evaluate(members, sigma, generation, run.run_key, on_member, level)
+        results = pool.evaluate(
+            members, sigma, generation, run.run_key, on_member, level, heartbeat=heartbeat
+        )
         failpoint("evaluated", generation)
         evaluated = time.perf_counter()
 

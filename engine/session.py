@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine import batching
 from engine.config import TrainConfig, apply_overrides, load_config, validate
 from engine.loop import Hooks, train
 from engine.models import model_revision, resolve_model
@@ -26,7 +27,7 @@ from ledger import GenerationRecord, Ledger, RunInfo
 from ledger.db import sqlite_path, to_url
 from ledger.errors import SeedLedgerError
 from ledger.lease import WriterLease
-from replay.noise import NOISE_SPEC, run_key
+from replay.noise import run_key
 
 LEASE_TTL = 300.0  # seconds; the loop renews it after every member
 
@@ -149,6 +150,8 @@ def start(
     if ledger.has_run(name):
         raise SeedLedgerError(f"run {name!r} exists: `seedledger resume {name}` or pick another --run")
     model_dir = resolve_model(cfg.model)
+    cfg = cfg.model_copy(update={"members_per_forward": batching.resolve(cfg, model_dir)})
+    spec = cfg.perturbation_spec()
     pool = make_pool(cfg, model_dir)
     try:
         run = ledger.create_run(
@@ -156,9 +159,9 @@ def start(
             base_model=cfg.model,
             base_revision=model_revision(cfg.model),
             base_fingerprint=pool.base_fingerprint(),
-            noise_spec=NOISE_SPEC,
+            noise_spec=spec.noise_spec,
             dtype_policy=f"fp32-master/{cfg.dtype}-eval",
-            param_selection="all",
+            param_selection=spec.param_selection,
             config=cfg.model_dump(mode="json"),
             seed=cfg.seed,
             run_key=run_key(cfg.seed),
@@ -215,14 +218,18 @@ def fork(
         raise SeedLedgerError("a fork keeps its parent's base model; `model` cannot be changed")
     if ledger.has_run(new_name):
         raise SeedLedgerError(f"run {new_name!r} exists; pick another --run")
+    if _rows_changed(validate(parent.config, f"run {parent.name} config"), cfg, overrides):
+        cfg = cfg.model_copy(update={"members_per_forward": None})
+        cfg = cfg.model_copy(update={"members_per_forward": batching.resolve(cfg, resolve_model(cfg.model))})
+    spec = cfg.perturbation_spec()  # a fork may change the kind: each run replays with its own
     run = ledger.create_run(
         name=new_name,
         base_model=parent.base_model,
         base_revision=parent.base_revision,
         base_fingerprint=parent.base_fingerprint,
-        noise_spec=parent.noise_spec,
+        noise_spec=spec.noise_spec,
         dtype_policy=f"fp32-master/{cfg.dtype}-eval",
-        param_selection=parent.param_selection,
+        param_selection=spec.param_selection,
         config=cfg.model_dump(mode="json"),
         seed=cfg.seed,
         run_key=run_key(cfg.seed),
@@ -249,6 +256,15 @@ def fork(
             return _run_loop(ledger, run, cfg, pool, count, hooks, lease)
         finally:
             pool.close()
+
+
+def _rows_changed(parent: TrainConfig, child: TrainConfig, overrides: list[str]) -> bool:
+    """Whether a fork must choose its own `members_per_forward`: it changed what a forward
+    group holds (perturbation, batch, samples) without setting the group size itself."""
+    if any(o.partition("=")[0].strip() == "members_per_forward" for o in overrides):
+        return False
+    same = ("perturbation", "batch_size", "passk", "population")
+    return any(getattr(parent, k) != getattr(child, k) for k in same)
 
 
 def _check_base(run: RunInfo, fingerprint: str) -> None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
 import torch
 
@@ -133,11 +131,9 @@ def test_sampling_stream_does_not_depend_on_batch_split(tiny_model_dir, backend,
 
 
 def test_make_backend_from_config(tiny_model_dir):
-    cfg = SimpleNamespace(
-        backend="hf", device="cpu", dtype="float32", batch_size=3,
-        sampling=SimpleNamespace(temperature=0.0, top_p=1.0),
-    )
-    b = make_backend(cfg, tiny_model_dir)
+    from engine.config import validate
+
+    b = make_backend(validate({"model": "tiny", "batch_size": 3}), tiny_model_dir)
     assert isinstance(b, HFBackend) and b.batch_size == 3
 
 

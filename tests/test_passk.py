@@ -42,7 +42,8 @@ def _evaluator(tiny_model_dir: Path, *overrides: str) -> Evaluator:
 
 
 def _score(evaluator: Evaluator):
-    return evaluator.score(MEMBER, SIGMA, GENERATION, run_key(5))
+    (result,) = evaluator.score_population([MEMBER], SIGMA, GENERATION, run_key(5))
+    return result
 
 
 def _completions(result, sample: int | None = None) -> list[str]:
@@ -87,7 +88,9 @@ def test_same_seeds_same_rewards(tiny_model_dir, passk4):
     for other in (again, fresh):
         assert other.reward == first.reward and other.components == first.components
         assert other.samples == first.samples
-    other_member = ev.score(Member(2, member_key(run_key(5), GENERATION, 2), 1), SIGMA, GENERATION, run_key(5))
+    (other_member,) = ev.score_population(
+        [Member(2, member_key(run_key(5), GENERATION, 2), 1)], SIGMA, GENERATION, run_key(5)
+    )
     assert _completions(other_member) != _completions(first)
 
 

@@ -41,9 +41,12 @@ RAY = ["workers.pool=ray", "workers.count=2"]
 # -- pure helpers (no Ray) -------------------------------------------------------------
 
 
-def test_members_are_assigned_round_robin_in_member_order():
-    assert assign(5, 2) == [[0, 2, 4], [1, 3]]
-    assert assign(2, 3) == [[0], [1], []]
+def test_members_are_assigned_in_contiguous_whole_groups():
+    assert assign(5, 2) == [range(0, 3), range(3, 5)]
+    assert assign(2, 3) == [range(0, 1), range(1, 2), range(2, 2)]
+    # groups of 2 members (members_per_forward): 4 groups over 3 workers, none split
+    assert assign(8, 3, 2) == [range(0, 4), range(4, 6), range(6, 8)]
+    assert assign(7, 2, 4) == [range(0, 4), range(4, 7)]
 
 
 def test_disagreeing_workers_abort_naming_worker_and_generation():

@@ -21,6 +21,7 @@ def make_backend(cfg: Any, model_dir: Path) -> Backend:
         "batch_size": cfg.batch_size,
         "temperature": cfg.sampling.temperature,
         "top_p": cfg.sampling.top_p,
+        "perturbation": cfg.perturbation_spec(),
     }
     if cfg.backend == "hf":
         from engine.backends.hf import HFBackend

@@ -1,7 +1,24 @@
-"""The evaluation-backend surface that the generation loop talks to (hf now, vllm later)."""
+"""The evaluation-backend surface: a generation's members in, their completions out.
+
+The evaluator hands a backend one *group* of members at a time (their keys, signs and
+sampling seeds, the shared σ) with the generation's prompts; the backend returns every
+member's completions. How it batches is its business:
+
+- full-rank runs: each member's weights `cast(master + sign·σ·ε)` are built from the fp32
+  master (never undone by subtraction) and its prompts decoded (`evaluate_one_by_one`);
+- low-rank runs: the model keeps the master and every member's rank-r term rides on its
+  own rows of one batched forward (HF: per-row factors on the targeted linears; vLLM: one
+  LoRA slot per member).
+
+Groups are fixed by the run's stored `members_per_forward`, never by free memory or load
+at run time, so a member's rows always share a forward with the same other rows and its
+rewards do not depend on the machine, the pool or the worker count.
+"""
 
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 import torch
@@ -9,21 +26,54 @@ import torch
 Messages = list[dict[str, str]]
 
 
+@dataclass(frozen=True)
+class Population:
+    """One group of members to evaluate on the same prompts (member order)."""
+
+    keys: tuple[int, ...]
+    signs: tuple[int, ...]
+    sigma: float
+    seeds: tuple[int | None, ...]  # per-member sampling seed; None decodes greedily
+
+    def __post_init__(self) -> None:
+        if not len(self.keys) == len(self.signs) == len(self.seeds):
+            raise ValueError("a population needs one key, sign and seed per member")
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+
+@dataclass
+class PopulationOutput:
+    """Completions per member (prompt-major, `samples` per prompt) and where time went."""
+
+    completions: list[list[str]]
+    seconds: dict[str, float] = field(default_factory=dict)  # load_member, generate
+
+
 @runtime_checkable
 class Backend(Protocol):
-    """Holds one model; member weights are always rebuilt from the fp32 master.
+    """Holds one model; member weights always derive from the fp32 master.
 
-    `load_member` writes `cast(master + sign*sigma*eps(key))` into the model (never undoes
-    a previous member by subtraction); `load_master` writes the master back bit for bit.
+    `keeps_master`: the backend evaluates members *on top of* the master loaded in the
+    model (low-rank, adapters), so whoever changes the master must `load_master` it
+    again; backends that rebuild every member's weights from the master say False.
     """
+
+    keeps_master: bool
 
     def master(self) -> dict[str, torch.Tensor]: ...
 
-    def load_member(
-        self, master: dict[str, torch.Tensor], key: int, sign: int, sigma: float
-    ) -> None: ...
-
     def load_master(self, master: dict[str, torch.Tensor]) -> None: ...
+
+    def evaluate(
+        self,
+        master: dict[str, torch.Tensor],
+        population: Population,
+        prompts: list[Messages],
+        max_new_tokens: int,
+        samples: int = 1,
+    ) -> PopulationOutput: ...
 
     def generate(
         self,
@@ -35,8 +85,38 @@ class Backend(Protocol):
         top_p: float | None = None,
         samples: int = 1,
     ) -> list[str]:
-        """Completions in prompt order. Greedy unless `temperature` (else the backend's
-        configured one) is > 0, which needs `seed`; sample s of prompt i is then seeded by
-        `(seed, i, s)`, sample 0 exactly as with `samples=1`. `samples` > 1 returns that
-        many completions per prompt, prompt-major."""
+        """Completions at the weights loaded now, in prompt order. Greedy unless
+        `temperature` (else the backend's configured one) is > 0, which needs `seed`;
+        sample s of prompt i is then seeded by `(seed, i, s)`, sample 0 exactly as with
+        `samples=1`. `samples` > 1 returns that many completions per prompt, prompt-major."""
         ...
+
+
+class FullRankMember(Protocol):
+    def load_member(
+        self, master: dict[str, torch.Tensor], key: int, sign: int, sigma: float
+    ) -> None: ...
+
+    def generate(self, prompts: list[Messages], max_new_tokens: int, seed: int | None = None,
+                 *, samples: int = 1) -> list[str]: ...
+
+
+def evaluate_one_by_one(
+    backend: FullRankMember,
+    master: dict[str, torch.Tensor],
+    population: Population,
+    prompts: list[Messages],
+    max_new_tokens: int,
+    samples: int = 1,
+) -> PopulationOutput:
+    """Full-rank evaluation: each member's own weights, then its prompts, in member order."""
+    seconds = {"load_member": 0.0, "generate": 0.0}
+    completions = []
+    for key, sign, seed in zip(population.keys, population.signs, population.seeds, strict=True):
+        started = time.perf_counter()
+        backend.load_member(master, key, sign, population.sigma)
+        loaded = time.perf_counter()
+        completions.append(backend.generate(prompts, max_new_tokens, seed=seed, samples=samples))
+        seconds["load_member"] += loaded - started
+        seconds["generate"] += time.perf_counter() - loaded
+    return PopulationOutput(completions, seconds)

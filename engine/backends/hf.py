@@ -23,13 +23,15 @@ reproduces plain seeded sampling.
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import torch
 
-from engine.backends.base import Messages
+from engine.backends.base import Messages, Population, PopulationOutput, evaluate_one_by_one
 from engine.models import load_causal_lm
 from replay import noise
+from replay.perturbation import Perturbation
 
 _M64 = (1 << 64) - 1
 
@@ -86,7 +88,11 @@ class _SeededSampler:
 
 
 class HFBackend:
-    """One transformers causal LM on `device` in `dtype`, evaluated at member weights."""
+    """One transformers causal LM on `device` in `dtype`, evaluated at member weights.
+
+    Full-rank runs load each member's weights in turn; low-rank runs keep the master in
+    the model and decode a whole group of members in one batched forward
+    (`hf_lowrank.RowLowRank`)."""
 
     def __init__(
         self,
@@ -96,6 +102,7 @@ class HFBackend:
         batch_size: int = 16,
         temperature: float = 0.0,
         top_p: float = 1.0,
+        perturbation: Perturbation | None = None,
     ) -> None:
         from transformers import AutoTokenizer
 
@@ -119,6 +126,13 @@ class HFBackend:
         if tok.pad_token is None:
             tok.pad_token = tok.eos_token
         self.tokenizer = tok
+        self.perturbation = perturbation or Perturbation()
+        self.keeps_master = self.perturbation.kind != "full"
+        self._lowrank = None
+        if self.keeps_master:
+            from engine.backends.hf_lowrank import RowLowRank
+
+            self._lowrank = RowLowRank(model, self.perturbation)
 
     # ------------------------------------------------------------------ weights
 
@@ -148,6 +162,39 @@ class HFBackend:
         """Write the master into the model (a cast for low-precision models)."""
         for name, param in self._params.items():
             param.data.copy_(master[name])
+
+    # ------------------------------------------------------------------ evaluation
+
+    def evaluate(
+        self,
+        master: dict[str, torch.Tensor],
+        population: Population,
+        prompts: list[Messages],
+        max_new_tokens: int,
+        samples: int = 1,
+    ) -> PopulationOutput:
+        """Every member's completions (see `engine.backends.base`). Low-rank: the model
+        must hold the master (`load_master` after each update); all members' rows
+        (member-major, then prompt, then sample) decode in one `generate`."""
+        if self._lowrank is None:
+            return evaluate_one_by_one(self, master, population, prompts, max_new_tokens, samples)
+        started = time.perf_counter()
+        rows = [p for _ in population.keys for p in prompts for _ in range(samples)]
+        streams = [
+            None if seed is None else prompt_stream_seed(seed, i, s)
+            for seed in population.seeds
+            for i in range(len(prompts))
+            for s in range(samples)
+        ]
+        with self._lowrank.members(population.keys, population.signs, population.sigma):
+            loaded = time.perf_counter()
+            ids = self._decode(rows, streams, max_new_tokens, batch=len(rows))
+        texts = self.tokenizer.batch_decode(ids, skip_special_tokens=True)
+        per = len(prompts) * samples
+        return PopulationOutput(
+            [texts[m * per : (m + 1) * per] for m in range(len(population))],
+            {"load_member": loaded - started, "generate": time.perf_counter() - loaded},
+        )
 
     # ------------------------------------------------------------------ generation
 
@@ -180,7 +227,6 @@ class HFBackend:
         )
         return self.tokenizer.batch_decode(ids, skip_special_tokens=True)
 
-    @torch.inference_mode()
     def generate_ids(
         self,
         prompts: list[Messages],
@@ -193,17 +239,39 @@ class HFBackend:
     ) -> list[list[int]]:
         """The new token ids per prompt (per sample, prompt-major, with `samples` > 1), up to
         and including EOS (no padding after it)."""
-        from transformers import GenerationConfig, LogitsProcessorList
-
         temperature = self.temperature if temperature is None else temperature
-        top_p = self.top_p if top_p is None else top_p
-        sampling = temperature > 0.0
-        if sampling and seed is None:
+        if temperature > 0.0 and seed is None:
             raise ValueError("sampling (temperature > 0) needs a seed to stay deterministic")
         if samples < 1:
             raise ValueError(f"samples must be >= 1, not {samples}")
         # (prompt index, sample index), prompt-major; with samples=1 simply the prompts
         entries = [(i, s) for i in range(len(prompts)) for s in range(samples)]
+        streams = [None if seed is None else prompt_stream_seed(seed, i, s) for i, s in entries]
+        return self._decode(
+            [prompts[i] for i, _ in entries], streams, max_new_tokens, batch=self.batch_size,
+            temperature=temperature, top_p=top_p,
+        )
+
+    @torch.inference_mode()
+    def _decode(
+        self,
+        rows: list[Messages],
+        streams: list[int | None],
+        max_new_tokens: int,
+        *,
+        batch: int,
+        temperature: float | None = None,
+        top_p: float | None = None,
+    ) -> list[list[int]]:
+        """New token ids of every row, `batch` rows per `generate` call. A sampled row
+        draws its uniforms from a CPU generator seeded by its own stream seed."""
+        from transformers import GenerationConfig, LogitsProcessorList
+
+        temperature = self.temperature if temperature is None else temperature
+        top_p = self.top_p if top_p is None else top_p
+        sampling = temperature > 0.0
+        if sampling and any(s is None for s in streams):
+            raise ValueError("sampling (temperature > 0) needs a seed to stay deterministic")
         tok = self.tokenizer
         gen_cfg = GenerationConfig(
             max_new_tokens=max_new_tokens,
@@ -215,23 +283,19 @@ class HFBackend:
         eos = gen_cfg.eos_token_id
         stops = set(eos if isinstance(eos, list) else [eos])
         outputs: list[list[int]] = []
-        for start in range(0, len(entries), self.batch_size):
-            batch = entries[start : start + self.batch_size]
-            enc = self._encode([prompts[i] for i, _ in batch])
+        for start in range(0, len(rows), batch):
+            enc = self._encode(rows[start : start + batch])
             prompt_len = enc["input_ids"].shape[1]
             procs = None
             if sampling:
-                assert seed is not None
                 uniforms = torch.stack(
                     [
                         torch.rand(
                             max_new_tokens,
-                            generator=torch.Generator("cpu").manual_seed(
-                                prompt_stream_seed(seed, i, s)
-                            ),
+                            generator=torch.Generator("cpu").manual_seed(stream),
                             dtype=torch.float64,
                         )
-                        for i, s in batch
+                        for stream in streams[start : start + batch]
                     ]
                 )
                 procs = LogitsProcessorList(

@@ -26,9 +26,11 @@ from typing import Any
 
 import torch
 
-from engine.backends.base import Messages
+from engine.backends.base import Messages, Population, PopulationOutput, evaluate_one_by_one
 from engine.backends.hf import prompt_stream_seed
+from ledger.errors import SeedLedgerError
 from replay import noise
+from replay.perturbation import Perturbation
 
 _EXTENSION = "engine.backends.vllm_worker.SeedLedgerWorkerExtension"
 
@@ -102,8 +104,13 @@ class VLLMBackend:
         top_p: float = 1.0,
         batch_size: int | None = None,
         max_model_len: int = 2048,
+        perturbation: Perturbation | None = None,
         **llm_kwargs: Any,
     ) -> None:
+        self.perturbation = perturbation or Perturbation()
+        if self.perturbation.kind != "full":
+            raise SeedLedgerError("the vllm backend does not evaluate low-rank runs yet: use backend: hf")
+        self.keeps_master = False
         if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "0") not in ("0", "false", "False"):
             raise NotImplementedError(
                 "the vLLM backend runs its engine in-process; unset VLLM_ENABLE_V1_MULTIPROCESSING"
@@ -164,6 +171,17 @@ class VLLMBackend:
     def probe(self, name: str) -> list[float]:
         """First values of the engine's parameter `name` (vLLM's naming), for tests."""
         return self.llm.collective_rpc("seedledger_probe", args=(name,))[0]
+
+    def evaluate(
+        self,
+        master: dict[str, torch.Tensor],
+        population: Population,
+        prompts: list[Messages],
+        max_new_tokens: int,
+        samples: int = 1,
+    ) -> PopulationOutput:
+        """Every member's completions: one weight reload and one `generate` per member."""
+        return evaluate_one_by_one(self, master, population, prompts, max_new_tokens, samples)
 
     # ------------------------------------------------------------------ generation
 

@@ -1,4 +1,4 @@
-"""The in-process pool: one replica evaluates every member in member order."""
+"""The in-process pool: one replica evaluates the whole population, in member order."""
 
 from __future__ import annotations
 
@@ -39,13 +39,11 @@ class LocalPool:
         run_key: int,
         on_member: Callable[[MemberResult], None] | None = None,
         level: int | None = None,
+        heartbeat: Callable[[], None] | None = None,
     ) -> list[MemberResult]:
-        results = []
-        for member in members:
-            results.append(self.replica.score(member, sigma, generation, run_key, level))
-            if on_member:
-                on_member(results[-1])
-        return results
+        """The whole population on the one replica, group after group, in member order
+        (`on_member` after each group renews the lease; `heartbeat` is not needed here)."""
+        return self.replica.score_population(members, sigma, generation, run_key, level, on_member)
 
     def apply(self, step: ReplayStep) -> str:
         failpoint("update", step.index)

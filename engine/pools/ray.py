@@ -2,14 +2,15 @@
 
 Every actor loads the base model once and keeps its own fp32 master; after each
 generation it applies the same record through replay's update, so the replicas stay
-identical without exchanging weights. Member i is scored by worker i mod W (static, so
-which worker scored a member never depends on timing) and results come back in member
-order, so the record is the local pool's. Each worker reports its fingerprint after
+identical without exchanging weights. Worker w scores a fixed contiguous chunk of whole
+forward groups (`assign`: static, so which worker scored a member never depends on
+timing, and the rows sharing a forward are the local pool's), and results come back in
+member order, so the record is the local pool's. Each worker reports its fingerprint after
 every `apply`; a disagreement aborts the run naming the worker and generation.
 
 Fault tolerance: a worker that dies is replaced by a fresh actor that rebuilds its master
 from the ledger up to the last committed generation (plus the one applied but not yet
-committed, which the pool keeps), and its unfinished members are scored again. Scoring
+committed, which the pool keeps), and its chunk is scored again. Scoring
 is deterministic, so the generation's result is what it would have been without the
 fault.
 
@@ -25,7 +26,7 @@ directory, or `$SEEDLEDGER_HOME`'s provisioned cache) must exist at that path on
 
 Test hooks, read by the driver when it starts a worker: `SEEDLEDGER_RAY_DIVERGE=W@G` makes
 worker W nudge one weight after applying generation G (the pool must abort, naming W and
-G); `SEEDLEDGER_RAY_STALL=W@G` makes the first worker W block in its first member of
+G); `SEEDLEDGER_RAY_STALL=W@G` makes the first worker W block in its chunk of
 generation G until killed (its replacement does not), so a kill lands at a known point.
 """
 
@@ -55,6 +56,8 @@ from trainers.tasks import load_task
 LOCAL_OBJECT_STORE_BYTES = 256 * 2**20
 # Replacements per worker within one call before the pool gives up (a crash loop).
 MAX_RESTARTS = 3
+# How often the driver renews the writer lease while it waits for the workers' chunks.
+HEARTBEAT_SECONDS = 10.0
 
 
 def connect(address: str | None) -> bool:
@@ -97,9 +100,18 @@ def actor_resources(cfg: TrainConfig, cluster_cpus: float) -> tuple[dict[str, fl
     return {"num_cpus": cpus}, max(1, int(share))
 
 
-def assign(members: int, workers: int) -> list[list[int]]:
-    """Member positions per worker: i goes to worker i mod W, in member order."""
-    return [list(range(w, members, workers)) for w in range(workers)]
+def assign(members: int, workers: int, group: int = 1) -> list[range]:
+    """Member positions per worker: contiguous, whole groups of `group` members each (the
+    run's `members_per_forward`), as even as whole groups allow, in member order. So the
+    rows that share a forward are the same whatever the worker count."""
+    groups = -(-members // group)
+    share, extra = divmod(groups, workers)
+    out, first = [], 0
+    for w in range(workers):
+        last = first + share + (w < extra)
+        out.append(range(min(first * group, members), min(last * group, members)))
+        first = last
+    return out
 
 
 def hook_generation(name: str, worker: int) -> int | None:
@@ -267,58 +279,51 @@ class RayPool:
         run_key: int,
         on_member: Callable[[MemberResult], None] | None = None,
         level: int | None = None,
+        heartbeat: Callable[[], None] | None = None,
     ) -> list[MemberResult]:
-        """Score every member on its worker; results in member order (`on_member` is
-        called as results arrive, which is the order progress happens in)."""
+        """Score every worker's contiguous chunk of members; results in member order
+        (`on_member` hears a chunk's results as it arrives; `heartbeat` is called while
+        waiting, so a long chunk does not let the writer lease lapse)."""
         results: list[MemberResult | None] = [None] * len(members)
-        plan = assign(len(members), len(self._actors))
-        pending: dict[Any, tuple[int, int]] = {}  # ref -> (member position, worker)
+        plan = assign(len(members), len(self._actors), self.cfg.members_per_forward or 1)
+        pending: dict[Any, int] = {}  # ref -> worker
 
         def submit(worker: int) -> None:
-            actor = self._actors[worker]
-            for pos in plan[worker]:
-                if results[pos] is None:
-                    m = members[pos]
-                    ref = actor.score.remote(
-                        (m.index, m.key, m.sign), sigma, generation, run_key, level
-                    )
-                    pending[ref] = (pos, worker)
-
-        def record(pos: int, out: dict[str, Any]) -> None:
-            results[pos] = MemberResult(**out)
-            if on_member:
-                on_member(results[pos])
+            if plan[worker]:
+                chunk = [(m.index, m.key, m.sign) for m in members[plan[worker].start : plan[worker].stop]]
+                ref = self._actors[worker].score_population.remote(chunk, sigma, generation, run_key, level)
+                pending[ref] = worker
 
         for worker in range(len(self._actors)):
             submit(worker)
         deaths = [0] * len(self._actors)
         while pending:
-            [ref], _ = ray.wait(list(pending), num_returns=1)
-            pos, worker = pending.pop(ref)
-            try:
-                record(pos, get(ref))
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=HEARTBEAT_SECONDS)
+            if not ready:
+                if heartbeat is not None:
+                    heartbeat()
                 continue
+            worker = pending.pop(ready[0])
+            try:
+                outs = get(ready[0])
             except RayActorError as exc:
-                why = exc
-            # The worker is gone: keep what it finished, replace it, resubmit the rest.
-            for other in [r for r, (_, w) in pending.items() if w == worker]:
-                other_pos, _ = pending.pop(other)
-                try:
-                    record(other_pos, ray.get(other, timeout=0))
-                except Exception:  # lost with the actor (or not finished): score again
-                    pass
-            deaths[worker] += 1
-            if deaths[worker] > MAX_RESTARTS:
-                raise PoolFailure(
-                    f"worker {worker} died {deaths[worker]} times in generation {generation}"
-                ) from why
-            fp = self._replace_checked(worker, why, attempts=MAX_RESTARTS)
-            if fp != self._fingerprint:
-                raise ReplicaMismatch(
-                    f"worker {worker} rebuilt generation {self.generation} with fingerprint "
-                    f"{fp[:16]}…, expected {self._fingerprint[:16]}…; aborting the run"
-                )
-            submit(worker)
+                deaths[worker] += 1
+                if deaths[worker] > MAX_RESTARTS:
+                    raise PoolFailure(
+                        f"worker {worker} died {deaths[worker]} times in generation {generation}"
+                    ) from exc
+                fp = self._replace_checked(worker, exc, attempts=MAX_RESTARTS)
+                if fp != self._fingerprint:
+                    raise ReplicaMismatch(
+                        f"worker {worker} rebuilt generation {self.generation} with fingerprint "
+                        f"{fp[:16]}…, expected {self._fingerprint[:16]}…; aborting the run"
+                    ) from exc
+                submit(worker)  # the whole chunk again: scoring is deterministic
+                continue
+            for pos, out in zip(plan[worker], outs, strict=True):
+                results[pos] = MemberResult(**out)
+                if on_member:
+                    on_member(results[pos])
         return results  # type: ignore[return-value]
 
     def apply(self, step: ReplayStep) -> str:

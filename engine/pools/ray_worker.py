@@ -117,23 +117,24 @@ class ReplicaActor:
         finally:
             ledger.close()
 
-    def score(
+    def score_population(
         self,
-        member: tuple[int, int, int],
+        members: list[tuple[int, int, int]],
         sigma: float,
         generation: int,
         run_key: int,
         level: int | None = None,
-    ) -> dict[str, Any]:
+    ) -> list[dict[str, Any]]:
+        """Score a contiguous chunk of (index, key, sign) members; plain dicts back."""
         self._ready()
         if self.stall_at == generation:
             import time
 
             while True:  # a test kills this process here
                 time.sleep(60)
-        index, key, sign = member
-        result = self.replica.score(Member(index, key, sign), sigma, generation, run_key, level)
-        return asdict(result)
+        chunk = [Member(index, key, sign) for index, key, sign in members]
+        results = self.replica.score_population(chunk, sigma, generation, run_key, level)
+        return [asdict(r) for r in results]
 
     def apply(self, step: dict[str, Any]) -> str:
         self._ready()
