@@ -62,6 +62,8 @@ class ReplayStep:
     coefficients: list[float]
     sigma: float
     optimizer: dict[str, Any]
+    noise_spec: str = "v1"  # the perturbation kind of the step's own run (replay.perturbation)
+    param_selection: str = "all"
 
 
 @dataclass

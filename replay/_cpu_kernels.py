@@ -14,6 +14,7 @@ from numba.typed import List
 
 BLOCK = 4096  # elements per parallel work item (multiple of 4); 16 KiB fp32 scratch
 PARALLEL_MIN = 1 << 16  # below this a tensor is done on the calling thread
+LOWRANK_BLOCK = 1 << 16  # elements per low-rank work item (whole rows; B is regenerated per item)
 
 _G = uint64(0x9E3779B97F4A7C15)
 _M1 = uint64(0xBF58476D1CE4E5B9)
@@ -148,45 +149,48 @@ def _accumulate_noise(delta, start, n, key, kx, c, table):
 
 
 @njit(inline="always", **_OPTS)
-def _apply_block(theta, start, keys, kxs, coefs, table, rule, scal, buf1, buf2):
-    """One block of the fused update: Δ for all members, then the rule, in one pass.
+def _rule(theta, i, g, rule, scal, buf1, buf2):
+    """θ[i] ← rule(θ[i], g), one IEEE op per line (the sequence of ``_reference.apply_rule_ref``).
 
-    rule SGD: θ += Δ. MOMENTUM (scal = β, 1−d, lr; buf1 = v): v = v·β; t = Δ·(1−d);
-    v = v + t; θ = θ + v·lr. ADAM (scal = β1, 1−β1, β2, 1−β2, 1/√bc2, eps, lr/bc1;
-    buf1 = m, buf2 = v): the op sequence of ``_reference.apply_rule_ref``.
+    SGD: θ += g. MOMENTUM (scal = β, 1−d, lr; buf1 = v): v = v·β; t = g·(1−d); v = v + t;
+    θ = θ + v·lr. ADAM (scal = β1, 1−β1, β2, 1−β2, 1/√bc2, eps, lr/bc1; buf1 = m, buf2 = v).
     """
+    if rule == SGD:
+        theta[i] = theta[i] + g
+    elif rule == MOMENTUM:
+        v = buf1[i] * scal[0]
+        t = g * scal[1]
+        v = v + t
+        buf1[i] = v
+        u = v * scal[2]
+        theta[i] = theta[i] + u
+    else:
+        m1 = buf1[i] * scal[0]
+        t = g * scal[1]
+        m1 = m1 + t
+        buf1[i] = m1
+        v2 = buf2[i] * scal[2]
+        t = g * g
+        t = t * scal[3]
+        v2 = v2 + t
+        buf2[i] = v2
+        d = np.sqrt(v2)
+        d = d * scal[4]
+        d = d + scal[5]
+        u = m1 / d
+        u = u * scal[6]
+        theta[i] = theta[i] + u
+
+
+@njit(inline="always", **_OPTS)
+def _apply_block(theta, start, keys, kxs, coefs, table, rule, scal, buf1, buf2):
+    """One block of the fused update: Δ for all members, then the rule, in one pass."""
     stop = min(start + BLOCK, theta.shape[0])
     delta = np.empty(BLOCK, dtype=np.float32)
     eps = np.empty(BLOCK, dtype=np.float32)
     _accumulate_block(delta, eps, start, stop, keys, kxs, coefs, table)
     for p in range(stop - start):
-        i = start + p
-        g = delta[p]
-        if rule == SGD:
-            theta[i] = theta[i] + g
-        elif rule == MOMENTUM:
-            v = buf1[i] * scal[0]
-            t = g * scal[1]
-            v = v + t
-            buf1[i] = v
-            u = v * scal[2]
-            theta[i] = theta[i] + u
-        else:
-            m1 = buf1[i] * scal[0]
-            t = g * scal[1]
-            m1 = m1 + t
-            buf1[i] = m1
-            v2 = buf2[i] * scal[2]
-            t = g * g
-            t = t * scal[3]
-            v2 = v2 + t
-            buf2[i] = v2
-            d = np.sqrt(v2)
-            d = d * scal[4]
-            d = d + scal[5]
-            u = m1 / d
-            u = u * scal[6]
-            theta[i] = theta[i] + u
+        _rule(theta, start + p, delta[p], rule, scal, buf1, buf2)
 
 
 @njit(parallel=True, **_OPTS)
@@ -199,6 +203,86 @@ def apply_many(thetas, keys, kxs, coefs, table, rule, scal, buf1s, buf2s, work_t
     for w in prange(work_t.shape[0]):
         t = work_t[w]
         _apply_block(thetas[t], work_s[w], keys[t], kxs[t], coefs, table, rule, scal, buf1s[t], buf2s[t])
+
+
+@njit(inline="always", **_OPTS)
+def _noise_range(out, start, n, key, kx, table):
+    """out[0:n] = eps(key, start..start+n) for any start (factor rows need not align to 4)."""
+    for j in range(start >> 2, (start + n + 3) >> 2):
+        h = _group_hash(key, kx, j)
+        for lane in range(4):
+            q = 4 * j + lane - start
+            if q >= 0 and q < n:
+                out[q] = table[(h >> uint64(16 * lane)) & _F]
+
+
+@njit(**_OPTS)
+def _lowrank_block(theta, rows, cols, o0, keys, s, rank, table, rule, scal, buf1, buf2):
+    """Rows o0 .. o0 + LOWRANK_BLOCK // cols of one [rows, cols] tensor (see ``lowrank``).
+
+    Per member m (s[m] == 0 skipped): its A rows and all of B are regenerated here (keys
+    [4, M] = key_A, kx_A, key_B, kx_B), a ← s_m·a (exact), then for r = 0..R−1 in order
+    g[o, i] = g[o, i] + a[o, r]·B[i, r]: per element, members then r, as the reference.
+    """
+    o1 = min(o0 + max(1, LOWRANK_BLOCK // cols), rows)
+    nr = o1 - o0
+    g = np.empty(nr * cols, dtype=np.float32)
+    for p in range(nr * cols):
+        g[p] = np.float32(-0.0)
+    a = np.empty(nr * rank, dtype=np.float32)
+    b = np.empty(cols * rank, dtype=np.float32)
+    bt = np.empty(cols, dtype=np.float32)
+    for m in range(s.shape[0]):
+        sm = s[m]
+        if sm == 0:
+            continue  # −0.0 + (+0.0) would be +0.0: a zero member must not be added
+        _noise_range(a, o0 * rank, nr * rank, keys[0, m], keys[1, m], table)
+        _noise_range(b, 0, cols * rank, keys[2, m], keys[3, m], table)
+        for q in range(nr * rank):
+            a[q] = sm * a[q]
+        for r in range(rank):
+            for i in range(cols):
+                bt[i] = b[i * rank + r]
+            for o in range(nr):
+                av = a[o * rank + r]
+                base = o * cols
+                for i in range(cols):
+                    g[base + i] = g[base + i] + av * bt[i]
+    for p in range(nr * cols):
+        _rule(theta, o0 * cols + p, g[p], rule, scal, buf1, buf2)
+
+
+@njit(parallel=True, **_OPTS)
+def lowrank_apply_many(thetas, rows, cols, keys, s, rank, table, rule, scal, buf1s, buf2s, work_t, work_o):
+    """The low-rank update of every tensor in one parallel region; work item = (tensor, first row).
+
+    keys: [tensors, 4, members] uint64; s: [members] fp32 (c_m/√R); rows/cols per tensor.
+    """
+    for w in prange(work_t.shape[0]):
+        t = work_t[w]
+        _lowrank_block(thetas[t], rows[t], cols[t], work_o[w], keys[t], s, rank, table, rule, scal,
+                       buf1s[t], buf2s[t])
+
+
+@njit(parallel=True, **_OPTS)
+def generate_many(keys, kxs, out, table):
+    """out[m, p] = eps(keys[m], p) for every member m (the stacked low-rank factors)."""
+    n = out.shape[1]
+    nb = _n_generate_blocks(0, n)
+    for w in prange(keys.shape[0] * nb):
+        m = w // nb
+        _generate_block(keys[m], kxs[m], 0, out[m], table, w - m * nb)
+
+
+def lowrank_work_items(rows: list[int], cols: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """(tensor index, first row) of every work item of ``lowrank_apply_many``, in order."""
+    work_t, work_o = [], []
+    for t, (r, c) in enumerate(zip(rows, cols, strict=True)):
+        if r and c:
+            starts = range(0, r, max(1, LOWRANK_BLOCK // c))
+            work_t += [t] * len(starts)
+            work_o += starts
+    return np.array(work_t, dtype=np.int64), np.array(work_o, dtype=np.int64)
 
 
 @njit(inline="always", **_OPTS)

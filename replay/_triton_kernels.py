@@ -119,24 +119,9 @@ def _perturb_kernel(out_ptr, master_ptr, table_ptr, key, kx, scale, n, GROUPS: t
         tl.store(out_ptr + pos, y, mask=mask)
 
 
-@triton.jit(do_not_specialize=["n", "members"])
-def _apply_kernel(
-    theta_ptr, buf1_ptr, buf2_ptr, keys_ptr, kxs_ptr, coefs_ptr, table_ptr, n, members,
-    s0, s1, s2, s3, s4, s5, s6, RULE: tl.constexpr, GROUPS: tl.constexpr,
-):
-    """RULE 0 sgd; 1 momentum (s0..s2 = β, 1−d, lr); 2 adam (s0..s6 as in ``update._scalars``)."""
-    pid = tl.program_id(0).to(tl.int64)
-    j = pid * GROUPS + tl.arange(0, GROUPS).to(tl.int64)
-    pos = j[:, None] * 4 + tl.arange(0, 4).to(tl.int64)[None, :]
-    mask = pos < tl.cast(n, tl.int64)
-    g = tl.full((GROUPS, 4), -0.0, tl.float32)  # x + (−0) == x for every x, −0 included
-    for m in range(members):
-        c = tl.load(coefs_ptr + m)
-        if c != 0.0:
-            key = tl.load(keys_ptr + m).to(tl.uint64, bitcast=True)
-            kx = tl.load(kxs_ptr + m).to(tl.uint64, bitcast=True)
-            g = g + _noise(key, kx, j, table_ptr) * c
-    theta = tl.load(theta_ptr + pos, mask=mask, other=0.0)
+@triton.jit
+def _rule(theta, g, buf1_ptr, buf2_ptr, pos, mask, s0, s1, s2, s3, s4, s5, s6, RULE: tl.constexpr):
+    """The new θ from g; updates the state buffers (op sequence of ``_reference.apply_rule_ref``)."""
     if RULE == 0:
         theta = theta + g
     elif RULE == 1:
@@ -165,6 +150,79 @@ def _apply_kernel(
         u = tl.div_rn(m1, d)
         u = u * s6
         theta = theta + u
+    return theta
+
+
+@triton.jit(do_not_specialize=["n", "members"])
+def _apply_kernel(
+    theta_ptr, buf1_ptr, buf2_ptr, keys_ptr, kxs_ptr, coefs_ptr, table_ptr, n, members,
+    s0, s1, s2, s3, s4, s5, s6, RULE: tl.constexpr, GROUPS: tl.constexpr,
+):
+    """RULE 0 sgd; 1 momentum (s0..s2 = β, 1−d, lr); 2 adam (s0..s6 as in ``update._scalars``)."""
+    pid = tl.program_id(0).to(tl.int64)
+    j = pid * GROUPS + tl.arange(0, GROUPS).to(tl.int64)
+    pos = j[:, None] * 4 + tl.arange(0, 4).to(tl.int64)[None, :]
+    mask = pos < tl.cast(n, tl.int64)
+    g = tl.full((GROUPS, 4), -0.0, tl.float32)  # x + (−0) == x for every x, −0 included
+    for m in range(members):
+        c = tl.load(coefs_ptr + m)
+        if c != 0.0:
+            key = tl.load(keys_ptr + m).to(tl.uint64, bitcast=True)
+            kx = tl.load(kxs_ptr + m).to(tl.uint64, bitcast=True)
+            g = g + _noise(key, kx, j, table_ptr) * c
+    theta = tl.load(theta_ptr + pos, mask=mask, other=0.0)
+    theta = _rule(theta, g, buf1_ptr, buf2_ptr, pos, mask, s0, s1, s2, s3, s4, s5, s6, RULE)
+    tl.store(theta_ptr + pos, theta, mask=mask)
+
+
+@triton.jit
+def _noise_at(key, kx, idx, table_ptr):
+    """fp32 noise of elements idx (int64, any shape and order) of one key."""
+    h = _fmix((key + (idx >> 2).to(tl.uint64) * 0x9E3779B97F4A7C15) ^ kx)
+    return tl.load(table_ptr + ((h >> ((idx & 3) * 16).to(tl.uint64)) & 0xFFFF).to(tl.int32))
+
+
+@triton.jit(do_not_specialize=["n", "members"])
+def _generate_many_kernel(out_ptr, keys_ptr, table_ptr, n, members, GROUPS: tl.constexpr):
+    """out[m, p] = eps(key_m, p); keys_ptr holds [2, members] int64 (keys, then kxs)."""
+    m = tl.program_id(1).to(tl.int64)
+    key = tl.load(keys_ptr + m).to(tl.uint64, bitcast=True)
+    kx = tl.load(keys_ptr + members + m).to(tl.uint64, bitcast=True)
+    j = tl.program_id(0).to(tl.int64) * GROUPS + tl.arange(0, GROUPS).to(tl.int64)
+    pos = j[:, None] * 4 + tl.arange(0, 4).to(tl.int64)[None, :]
+    nn = tl.cast(n, tl.int64)
+    tl.store(out_ptr + m * nn + pos, _noise(key, kx, j, table_ptr), mask=pos < nn)
+
+
+@triton.jit(do_not_specialize=["rows", "cols", "members", "rank"])
+def _lowrank_kernel(
+    theta_ptr, buf1_ptr, buf2_ptr, keys_ptr, s_ptr, table_ptr, rows, cols, members, rank,
+    s0, s1, s2, s3, s4, s5, s6, RULE: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr,
+):
+    """A [BR, BC] tile of the low-rank update (``replay.lowrank``): the factors' elements
+    are hashed in registers (A[o, r] = eps(key_A, o·R + r), B[i, r] = eps(key_B, i·R + r));
+    keys_ptr holds [4, members] int64 (key_A, kx_A, key_B, kx_B), s_ptr the fp32 c_m/√R.
+    Per element: g = −0.0, then members in order (s == 0 skipped), r = 0..R−1 in order,
+    g = g + (s·A[o, r])·B[i, r] (s·A exact; one rounding for the product, one for the add)."""
+    o = tl.program_id(0).to(tl.int64) * BR + tl.arange(0, BR).to(tl.int64)
+    i = tl.program_id(1).to(tl.int64) * BC + tl.arange(0, BC).to(tl.int64)
+    rk = tl.cast(rank, tl.int64)
+    g = tl.full((BR, BC), -0.0, tl.float32)
+    for m in range(members):
+        s = tl.load(s_ptr + m)
+        if s != 0.0:
+            ka = tl.load(keys_ptr + m).to(tl.uint64, bitcast=True)
+            xa = tl.load(keys_ptr + members + m).to(tl.uint64, bitcast=True)
+            kb = tl.load(keys_ptr + 2 * members + m).to(tl.uint64, bitcast=True)
+            xb = tl.load(keys_ptr + 3 * members + m).to(tl.uint64, bitcast=True)
+            for r in range(rank):
+                a = _noise_at(ka, xa, o * rk + r, table_ptr) * s
+                b = _noise_at(kb, xb, i * rk + r, table_ptr)
+                g = g + a[:, None] * b[None, :]
+    pos = o[:, None] * tl.cast(cols, tl.int64) + i[None, :]
+    mask = (o < tl.cast(rows, tl.int64))[:, None] & (i < tl.cast(cols, tl.int64))[None, :]
+    theta = tl.load(theta_ptr + pos, mask=mask, other=0.0)
+    theta = _rule(theta, g, buf1_ptr, buf2_ptr, pos, mask, s0, s1, s2, s3, s4, s5, s6, RULE)
     tl.store(theta_ptr + pos, theta, mask=mask)
 
 
@@ -226,3 +284,43 @@ def apply_many(items: list, keys: list[list[int]], kxs: list[list[int]], coefs: 
         grid = (triton.cdiv((n + 3) >> 2, APPLY_GROUPS),)
         _apply_kernel[grid](theta.detach(), b1.detach(), b2.detach(), k_dev[t], x_dev[t], c_dev, table, n, members,
                             *s, RULE=rule, GROUPS=APPLY_GROUPS, **_LAUNCH)
+
+
+LOWRANK_TILE = (32, 64)  # rows x columns per program of the low-rank update
+
+
+def generate_many(keys: torch.Tensor, n: int) -> torch.Tensor:
+    """[members, n] fp32 noise; keys: [2, members] int64 on the device (keys, then kxs)."""
+    members = keys.shape[1]
+    out = torch.empty(members, n, dtype=torch.float32, device=keys.device)
+    if members and n:
+        grid = (triton.cdiv((n + 3) >> 2, GEN_GROUPS), members)
+        _generate_many_kernel[grid](out, keys, table_on(str(keys.device)), n, members, GROUPS=GEN_GROUPS,
+                                    **_LAUNCH)
+    return out
+
+
+def lowrank_apply_many(items: list, keys: torch.Tensor, s: list[float], rank: int, rule: int,
+                       scal: list[float]) -> None:
+    """Low-rank update of every (theta [rows, cols], bufs) in ``items`` (same device).
+
+    keys: [tensors, 4, members] int64 (``lowrank.key_table``); s: the fp32 c_m/√R.
+    """
+    if not items:
+        return
+    device = items[0][0].device
+    members = len(s)
+    k_dev = keys.to(device) if members else torch.zeros(len(items), 4, 1, dtype=torch.int64, device=device)
+    s_dev = torch.tensor(list(s) or [0.0], dtype=torch.float32).to(device)
+    sc = [float(x) for x in scal] + [0.0] * (7 - len(scal))
+    table = table_on(str(device))
+    br, bc = LOWRANK_TILE
+    for t, (theta, bufs) in enumerate(items):
+        rows, cols = theta.shape
+        if theta.numel() == 0:
+            continue
+        b1 = bufs[0] if bufs else theta
+        b2 = bufs[1] if len(bufs) > 1 else theta
+        grid = (triton.cdiv(rows, br), triton.cdiv(cols, bc))
+        _lowrank_kernel[grid](theta.detach(), b1.detach(), b2.detach(), k_dev[t], s_dev, table, rows, cols,
+                              members, rank, *sc, RULE=rule, BR=br, BC=bc, **_LAUNCH)

@@ -21,7 +21,7 @@ from ledger.records import RunInfo
 
 from .anchors import AnchorError, load_anchor
 from .fingerprint import fingerprint
-from .noise import NOISE_SPEC
+from .perturbation import check_spec
 from .update import OptimizerState, apply_step
 
 log = logging.getLogger(__name__)
@@ -103,11 +103,16 @@ def rebuild(
         raise ValueError(f"verify must be 'end', 'every' or 'none', not {verify!r}")
     g = ledger.latest_generation(run) if g is None else g
     lineage = _lineage(ledger, run)
+    kinds = {}
     for info in lineage:
-        if info.noise_spec != NOISE_SPEC:
-            raise SeedLedgerError(f"run {info.name!r} uses noise spec {info.noise_spec!r}; this replay knows {NOISE_SPEC!r}")
+        try:
+            kinds[info.name] = check_spec(info.noise_spec, info.param_selection)
+        except SeedLedgerError as exc:
+            raise SeedLedgerError(f"run {info.name!r}: {exc}") from None
     base_fp = lineage[0].base_fingerprint
     steps = ledger.replay_history(run, upto=g)  # also validates g
+    for s in steps:  # each step applies its own run's kind (a fork may change it)
+        s.noise_spec, s.param_selection = kinds[s.run].noise_spec, kinds[s.run].param_selection
 
     start = _from_anchor(ledger, run, g, base, anchors_dir, base_fp) if anchors_dir is not None else None
     if start is None:

@@ -15,6 +15,9 @@ Adam are not identities on such a generation: v·β (resp. m·β1, v·β2) still
 state and θ moves by the carried v·lr (resp. m/(√v·s + eps)·lr/bc1); with all-zero state
 (a first step) the move is +0.0, which turns a −0.0 weight into +0.0.
 
+Lowrank steps (``replay.lowrank``) replace g by Σ_i (c_i/√R)·A_i·B_iᵀ on their trained
+tensors only, with the same rules.
+
 Rules (spec v1; defaults apply when the recorded optimizer dict omits a key):
   sgd:      θ = θ + g                                  (lr folded into c_i)
   momentum: v = v·β + g·(1−d);  θ = θ + v·lr            (v starts at 0; β=0.9, d=0)
@@ -36,8 +39,10 @@ import torch
 from ledger.errors import SeedLedgerError
 
 from . import _reference as ref
+from . import lowrank
 from .hashing import MASK64
 from .noise import _use_fast, _use_triton, check_coefficient, noise_xkey, tensor_key
+from .perturbation import Perturbation, step_perturbation
 from .table import TABLE_NP
 
 RULES = {"sgd": 0, "momentum": 1, "adam": 2}
@@ -104,8 +109,18 @@ def _scalars(name: str, opt: Mapping[str, Any], t: int) -> list[float]:
     return [_f32(b1), _f32(1.0 - b1), _f32(b2), _f32(1.0 - b2), _f32(1.0 / math.sqrt(bc2)), _f32(eps), _f32(lr / bc1)]
 
 
-def apply_step(master: dict[str, torch.Tensor], state: OptimizerState, step: Any) -> None:
-    """Apply one generation (a ReplayStep or GenerationRecord) to ``master`` in place."""
+def apply_step(master: dict[str, torch.Tensor], state: OptimizerState, step: Any,
+               perturbation: Perturbation | None = None) -> None:
+    """Apply one generation (a ReplayStep or GenerationRecord) to ``master`` in place.
+
+    The kind comes from the step's own ``noise_spec``/``param_selection`` (a fork may change
+    it), unless ``perturbation`` is given (a record that does not carry them). A lowrank
+    step touches only its trained tensors, which alone get optimizer state.
+    """
+    try:
+        kind = perturbation or step_perturbation(step)
+    except SeedLedgerError as exc:
+        raise SeedLedgerError(f"generation {step.index}: {exc}") from None
     keys, coefs, opt = _step_inputs(step)
     keys, coefs = _nonzero(keys, coefs)
     name = str(opt.get("name", "sgd"))
@@ -120,6 +135,11 @@ def apply_step(master: dict[str, torch.Tensor], state: OptimizerState, step: Any
     scal = _scalars(name, opt, state.step)
     rule = RULES[name]
     kinds = BUFFERS[name]
+    if kind.kind == "lowrank":
+        items = [(tname, theta, [state.buffer(b, tname, theta) for b in kinds])
+                 for tname, theta in master.items() if kind.trained(tname, theta.shape)]
+        lowrank.apply(items, keys, coefs, rule, scal, kind.rank)
+        return
     groups: dict[tuple[Any, torch.device], list] = {}  # one call per kernel and device
     for tname, theta in master.items():
         bufs = [state.buffer(kind, tname, theta) for kind in kinds]
