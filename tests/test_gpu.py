@@ -153,3 +153,62 @@ def test_triton_zero_sgd_update_is_identity_on_cuda():
     keys = [noise.member_key(1, 1, i) for i in range(4)]
     update.apply_step(master, update.OptimizerState(), ReplayStep("z", 1, keys, [0.0] * 4, 0.001, {"name": "sgd"}))
     assert all(torch.equal(_bits(master[k]), _bits(before[k])) for k in master)
+
+
+LOWRANK = "suffix:q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
+
+
+@pytest.mark.parametrize("rank", [1, 4, 16])
+@pytest.mark.parametrize("optimizer", OPTS, ids=[o["name"] for o in OPTS])
+def test_lowrank_update_cpu_equals_cuda(optimizer, rank):
+    """The low-rank update (Triton on CUDA, numba on CPU, the reference on CUDA) on odd and
+    SmolLM2-like shapes, mirrored zeros and a 2**-100 coefficient; frozen tensors untouched."""
+    import numpy as np
+
+    from tests.support.replay_cases import reference_apply
+
+    rng = np.random.default_rng(rank)
+    shapes = {"m.embed_tokens.weight": (50, 8), "m.norm.weight": (8,), "l.q_proj.weight": (1, 1),
+              "l.k_proj.weight": (3, 5), "l.v_proj.weight": (7, 130), "l.o_proj.weight": (0, 4),
+              "l.up_proj.weight": (1536, 576), "l.down_proj.weight": (576, 1536), "l.gate_proj.weight": (301, 77)}
+    cpu = {k: special_values(int(np.prod(s)), i).view(s) for i, (k, s) in enumerate(shapes.items())}
+    gpu = {k: v.cuda() for k, v in cpu.items()}
+    ref_gpu = {k: v.cuda() for k, v in cpu.items()}
+    states = [update.OptimizerState() for _ in range(3)]
+    for g in range(1, 4):
+        keys = [noise.member_key(3, g, i // 2) for i in range(8)]
+        raw = rng.standard_normal(8) * 10.0 ** rng.uniform(-4, -1)
+        raw[1::2] = 0.0
+        raw[2] = 2.0**-100
+        step = ReplayStep("gpu", g, keys, [noise.round_coefficient(float(x)) for x in raw], 0.001, dict(optimizer),
+                          f"lowrank-v1:r={rank}", LOWRANK)
+        update.apply_step(cpu, states[0], step)
+        update.apply_step(gpu, states[1], step)
+        reference_apply(ref_gpu, states[2], step)
+    for name in cpu:
+        assert torch.equal(_bits(cpu[name]), _bits(gpu[name])), name
+        assert torch.equal(_bits(gpu[name]), _bits(ref_gpu[name])), name
+        for kind in update.BUFFERS[optimizer["name"]]:
+            if name in states[0].buffers[kind]:
+                assert torch.equal(_bits(states[0].buffers[kind][name]), _bits(states[1].buffers[kind][name]))
+                assert torch.equal(_bits(states[1].buffers[kind][name]), _bits(states[2].buffers[kind][name]))
+    assert fingerprint(cpu) == fingerprint(gpu) == fingerprint(ref_gpu)
+
+
+def test_lowrank_factors_and_perturb_cpu_equals_cuda():
+    from replay import lowrank
+
+    keys = [noise.member_key(5, 1, i) for i in range(6)]
+    for rank in (1, 4, 64):
+        for shape in [(1, 1), (7, 130), (576, 1536)]:
+            a, b = lowrank.stacked_factors(keys, "l.up_proj.weight", shape, rank)
+            ga, gb = lowrank.stacked_factors(keys, "l.up_proj.weight", shape, rank, device="cuda")
+            assert ga.device.type == "cuda" and torch.equal(_bits(a), _bits(ga)) and torch.equal(_bits(b), _bits(gb))
+    master = special_values(576 * 1536, 4).view(576, 1536)
+    scale = noise.round_coefficient(-1e-3)
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        a = torch.empty(master.shape, dtype=dtype)
+        b = torch.empty(master.shape, dtype=dtype, device="cuda")
+        lowrank.perturb_lowrank_(a, master, keys[0], "l.up_proj.weight", scale, 4)
+        lowrank.perturb_lowrank_(b, master.cuda(), keys[0], "l.up_proj.weight", scale, 4)
+        assert torch.equal(_bits(a), _bits(b)), dtype

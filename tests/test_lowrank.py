@@ -30,6 +30,7 @@ from replay.perturbation import (
     step_perturbation,
 )
 from replay.rebuild import fork, rebuild, verify
+from tests.support.replay_cases import reference_apply
 
 ROOT = Path(__file__).resolve().parents[1]
 Q = "model.layers.0.self_attn.q_proj.weight"
@@ -213,20 +214,6 @@ def test_update_follows_the_written_spec():
         for r in range(4):
             g = g + (s * a[:, r])[:, None] * b[None, :, r]
     assert np.array_equal((theta + g).view(np.int32), bits(m[Q]).numpy())
-
-
-def reference_apply(master, state, step_) -> None:
-    """`update.apply_step` for a lowrank step with the torch reference forced."""
-    kind = step_perturbation(step_)
-    keys, coefs, opt = update._step_inputs(step_)
-    name = opt["name"]
-    if state.name != name:
-        state.reset(name)
-    state.step += 1
-    items = [(n, t, [state.buffer(b, n, t) for b in update.BUFFERS[name]])
-             for n, t in master.items() if kind.trained(n, t.shape)]
-    lowrank.apply(items, keys, coefs, update.RULES[name], update._scalars(name, opt, state.step), kind.rank,
-                  reference=True)
 
 
 def mixed_master(seed: int) -> dict[str, torch.Tensor]:

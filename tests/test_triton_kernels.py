@@ -35,7 +35,7 @@ from tests.support.replay_cases import reference_apply, special_values  # noqa: 
 
 SKIP = "skip: triton does not import"
 CHECKS = ["dispatch", "generate", "generate_random", "perturb", "apply", "apply_large", "apply_random_shapes",
-          "kernel_skips_zero_members", "zero_update"]
+          "kernel_skips_zero_members", "zero_update", "lowrank_factors", "lowrank_apply", "lowrank_zero"]
 SLOW = {"apply", "apply_large", "apply_random_shapes"}  # 15-60 s each in the interpreter
 KEYS = [0, 1, 12345, 2**63, 2**64 - 1, 11429185064331606389]
 OPTS = {
@@ -73,7 +73,7 @@ def same(a: torch.Tensor, b: torch.Tensor) -> bool:
 @contextlib.contextmanager
 def no_reference():
     """Make any use of the torch reference fail: proves the Triton path ran."""
-    saved = {n: getattr(ref, n) for n in ("noise_ref", "delta_ref", "apply_rule_ref")}
+    saved = {n: getattr(ref, n) for n in ("noise_ref", "delta_ref", "apply_rule_ref", "lowrank_delta_ref")}
 
     def boom(*a, **k):
         raise AssertionError("the torch reference ran instead of the Triton kernel")
@@ -249,6 +249,77 @@ def check_zero_update():
     with no_reference():
         update.apply_step(master, update.OptimizerState(), ReplayStep("z", 1, keys, [0.0] * 4, 0.001, {"name": "sgd"}))
         update.apply_step(master, update.OptimizerState(), ReplayStep("z", 2, [], [], 0.001, {"name": "sgd"}))
+    assert all(same(master[k], before[k]) for k in master)
+
+
+LOWRANK_SHAPES = {"l.q_proj.weight": (1, 1), "l.k_proj.weight": (3, 5), "l.v_proj.weight": (7, 130),
+                  "l.o_proj.weight": (0, 4), "l.up_proj.weight": (5, 0), "l.down_proj.weight": (33, 65),
+                  "embed.weight": (6, 3), "norm.weight": (4,)}
+
+
+def check_lowrank_factors():
+    from replay import lowrank
+
+    keys = [noise.member_key(9, 2, i) for i in range(3)]
+    for rank in (1, 4):
+        for shape in [(1, 1), (3, 5), (7, 130), (0, 4), (5, 0)]:
+            with no_reference():
+                a, b = lowrank.stacked_factors(keys, "w", shape, rank)
+            for m, k in enumerate(keys):
+                ka, kb = lowrank.factor_keys(k, "w")
+                assert same(a[m].reshape(-1), ref.noise_ref(ka, shape[0] * rank)), (rank, shape)
+                assert same(b[m].reshape(-1), ref.noise_ref(kb, shape[1] * rank)), (rank, shape)
+
+
+def check_lowrank_apply():
+    """Odd shapes (several tiles each way), rank 1 and 4, every rule, mirrored zeros and a
+    2**-100 coefficient; frozen tensors untouched; perturb_lowrank_ too."""
+    from replay import lowrank
+
+    for rank in (1, 4):
+        for rule in OPTS:
+            fast = {n: special_values(int(np.prod(s)), i).view(s) for i, (n, s) in enumerate(LOWRANK_SHAPES.items())}
+            slow = {k: v.clone() for k, v in fast.items()}
+            sf, ss = update.OptimizerState(), update.OptimizerState()
+            for st in steps(2, 4, OPTS[rule], seed=rank, mirrored=True):
+                st.coefficients[-2] = 2.0**-100
+                st.noise_spec, st.param_selection = f"lowrank-v1:r={rank}", "suffix:q_proj,k_proj,v_proj,o_proj,up_proj,down_proj"
+                with no_reference():
+                    update.apply_step(fast, sf, st)
+                reference_apply(slow, ss, st)
+            for name in fast:
+                assert same(fast[name], slow[name]), (rank, rule, name)
+                for kind in update.BUFFERS[rule]:
+                    assert set(sf.buffers[kind]) == set(ss.buffers[kind])
+                    if name in sf.buffers[kind]:
+                        assert same(sf.buffers[kind][name], ss.buffers[kind][name]), (rank, rule, kind, name)
+        master = special_values(33 * 65, 9).view(33, 65)
+        scale = noise.round_coefficient(-1e-3)
+        expect = master.clone()
+        lowrank.apply([("w", expect, [])], [77], [scale], 0, [], rank, reference=True)
+        for dtype in (torch.float32, torch.bfloat16):
+            out = torch.empty(33, 65, dtype=dtype)
+            with no_reference():
+                lowrank.perturb_lowrank_(out, master, 77, "w", scale, rank)
+            assert same(out, expect.to(dtype)), (rank, dtype)
+
+
+def check_lowrank_zero():
+    """All-zero low-rank generations leave every weight bit-identical; the kernel itself
+    skips s == 0 (−0.0 + (+0.0) would turn a −0.0 weight into +0.0)."""
+    from replay import _triton_kernels as tk
+    from replay import lowrank
+
+    master = {"a.q_proj.weight": torch.tensor([[-0.0, 0.0, 1e-45], [-1e-45, 1e-40, -1e-39]]),
+              "b.v_proj.weight": special_values(40 * 70, 8).view(40, 70)}
+    before = {k: v.clone() for k, v in master.items()}
+    keys = [noise.member_key(1, 1, i) for i in range(4)]
+    with no_reference():
+        update.apply_step(master, update.OptimizerState(),
+                          ReplayStep("z", 1, keys, [0.0] * 4, 0.001, {"name": "sgd"}, "lowrank-v1:r=4", "suffix:q_proj,v_proj"))
+        items = [(t, []) for t in master.values()]
+        tk.lowrank_apply_many(items, torch.from_numpy(lowrank.key_table(keys, list(master)).view(np.int64)),
+                              [0.0] * 4, 4, 0, [])
     assert all(same(master[k], before[k]) for k in master)
 
 

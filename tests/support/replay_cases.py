@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from replay import noise, update
+from replay import lowrank, noise, update
+from replay.perturbation import step_perturbation
 
 SPECIALS = (-0.0, 0.0, 1e-45, -1e-45, 1e-40, -3e-39, 1.2e-38, 65519.0, -65520.0, 1e30, -3e38)
 
@@ -21,12 +22,18 @@ def special_values(n: int, seed: int) -> torch.Tensor:
 
 
 def reference_apply(master, state, step) -> None:
-    """`update.apply_step` with the torch reference forced (same bookkeeping)."""
+    """`update.apply_step` with the torch reference forced (same bookkeeping, either kind)."""
+    kind = step_perturbation(step)
     name = step.optimizer["name"]
     if state.name != name:
         state.reset(name)
     state.step += 1
     scal = update._scalars(name, step.optimizer, state.step)
+    if kind.kind == "lowrank":
+        items = [(n, t, [state.buffer(b, n, t) for b in update.BUFFERS[name]])
+                 for n, t in master.items() if kind.trained(n, t.shape)]
+        lowrank.apply(items, step.keys, step.coefficients, update.RULES[name], scal, kind.rank, reference=True)
+        return
     for tname, theta in master.items():
         bufs = [state.buffer(kind, tname, theta) for kind in update.BUFFERS[name]]
         tkeys = [noise.tensor_key(k, tname) for k in step.keys]
