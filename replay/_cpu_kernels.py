@@ -15,6 +15,7 @@ from numba.typed import List
 BLOCK = 4096  # elements per parallel work item (multiple of 4); 16 KiB fp32 scratch
 PARALLEL_MIN = 1 << 16  # below this a tensor is done on the calling thread
 LOWRANK_BLOCK = 1 << 16  # elements per low-rank work item (whole rows; B is regenerated per item)
+LOWRANK_SCRATCH = 1 << 18  # floats of transposed B factors held per work item (a group of members)
 
 _G = uint64(0x9E3779B97F4A7C15)
 _M1 = uint64(0xBF58476D1CE4E5B9)
@@ -217,51 +218,97 @@ def _noise_range(out, start, n, key, kx, table):
 
 
 @njit(**_OPTS)
-def _lowrank_block(theta, rows, cols, o0, keys, s, rank, table, rule, scal, buf1, buf2):
-    """Rows o0 .. o0 + LOWRANK_BLOCK // cols of one [rows, cols] tensor (see ``lowrank``).
+def _lowrank_block(theta, rows, cols, o0, keys, s, rank, table, rule, scal, buf1, buf2, block, scratch):
+    """Rows o0 .. o0 + block // cols of one [rows, cols] tensor (see ``lowrank``).
 
-    Per member m (s[m] == 0 skipped): its A rows and all of B are regenerated here (keys
-    [4, M] = key_A, kx_A, key_B, kx_B), a ← s_m·a (exact), then for r = 0..R−1 in order
-    g[o, i] = g[o, i] + a[o, r]·B[i, r]: per element, members then r, as the reference.
+    Members are taken in groups whose factors fit ``scratch`` floats: for each applied
+    member (s[m] ≠ 0) its A rows are regenerated and scaled, a = s_m·A (exact), and B is
+    stored transposed; then every group of 4 rows (kept in L1) gets, for j = (member, r)
+    in order, g[o, i] = g[o, i] + a[o, r]·Bᵀ[r, i]. Per element that is members then r in
+    order, as the reference: the blocking changes which elements share a loop, not the
+    order of any element's operations.
     """
-    o1 = min(o0 + max(1, LOWRANK_BLOCK // cols), rows)
+    o1 = min(o0 + max(1, block // cols), rows)
     nr = o1 - o0
     g = np.empty(nr * cols, dtype=np.float32)
     for p in range(nr * cols):
         g[p] = np.float32(-0.0)
-    a = np.empty(nr * rank, dtype=np.float32)
+    group = max(1, min(scratch // (rank * cols), s.shape[0]))
+    a = np.empty(group * nr * rank, dtype=np.float32)  # [k, o, r]
+    bt = np.empty(group * rank * cols, dtype=np.float32)  # [k, r, i]
     b = np.empty(cols * rank, dtype=np.float32)
-    bt = np.empty(cols, dtype=np.float32)
-    for m in range(s.shape[0]):
-        sm = s[m]
-        if sm == 0:
-            continue  # −0.0 + (+0.0) would be +0.0: a zero member must not be added
-        _noise_range(a, o0 * rank, nr * rank, keys[0, m], keys[1, m], table)
-        _noise_range(b, 0, cols * rank, keys[2, m], keys[3, m], table)
-        for q in range(nr * rank):
-            a[q] = sm * a[q]
-        for r in range(rank):
-            for i in range(cols):
-                bt[i] = b[i * rank + r]
-            for o in range(nr):
-                av = a[o * rank + r]
-                base = o * cols
+    for m0 in range(0, s.shape[0], group):
+        k = 0
+        for m in range(m0, min(m0 + group, s.shape[0])):
+            sm = s[m]
+            if sm == 0:
+                continue  # −0.0 + (+0.0) would be +0.0: a zero member must not be added
+            ak = a[k * nr * rank:(k + 1) * nr * rank]
+            _noise_range(ak, o0 * rank, nr * rank, keys[0, m], keys[1, m], table)
+            for q in range(nr * rank):
+                ak[q] = sm * ak[q]
+            _noise_range(b, 0, cols * rank, keys[2, m], keys[3, m], table)
+            for r in range(rank):
                 for i in range(cols):
-                    g[base + i] = g[base + i] + av * bt[i]
+                    bt[(k * rank + r) * cols + i] = b[i * rank + r]
+            k += 1
+        for o in range(0, nr, 4):
+            if o + 4 <= nr:
+                _accumulate_rows4(g, o, cols, a, bt, k, nr, rank)
+            else:
+                for oo in range(o, nr):
+                    _accumulate_row(g, oo, cols, a, bt, k, nr, rank)
     for p in range(nr * cols):
         _rule(theta, o0 * cols + p, g[p], rule, scal, buf1, buf2)
 
 
+@njit(inline="always", **_OPTS)
+def _accumulate_rows4(g, o, cols, a, bt, k, nr, rank):
+    """Rows o..o+3 of g: for j = (member, r) in order, g[row, i] += a[member, row, r]·bt[j, i]."""
+    g0 = g[o * cols:(o + 1) * cols]
+    g1 = g[(o + 1) * cols:(o + 2) * cols]
+    g2 = g[(o + 2) * cols:(o + 3) * cols]
+    g3 = g[(o + 3) * cols:(o + 4) * cols]
+    for j in range(k * rank):
+        kk = j // rank
+        base = (kk * nr + o) * rank + j - kk * rank
+        a0 = a[base]
+        a1 = a[base + rank]
+        a2 = a[base + 2 * rank]
+        a3 = a[base + 3 * rank]
+        bj = bt[j * cols:(j + 1) * cols]
+        for i in range(cols):
+            bv = bj[i]
+            g0[i] = g0[i] + a0 * bv
+            g1[i] = g1[i] + a1 * bv
+            g2[i] = g2[i] + a2 * bv
+            g3[i] = g3[i] + a3 * bv
+
+
+@njit(inline="always", **_OPTS)
+def _accumulate_row(g, o, cols, a, bt, k, nr, rank):
+    """Row o of g (the last rows of a block), same order as ``_accumulate_rows4``."""
+    go = g[o * cols:(o + 1) * cols]
+    for j in range(k * rank):
+        kk = j // rank
+        av = a[(kk * nr + o) * rank + j - kk * rank]
+        bj = bt[j * cols:(j + 1) * cols]
+        for i in range(cols):
+            go[i] = go[i] + av * bj[i]
+
+
 @njit(parallel=True, **_OPTS)
-def lowrank_apply_many(thetas, rows, cols, keys, s, rank, table, rule, scal, buf1s, buf2s, work_t, work_o):
+def lowrank_apply_many(thetas, rows, cols, keys, s, rank, table, rule, scal, buf1s, buf2s, work_t, work_o,
+                       block, scratch):
     """The low-rank update of every tensor in one parallel region; work item = (tensor, first row).
 
-    keys: [tensors, 4, members] uint64; s: [members] fp32 (c_m/√R); rows/cols per tensor.
+    keys: [tensors, 4, members] uint64; s: [members] fp32 (c_m/√R); rows/cols per tensor;
+    block/scratch: LOWRANK_BLOCK/LOWRANK_SCRATCH (arguments so that tests can shrink them).
     """
     for w in prange(work_t.shape[0]):
         t = work_t[w]
         _lowrank_block(thetas[t], rows[t], cols[t], work_o[w], keys[t], s, rank, table, rule, scal,
-                       buf1s[t], buf2s[t])
+                       buf1s[t], buf2s[t], block, scratch)
 
 
 @njit(parallel=True, **_OPTS)
@@ -274,12 +321,12 @@ def generate_many(keys, kxs, out, table):
         _generate_block(keys[m], kxs[m], 0, out[m], table, w - m * nb)
 
 
-def lowrank_work_items(rows: list[int], cols: list[int]) -> tuple[np.ndarray, np.ndarray]:
+def lowrank_work_items(rows: list[int], cols: list[int], block: int) -> tuple[np.ndarray, np.ndarray]:
     """(tensor index, first row) of every work item of ``lowrank_apply_many``, in order."""
     work_t, work_o = [], []
     for t, (r, c) in enumerate(zip(rows, cols, strict=True)):
         if r and c:
-            starts = range(0, r, max(1, LOWRANK_BLOCK // c))
+            starts = range(0, r, max(1, block // c))
             work_t += [t] * len(starts)
             work_o += starts
     return np.array(work_t, dtype=np.int64), np.array(work_o, dtype=np.int64)

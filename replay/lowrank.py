@@ -172,7 +172,7 @@ def _apply_fast(items: list[Item], member_keys: list[int], s: list[float], rule:
     bufs = [[b.detach().view(-1).numpy() for b in bs] for _, _, bs in items]
     rows = [theta.shape[0] for _, theta, _ in items]
     cols = [theta.shape[1] for _, theta, _ in items]
-    work_t, work_o = k.lowrank_work_items(rows, cols)
+    work_t, work_o = k.lowrank_work_items(rows, cols, k.LOWRANK_BLOCK)
     if work_t.shape[0] == 0:
         return
     k.lowrank_apply_many(
@@ -181,6 +181,7 @@ def _apply_fast(items: list[Item], member_keys: list[int], s: list[float], rule:
         np.array(scal or [0.0], dtype=np.float32),
         k.typed_list([b[0] if b else t for b, t in zip(bufs, thetas, strict=True)]),
         k.typed_list([b[1] if len(b) > 1 else t for b, t in zip(bufs, thetas, strict=True)]), work_t, work_o,
+        k.LOWRANK_BLOCK, k.LOWRANK_SCRATCH,
     )
 
 

@@ -240,10 +240,17 @@ def records(n: int, population: int, opt: dict, rank: int, seed: int, mirrored: 
     return out
 
 
+@pytest.mark.parametrize("blocks", ["default", "tiny"])
 @pytest.mark.parametrize("mirrored", [False, True], ids=["distinct", "mirrored-zero"])
 @pytest.mark.parametrize("rank", [1, 4])
 @pytest.mark.parametrize("rule", list(OPTS))
-def test_fast_equals_reference(rule, rank, mirrored):
+def test_fast_equals_reference(rule, rank, mirrored, blocks, monkeypatch):
+    """``tiny``: one or a few rows per work item and one member per factor group in numba."""
+    from replay import _cpu_kernels as k
+
+    if blocks == "tiny":
+        monkeypatch.setattr(k, "LOWRANK_BLOCK", 700)
+        monkeypatch.setattr(k, "LOWRANK_SCRATCH", 1)
     fast, slow = mixed_master(0), mixed_master(0)
     frozen = {n: t.clone() for n, t in fast.items() if not Perturbation.lowrank(rank).trained(n, t.shape)}
     sf, ss = update.OptimizerState(), update.OptimizerState()
@@ -327,7 +334,7 @@ def test_numba_kernel_has_no_fma():
         theta = np.zeros(15, dtype=np.float32)
         for rule in (0, 1, 2):
             f(theta, 3, 5, 0, lowrank.key_table([1], ["x"])[0], np.ones(1, np.float32), 4, TABLE_NP, rule,
-              np.ones(7, np.float32), theta.copy(), theta.copy())
+              np.ones(7, np.float32), theta.copy(), theta.copy(), k.LOWRANK_BLOCK, k.LOWRANK_SCRATCH)
         return f.inspect_asm(f.signatures[0]).lower()
 
     fma = re.compile(r"\bv?fn?m(add|sub)")
