@@ -1,6 +1,8 @@
-"""Replay benchmarks (issue 4): noise throughput, fused apply cost, rebuild vs loading weights.
+"""Replay benchmarks (issues 4, 12): noise throughput, fused apply cost, low-rank vs full-rank
+update, rebuild vs loading weights.
 
     .venv/bin/python benchmarks/replay_bench.py [--generations 100] [--population 8]
+    .venv/bin/python benchmarks/replay_bench.py --lowrank-only [--device cuda]
     .venv/bin/python benchmarks/replay_bench.py --cuda-only [--cuda-numel 5e8] [--cuda-reference]
 
 Every ratio is measured within one run (best of --repeat), so machine load affects both
@@ -68,6 +70,38 @@ def bench_apply(n: int, repeat: int) -> None:
         coefs = [noise.round_coefficient(1e-3 * (i + 1)) for i in range(pop)]
         t = best(lambda: update.apply_tensor(theta, keys, coefs, 0, [], []), repeat)  # noqa: B023
         print(f"apply N={pop:2d} on {n:.0e}: {t:.3f}s; / (N x noise {t_noise:.3f}s) = {t / (pop * t_noise):.2f} (need <= 1)")
+
+
+def linear_master(layers: int, device: str) -> dict[str, torch.Tensor]:
+    """SmolLM2-135M's linear layers (q, k, v, o, gate, up, down), ``layers`` of them: 6 give 2.1e7 weights."""
+    h, inter, kv = 576, 1536, 192
+    shapes = {"self_attn.q_proj": (h, h), "self_attn.k_proj": (kv, h), "self_attn.v_proj": (kv, h),
+              "self_attn.o_proj": (h, h), "mlp.gate_proj": (inter, h), "mlp.up_proj": (inter, h),
+              "mlp.down_proj": (h, inter)}
+    return {f"model.layers.{i}.{n}.weight": torch.zeros(s, device=device) for i in range(layers) for n, s in shapes.items()}
+
+
+def bench_lowrank(repeat: int, device: str, layers: int = 6) -> None:
+    """One generation's exact update, low-rank (r = 1, 4, 16) vs full-rank, same tensors and N."""
+    from replay.perturbation import Perturbation
+
+    master = linear_master(layers, device)
+    numel = sum(t.numel() for t in master.values())
+    sync = device == "cuda"
+    print(f"low-rank vs full-rank update ({device}): {numel / 1e6:.1f}M weights in {len(master)} SmolLM2 linear "
+          f"tensors, SGD, best of {repeat}")
+    for pop in (8, 30):
+        keys = [noise.member_key(1, 1, i) for i in range(pop)]
+        coefs = [noise.round_coefficient(1e-3 * (i + 1)) for i in range(pop)]
+        state = update.OptimizerState()
+        times = {}
+        for kind in (Perturbation(), *(Perturbation.lowrank(r) for r in (1, 4, 16))):
+            step = ReplayStep("bench", 1, keys, coefs, 1e-3, {"name": "sgd"}, kind.noise_spec, kind.param_selection)
+            update.apply_step(master, state, step)  # compile / warm-up
+            times[kind.rank] = best(lambda: update.apply_step(master, state, step), repeat, sync=sync)  # noqa: B023
+        full = times.pop(0)
+        print(f"  N={pop:2d}: full {full:.3f}s; " + ", ".join(
+            f"r={r} {t:.3f}s ({t / full:.2f}x full)" for r, t in times.items()))
 
 
 def smollm2_master() -> tuple[dict[str, torch.Tensor], str]:
@@ -187,18 +221,26 @@ def main() -> None:
     ap.add_argument("--skip-rebuild", action="store_true")
     ap.add_argument("--cuda-only", action="store_true", help="only the CUDA section")
     ap.add_argument("--cuda-reference", action="store_true", help="also time the torch reference update on CUDA")
+    ap.add_argument("--lowrank-only", action="store_true", help="only the low-rank vs full-rank update")
+    ap.add_argument("--device", default="cpu", help="device of the low-rank comparison (cpu or cuda)")
     args = ap.parse_args()
     import numba
 
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"torch {torch.__version__}, numba {numba.__version__} ({numba.get_num_threads()} threads), "
           f"{os.cpu_count()} CPUs, load average {load:.1f}")
+    if args.lowrank_only:
+        bench_lowrank(args.repeat, args.device)
+        return
     if not args.cuda_only:
         bench_noise(int(args.noise_numel), args.repeat)
         bench_apply(int(args.apply_numel), args.repeat)
+        bench_lowrank(args.repeat, "cpu")
         if not args.skip_rebuild:
             bench_rebuild(args.generations, args.population, args.repeat)
     bench_cuda(int(args.cuda_numel), args.repeat, args.cuda_reference)
+    if torch.cuda.is_available():
+        bench_lowrank(args.repeat, "cuda", layers=30)
 
 
 if __name__ == "__main__":

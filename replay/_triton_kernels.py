@@ -1,7 +1,7 @@
 """Triton kernels: the CUDA path, bit-identical to ``_reference`` and the numba kernels.
 
-Three kernels, each a pure function of (key, element index) per element, so the launch
-grid and block size never change a bit:
+Kernels, each a pure function of (key, element index) per element, so the launch grid
+and block size never change a bit:
 
 - ``generate``: eps(key, offset + p) into a fresh or given fp32 tensor;
 - ``perturb``: out = cast(master + scale·eps(key)) (fp32, bf16 or fp16 ``out``);
@@ -10,7 +10,12 @@ grid and block size never change a bit:
   device tensors), regenerates each member's noise in registers and accumulates
   Δ = ((−0 + c0·ε0) + c1·ε1) + ... (members with c == 0 skipped), then applies the rule
   (SGD / momentum with dampening / Adam) with the op sequence of
-  ``_reference.apply_rule_ref``. Master and optimizer state are read and written once.
+  ``_reference.apply_rule_ref``. Master and optimizer state are read and written once;
+- ``lowrank``: the same for a low-rank generation (``replay.lowrank``): a program owns a
+  [rows, cols] tile, hashes the factor elements it needs in registers and accumulates
+  g = g + (s·A[o, r])·B[i, r] over members and r in order (an elementwise outer product,
+  never ``tl.dot``, which would reorder the sum), then the same rule;
+- ``generate_many``: every member's noise stream at once (the stacked factors).
 
 Hash: uint64 arithmetic. Keys travel as int64 bit patterns and are bitcast to uint64 in
 the kernel; the splitmix64 constants are > 2**63, so Triton types them uint64; uint64
@@ -24,8 +29,8 @@ lowering):
 - Fusion: every launch passes ``enable_fp_fusion=False``, so LLVM emits ``add.rn`` /
   ``mul.rn`` (which ptxas never contracts) and ptxas also gets ``--fmad=false``. The
   accumulation products c·ε are exact anyway (12-bit × 12-bit significands), but the
-  momentum/Adam rules (v·β + g·(1−d), √v·s + eps, ...) are not, and there an FMA would
-  round once instead of twice.
+  momentum/Adam rules (v·β + g·(1−d), √v·s + eps, ...) and the low-rank products
+  (s·A)·B are not, and there an FMA would round once instead of twice.
 - Division: Triton lowers fp32 ``/`` to ``div.full.f32`` (≈2 ulp, not IEEE), so Adam
   uses ``tl.div_rn`` → ``llvm.nvvm.div.rn.f`` → ``div.rn.f32`` (IEEE, no ftz).
 - Square root: ``tl.sqrt`` is the approximate one; Adam uses ``tl.sqrt_rn`` →
