@@ -196,13 +196,13 @@ def test_lowrank_update_cpu_equals_cuda(optimizer, rank):
 
 
 def test_lowrank_factors_and_perturb_cpu_equals_cuda():
-    from replay import lowrank
+    from replay import lowrank, perturbation
 
     keys = [noise.member_key(5, 1, i) for i in range(6)]
     for rank in (1, 4, 64):
         for shape in [(1, 1), (7, 130), (576, 1536)]:
-            a, b = lowrank.stacked_factors(keys, "l.up_proj.weight", shape, rank)
-            ga, gb = lowrank.stacked_factors(keys, "l.up_proj.weight", shape, rank, device="cuda")
+            a, b = perturbation.stacked_factors(keys, "l.up_proj.weight", shape, rank)
+            ga, gb = perturbation.stacked_factors(keys, "l.up_proj.weight", shape, rank, device="cuda")
             assert ga.device.type == "cuda" and torch.equal(_bits(a), _bits(ga)) and torch.equal(_bits(b), _bits(gb))
     master = special_values(576 * 1536, 4).view(576, 1536)
     scale = noise.round_coefficient(-1e-3)

@@ -18,7 +18,7 @@ from ledger import GenerationRecord, Ledger, MemberRecord
 from ledger.errors import SeedLedgerError
 from ledger.records import ReplayStep
 from replay import _reference as ref
-from replay import lowrank, noise, update
+from replay import lowrank, noise, perturbation, update
 from replay.anchors import save_anchor
 from replay.fingerprint import fingerprint
 from replay.hashing import mix, stable_hash
@@ -122,7 +122,7 @@ FACTORS = [
 
 
 def test_factor_keys_are_pinned():
-    ka, kb = lowrank.factor_keys(MK, Q)
+    ka, kb = perturbation.factor_keys(MK, Q)
     assert (ka, kb) == (0x590562E78C1615CA, 0x9C270402FA7B45BA)
     tk = noise.tensor_key(MK, Q)
     assert ka == mix(tk, stable_hash("seedledger/lowrank/v1/A")) and kb == mix(tk, stable_hash("seedledger/lowrank/v1/B"))
@@ -130,11 +130,11 @@ def test_factor_keys_are_pinned():
 
 @pytest.mark.parametrize("rank,a0,a1,b0,b1,da,db", FACTORS)
 def test_factor_golden_vectors(rank, a0, a1, b0, b1, da, db):
-    a, b = lowrank.factors(MK, Q, (7, 130), rank)
+    a, b = perturbation.factors(MK, Q, (7, 130), rank)
     assert a.shape == (7, rank) and b.shape == (130, rank) and a.dtype == b.dtype == torch.float32
     assert (a[0, 0].item(), a[-1, -1].item(), b[0, 0].item(), b[-1, -1].item()) == (a0, a1, b0, b1)
     assert (digest(a), digest(b)) == (da, db)
-    ka, kb = lowrank.factor_keys(MK, Q)  # row-major: A[o, r] is element o·R + r of key_A's noise
+    ka, kb = perturbation.factor_keys(MK, Q)  # row-major: A[o, r] is element o·R + r of key_A's noise
     assert torch.equal(a.view(-1), ref.noise_ref(ka, 7 * rank)) and torch.equal(b.view(-1), ref.noise_ref(kb, 130 * rank))
 
 
@@ -142,28 +142,28 @@ def test_key_table_equals_python_ints():
     rng = np.random.default_rng(0)
     keys = [0, 1, 2**63, 2**64 - 1] + [int(x) for x in rng.integers(0, 2**63, 20, dtype=np.int64) * 2 + 1]
     names = [Q, "a", "", "model.layers.29.mlp.down_proj.weight"]
-    table = lowrank.key_table(keys, names)
+    table = perturbation.key_table(keys, names)
     assert table.shape == (4, 4, len(keys)) and table.dtype == np.uint64
     for t, name in enumerate(names):
         for m, k in enumerate(keys):
-            ka, kb = lowrank.factor_keys(k, name)
+            ka, kb = perturbation.factor_keys(k, name)
             assert [int(x) for x in table[t, :, m]] == [ka, noise.noise_xkey(ka), kb, noise.noise_xkey(kb)]
-    assert lowrank.key_table([], names).shape == (4, 4, 0)
+    assert perturbation.key_table([], names).shape == (4, 4, 0)
 
 
 @pytest.mark.parametrize("rank", [1, 4])
 @pytest.mark.parametrize("shape", [(1, 1), (3, 5), (7, 130), (0, 4), (5, 0), (130, 7)])
 def test_stacked_factors_equal_factors(shape, rank):
     keys = [noise.member_key(9, 2, i) for i in range(3)]
-    a, b = lowrank.stacked_factors(keys, Q, shape, rank)
+    a, b = perturbation.stacked_factors(keys, Q, shape, rank)
     assert a.shape == (3, shape[0], rank) and b.shape == (3, shape[1], rank)
     for m, k in enumerate(keys):
-        fa, fb = lowrank.factors(k, Q, shape, rank)
+        fa, fb = perturbation.factors(k, Q, shape, rank)
         assert torch.equal(bits(a[m]), bits(fa)) and torch.equal(bits(b[m]), bits(fb))
-    e = lowrank.stacked_factors([], Q, shape, rank)
+    e = perturbation.stacked_factors([], Q, shape, rank)
     assert e[0].shape == (0, shape[0], rank) and e[1].shape == (0, shape[1], rank)
     with pytest.raises(ValueError):
-        lowrank.stacked_factors(keys, Q, shape, 2)
+        perturbation.stacked_factors(keys, Q, shape, 2)
 
 
 # --- the update: golden vectors and the spec itself ---------------------------------------
@@ -276,7 +276,7 @@ def test_subnormal_products_are_kept(rank, member, shape, where):
     """A 2**-100 coefficient alone on zero weights, with a member whose factors make one
     product (s·A)·B subnormal: every path keeps it (a flushing device would give 0)."""
     key = noise.member_key(1, 1, member)
-    a, b = lowrank.factors(key, Q, shape, rank)
+    a, b = perturbation.factors(key, Q, shape, rank)
     o, i, r = where
     prod = (np.float32(2.0**-100 / rank**0.5) * a[o, r].numpy()) * b[i, r].numpy()
     assert 0 < abs(prod) < 2.0**-126
@@ -308,7 +308,7 @@ def test_perturb_lowrank_is_one_member_update(dtype):
     out = torch.empty(master.shape, dtype=dtype)
     assert lowrank.perturb_lowrank_(out, master, key, "l.0.v_proj.weight", scale, 4) is out
     assert torch.equal(out, expect.to(dtype))
-    a, b = lowrank.factors(key, "l.0.v_proj.weight", tuple(master.shape), 4)
+    a, b = perturbation.factors(key, "l.0.v_proj.weight", tuple(master.shape), 4)
     assert (expect.double() - (master.double() + scale / 2 * (a.double() @ b.double().T))).abs().max() < 1e-6
     lowrank.perturb_lowrank_(out, master, key, "l.0.v_proj.weight", 0.0, 4)
     assert torch.equal(out, master.to(dtype))
@@ -333,7 +333,7 @@ def test_numba_kernel_has_no_fma():
         f = numba.njit(**{**k._OPTS, "cache": False, **extra})(k._lowrank_block.py_func)
         theta = np.zeros(15, dtype=np.float32)
         for rule in (0, 1, 2):
-            f(theta, 3, 5, 0, lowrank.key_table([1], ["x"])[0], np.ones(1, np.float32), 4, TABLE_NP, rule,
+            f(theta, 3, 5, 0, perturbation.key_table([1], ["x"])[0], np.ones(1, np.float32), 4, TABLE_NP, rule,
               np.ones(7, np.float32), theta.copy(), theta.copy(), k.LOWRANK_BLOCK, k.LOWRANK_SCRATCH)
         return f.inspect_asm(f.signatures[0]).lower()
 

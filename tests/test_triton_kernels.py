@@ -258,15 +258,15 @@ LOWRANK_SHAPES = {"l.q_proj.weight": (1, 1), "l.k_proj.weight": (3, 5), "l.v_pro
 
 
 def check_lowrank_factors():
-    from replay import lowrank
+    from replay import perturbation
 
     keys = [noise.member_key(9, 2, i) for i in range(3)]
     for rank in (1, 4):
         for shape in [(1, 1), (3, 5), (7, 130), (0, 4), (5, 0)]:
             with no_reference():
-                a, b = lowrank.stacked_factors(keys, "w", shape, rank)
+                a, b = perturbation.stacked_factors(keys, "w", shape, rank)
             for m, k in enumerate(keys):
-                ka, kb = lowrank.factor_keys(k, "w")
+                ka, kb = perturbation.factor_keys(k, "w")
                 assert same(a[m].reshape(-1), ref.noise_ref(ka, shape[0] * rank)), (rank, shape)
                 assert same(b[m].reshape(-1), ref.noise_ref(kb, shape[1] * rank)), (rank, shape)
 
@@ -308,7 +308,7 @@ def check_lowrank_zero():
     """All-zero low-rank generations leave every weight bit-identical; the kernel itself
     skips s == 0 (−0.0 + (+0.0) would turn a −0.0 weight into +0.0)."""
     from replay import _triton_kernels as tk
-    from replay import lowrank
+    from replay import perturbation
 
     master = {"a.q_proj.weight": torch.tensor([[-0.0, 0.0, 1e-45], [-1e-45, 1e-40, -1e-39]]),
               "b.v_proj.weight": special_values(40 * 70, 8).view(40, 70)}
@@ -318,7 +318,7 @@ def check_lowrank_zero():
         update.apply_step(master, update.OptimizerState(),
                           ReplayStep("z", 1, keys, [0.0] * 4, 0.001, {"name": "sgd"}, "lowrank-v1:r=4", "suffix:q_proj,v_proj"))
         items = [(t, []) for t in master.values()]
-        tk.lowrank_apply_many(items, torch.from_numpy(lowrank.key_table(keys, list(master)).view(np.int64)),
+        tk.lowrank_apply_many(items, torch.from_numpy(perturbation.key_table(keys, list(master)).view(np.int64)),
                               [0.0] * 4, 4, 0, [])
     assert all(same(master[k], before[k]) for k in master)
 
