@@ -48,18 +48,19 @@ def delta_ref(keys: list[int], coefs32: list[float], numel: int, device) -> torc
     return delta
 
 
-def lowrank_delta_ref(a: torch.Tensor, b: torch.Tensor, scales: list[float]) -> torch.Tensor:
-    """g = −0 + Σ_m Σ_r (s_m·A_m[:, r]) ⊗ B_m[:, r], members then r in order (a: [M, out, R],
-    b: [M, in, R], s_m = c_m/√R). Each outer product is one broadcast multiply (one
-    rounding per element), each add one more; s_m·A is exact. Members with s == 0 are
-    skipped, as in ``delta_ref``."""
-    g = torch.full((a.shape[1], b.shape[1]), -0.0, dtype=torch.float32, device=a.device)
-    for m, s in enumerate(scales):
+def lowrank_delta_ref(factors: list[tuple[torch.Tensor, torch.Tensor]], scales: list[float],
+                      shape: tuple[int, int], device) -> torch.Tensor:
+    """g = −0 + Σ_m Σ_r (s_m·A_m[:, r]) ⊗ B_m[:, r], members then r in order (A_m [out, R],
+    B_m [in, R], s_m = c_m/√R). Each outer product is one broadcast multiply (one rounding
+    per element), each add one more; s_m·A is exact. Members with s == 0 are skipped, as
+    in ``delta_ref``."""
+    g = torch.full(shape, -0.0, dtype=torch.float32, device=device)
+    for (a, b), s in zip(factors, scales, strict=True):
         if s == 0.0:
             continue
-        sa = torch.mul(a[m], s)
-        for r in range(a.shape[2]):
-            g = torch.add(g, torch.mul(sa[:, r : r + 1], b[m, :, r].reshape(1, -1)))
+        sa = torch.mul(a, s)
+        for r in range(a.shape[1]):
+            g = torch.add(g, torch.mul(sa[:, r : r + 1], b[:, r].reshape(1, -1)))
     return g
 
 

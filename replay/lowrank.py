@@ -36,7 +36,7 @@ import torch
 
 from . import _reference as ref
 from .noise import _use_fast, _use_triton, check_coefficient
-from .perturbation import check_matrix, factor_keys, key_table
+from .perturbation import Perturbation, check_matrix, factor_keys, key_table
 from .table import TABLE_NP
 
 Item = tuple[str, torch.Tensor, list[torch.Tensor]]  # (name, theta [out, in], optimizer buffers)
@@ -66,8 +66,8 @@ def apply(items: Sequence[Item], member_keys: Sequence[int], coefs: Sequence[flo
     torch oracle. One kernel call per device (numba, Triton) or one tensor at a time.
     """
     check_matrix((1, 1), rank)
-    inv = 2.0 ** -(rank.bit_length() // 2)  # 1/√R, exact
-    s = [float(c) * inv for c in coefs]
+    inv = Perturbation("lowrank", rank).inv_sqrt_rank
+    s = [float(c) * inv for c in coefs]  # exact: 12-bit c times a power of two
     groups: dict[tuple[object, torch.device], list[Item]] = {}
     for item in items:
         dev = item[1].device
@@ -113,10 +113,9 @@ def _apply_reference(items: list[Item], member_keys: list[int], s: list[float], 
                      rank: int) -> None:
     """The torch reference (the oracle): Python-int keys, reference noise, one op per call."""
     for name, theta, bufs in items:
-        keys = [factor_keys(k, name) for k in member_keys]
         rows, cols = theta.shape
-        a = [ref.noise_ref(ka, rows * rank, 0, theta.device).view(rows, rank) for ka, _ in keys]
-        b = [ref.noise_ref(kb, cols * rank, 0, theta.device).view(cols, rank) for _, kb in keys]
-        empty = torch.empty(0, rows, rank, device=theta.device), torch.empty(0, cols, rank, device=theta.device)
-        g = ref.lowrank_delta_ref(torch.stack(a) if a else empty[0], torch.stack(b) if b else empty[1], s)
+        fs = [(ref.noise_ref(ka, rows * rank, 0, theta.device).view(rows, rank),
+               ref.noise_ref(kb, cols * rank, 0, theta.device).view(cols, rank))
+              for ka, kb in (factor_keys(k, name) for k in member_keys)]
+        g = ref.lowrank_delta_ref(fs, s, (rows, cols), theta.device)
         ref.apply_rule_ref(theta, g, rule, scal, *(list(bufs) + [None, None])[:2])

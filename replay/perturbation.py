@@ -186,6 +186,7 @@ def _fmix_np(z: np.ndarray) -> np.ndarray:
 
 
 def check_matrix(shape: Sequence[int], rank: int) -> tuple[int, int]:
+    """(out, in) of a 2-D shape; ValueError for another shape or a rank not in RANKS."""
     if len(shape) != 2:
         raise ValueError(f"low-rank noise needs a 2-D tensor, not shape {tuple(shape)}")
     if rank not in RANKS:
