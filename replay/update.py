@@ -118,7 +118,7 @@ def apply_step(master: dict[str, torch.Tensor], state: OptimizerState, step: Any
     step touches only its trained tensors, which alone get optimizer state.
     """
     try:
-        kind = perturbation or step_perturbation(step)
+        pert = perturbation or step_perturbation(step)
     except SeedLedgerError as exc:
         raise SeedLedgerError(f"generation {step.index}: {exc}") from None
     keys, coefs, opt = _step_inputs(step)
@@ -135,10 +135,10 @@ def apply_step(master: dict[str, torch.Tensor], state: OptimizerState, step: Any
     scal = _scalars(name, opt, state.step)
     rule = RULES[name]
     kinds = BUFFERS[name]
-    if kind.kind == "lowrank":
+    if pert.kind == "lowrank":
         items = [(tname, theta, [state.buffer(b, tname, theta) for b in kinds])
-                 for tname, theta in master.items() if kind.trained(tname, theta.shape)]
-        lowrank.apply(items, keys, coefs, rule, scal, kind.rank)
+                 for tname, theta in master.items() if pert.trained(tname, theta.shape)]
+        lowrank.apply(items, keys, coefs, rule, scal, pert.rank)
         return
     groups: dict[tuple[Any, torch.device], list] = {}  # one call per kernel and device
     for tname, theta in master.items():
