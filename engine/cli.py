@@ -214,6 +214,9 @@ def rebuild(
 def export(
     ref: Annotated[str, typer.Argument(help="RUN@G to export with its whole lineage.")],
     output: Annotated[Path, typer.Option("-o", "--output", help="FILE.seeds to write.")],
+    force: Annotated[
+        bool, typer.Option("--force", help="Replace FILE if it exists (never a directory or a ledger).")
+    ] = False,
     ledger: LedgerOpt = DEFAULT_LEDGER,
     as_json: JsonOpt = False,
 ):
@@ -224,7 +227,7 @@ def export(
 
     with open_ledger(ledger) as led:
         run, gen = resolve_ref(led, ref)
-        export_seedfile(led, run.name, gen, output, key_fn=member_key)
+        export_seedfile(led, run.name, gen, output, key_fn=member_key, force=force)
     payload = {"run": run.name, "generation": gen, "file": str(output), "bytes": output.stat().st_size}
     emit(payload, as_json, f"wrote {output} ({payload['bytes']:,} bytes) for {run.name}@{gen}")
 

@@ -7,6 +7,7 @@ where the base model comes from, and how a Hugging Face directory is written.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -18,6 +19,7 @@ from engine.refs import parse_ref, resolve_ref
 from engine.session import anchors_dir
 from ledger import Ledger
 from ledger.db import sqlite_path, to_url
+from ledger.durable import holds_ledger, is_sqlite_file
 from ledger.errors import SeedLedgerError, VerifyMismatch
 from replay.fingerprint import fingerprint
 from replay.noise import member_key
@@ -50,24 +52,40 @@ def is_rebuild_output(path: Path) -> bool:
 def check_output(output: Path, force: bool = False, keep: Path | None = None) -> None:
     """Refuse an output that would destroy something seedledger did not write: an existing
     file, a non-empty directory that is not an earlier rebuild's output (unless `force`),
-    and, even with `force`, the current directory, one of its parents, or a directory
-    that holds `keep` (the ledger). Called before any work, so a refusal costs nothing."""
+    and, even with `force`, the current directory, one of its parents, a directory that
+    holds `keep` (the ledger) or any SQLite database. Called before any work, so a
+    refusal costs nothing."""
     target = output.expanduser().resolve()
     if not target.exists():
         return
     if not target.is_dir():
-        raise SeedLedgerError(f"-o {output}: exists and is not a directory")
+        ledger = " (an SQLite database: a ledger is never written over)" if holds_ledger(target) else ""
+        raise SeedLedgerError(f"-o {output}: exists and is not a directory{ledger}")
     cwd = Path.cwd().resolve()
     if target == cwd or target in cwd.parents:
         raise SeedLedgerError(f"-o {output}: refusing to replace the current directory or a parent of it")
     if keep is not None and target in keep.expanduser().resolve().parents:
         raise SeedLedgerError(f"-o {output}: refusing to replace a directory that holds the ledger {keep}")
+    found = _sqlite_file_in(target)
+    if found is not None:
+        raise SeedLedgerError(
+            f"-o {output}: refusing to replace a directory that holds an SQLite database ({found})"
+        )
     if force or is_rebuild_output(target) or not any(target.iterdir()):
         return
     raise SeedLedgerError(
         f"-o {output}: directory is not empty and is not an earlier rebuild's output "
         f"(no {MARKER}); pick another directory or pass --force to replace it"
     )
+
+
+def _sqlite_file_in(directory: Path) -> Path | None:
+    """The first SQLite database (a ledger, perhaps) under `directory`, links not followed."""
+    for root, _dirs, files in os.walk(directory):
+        for name in files:
+            if is_sqlite_file(Path(root, name), follow_symlinks=False):
+                return Path(root, name)
+    return None
 
 
 def write_model_dir(

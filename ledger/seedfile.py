@@ -38,7 +38,6 @@ import json
 import math
 import os
 import struct
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -49,7 +48,7 @@ import numpy as np
 import zstandard
 
 from ledger import codec
-from ledger.durable import replace_durably
+from ledger.durable import write_file_durably
 from ledger.errors import SeedLedgerError
 from ledger.ledger import Ledger
 from ledger.records import GenerationRecord, MemberRecord, ReplayStep, RunInfo
@@ -164,10 +163,13 @@ def export_seedfile(
     path: str | os.PathLike[str],
     *,
     key_fn: KeyFn | None = None,
+    force: bool = False,
 ) -> dict[str, Any]:
     """Write `run@g` (default latest) and its lineage to `path`; returns the header.
 
     Pass `key_fn=replay.noise.member_key` for compact files (keys stored as indices).
+    The file is written atomically; an existing file is replaced only with `force`, and a
+    directory or a ledger (any SQLite database) never (`durable.check_file_target`).
     """
     info = ledger.get_run(run)
     g = ledger.latest_generation(run) if g is None else g
@@ -257,17 +259,7 @@ def export_seedfile(
     head = PREFIX.pack(MAGIC, FORMAT_VERSION, 0, len(z), len(body))
     blob = head + z
     blob += _digest(blob)
-    dest = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=dest.parent or ".", prefix=f".{dest.name}.")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(blob)
-            fh.flush()
-            os.fsync(fh.fileno())
-        replace_durably(tmp, dest)  # rename, then fsync the directory
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_file_durably(Path(path), blob, force)
     return header
 
 
