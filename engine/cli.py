@@ -160,13 +160,13 @@ def verify(
 ):
     """Replay RUN up to G from its base and check every fingerprint (exit 1 on a mismatch)."""
     from engine import rebuilding
-    from ledger.errors import VerifyMismatch
+    from ledger.errors import NotVerified, VerifyMismatch
 
     with open_ledger(ledger) as led:
         report = rebuilding.verify_ref(led, ref, device)
     if not report["ok"]:
         emit(report, as_json)  # the JSON report says which generation; stderr the one line
-        raise VerifyMismatch(report["error"])
+        raise (NotVerified if "not_verified" in report else VerifyMismatch)(report["error"])
     emit(report, as_json, f"verified {report['run']}@{report['generation']}: "
          f"{report['generations_checked']} fingerprints match ({report['fingerprint']})")
 
@@ -180,6 +180,13 @@ VerifyOpt = Annotated[
     VerifyWhen,
     typer.Option("--verify", help="Check the fingerprint of every replayed generation, or only the last."),
 ]
+AllowUnverified = Annotated[
+    bool,
+    typer.Option(
+        "--allow-unverified",
+        help="Accept a history with no fingerprint to check it against (base or generation).",
+    ),
+]
 
 
 @app.command()
@@ -192,6 +199,7 @@ def rebuild(
     force: Annotated[
         bool, typer.Option("--force", help="Replace DIR even if it is not an earlier rebuild's output.")
     ] = False,
+    allow_unverified: AllowUnverified = False,
     ledger: LedgerOpt = DEFAULT_LEDGER,
     as_json: JsonOpt = False,
 ):
@@ -204,10 +212,11 @@ def rebuild(
 
     report = rebuilding.rebuild_source(
         ledger or DEFAULT_LEDGER, source, output, base, device,
-        verify=verify_.value, force=force, upgrade=State.upgrade,
+        verify=verify_.value, force=force, upgrade=State.upgrade, allow_unverified=allow_unverified,
     )
+    unverified = f"; NOT VERIFIED: {report['not_verified']}" if not report["verified"] else ""
     emit(report, as_json, f"wrote {report['output']} ({report['run']}@{report['generation']}, "
-         f"fingerprint {report['fingerprint']})")
+         f"fingerprint {report['fingerprint']}{unverified})")
 
 
 @app.command()
@@ -236,17 +245,24 @@ def export(
 def import_(
     file: Annotated[Path, typer.Argument(help="FILE.seeds to import as a run.")],
     run: Annotated[str | None, typer.Option("--run", help="Name for the imported run.")] = None,
+    allow_unverified: AllowUnverified = False,
     ledger: LedgerOpt = DEFAULT_LEDGER,
     as_json: JsonOpt = False,
 ):
-    """Import a seed file into the ledger as a run."""
+    """Import a seed file into the ledger as a run (refused when it lacks fingerprints,
+    unless --allow-unverified)."""
     from ledger.seedfile import import_seedfile
     from replay.noise import member_key
 
     with open_ledger(ledger, create=True) as led:
-        info = import_seedfile(led, file, run, key_fn=member_key)
+        info = import_seedfile(led, file, run, key_fn=member_key, allow_unverified=allow_unverified)
         latest = led.latest_generation(info.name)
-    emit({"run": info.name, "latest_generation": latest}, as_json, f"imported {info.name}@{latest}")
+        why = led.events(info.name, "import")[-1].payload.get("not_verified")
+    payload = {"run": info.name, "latest_generation": latest, "verified": why is None}
+    if why is not None:
+        payload["not_verified"] = why
+    note = f" (NOT VERIFIED: {why})" if why is not None else ""
+    emit(payload, as_json, f"imported {info.name}@{latest}{note}")
 
 
 @db_app.command("upgrade")

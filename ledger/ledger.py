@@ -374,6 +374,19 @@ class Ledger:
                     raise SeedLedgerError(f"run {run!r} is missing generation {expect}")
         return steps
 
+    def fingerprints(self, name: str, upto: int | None = None) -> dict[int, str | None]:
+        """Generation -> recorded fingerprint (None where none was stored) for 1..upto along
+        the lineage: what a replay of `name@upto` can be checked against."""
+        out: dict[int, str | None] = {}
+        with self._read() as conn:
+            for run, first, last in self._segments(conn, name, upto):
+                q = select(Generation.idx, Generation.fingerprint).where(
+                    Generation.run_id == self._run_row(conn, run).id,
+                    Generation.idx.between(first, last),
+                )
+                out.update((g, fp) for g, fp in conn.execute(q))
+        return out
+
     def records(self, name: str, upto: int | None = None) -> list[GenerationRecord]:
         """Every generation record along the lineage up to `upto`, oldest first, in few
         queries (members without per-sample blobs: use `generation()` for those)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -116,3 +117,15 @@ class EventInfo:
     at: datetime
     kind: str
     payload: dict[str, Any]
+
+
+def missing_fingerprint(
+    base_fingerprint: str | None, fingerprints: Mapping[int, str | None]
+) -> tuple[int, str] | None:
+    """What leaves a replay unchecked, or None: (0, why) when the base has no fingerprint,
+    else (g, why) for the first generation of `fingerprints` (generation -> fingerprint)
+    that has none. A replay with nothing to compare against is never "verified"."""
+    if base_fingerprint is None:
+        return 0, "the base model has no fingerprint"
+    missing = [g for g, fp in fingerprints.items() if fp is None]
+    return (min(missing), f"generation {min(missing)} has no fingerprint") if missing else None

@@ -51,7 +51,7 @@ from ledger import codec
 from ledger.durable import write_file_durably
 from ledger.errors import SeedLedgerError
 from ledger.ledger import Ledger
-from ledger.records import GenerationRecord, MemberRecord, ReplayStep, RunInfo
+from ledger.records import GenerationRecord, MemberRecord, ReplayStep, RunInfo, missing_fingerprint
 
 MAGIC = b"SLSEEDS\x00"
 FORMAT_VERSION = 1
@@ -527,13 +527,23 @@ def import_seedfile(
     run_name: str | None = None,
     *,
     key_fn: KeyFn | None = None,
+    allow_unverified: bool = False,
 ) -> RunInfo:
     """Import a seed file as ONE new run holding generations 1..g (lineage flattened).
 
     The file is fully checked first; the run and all its generations then commit in one
     transaction, so a bad file or a name clash writes nothing. Rewards are unknown (NaN).
+    A file without a base or generation fingerprint holds nothing a replay could be
+    checked against: refused unless `allow_unverified` (the import event then says why).
     """
     sf = read_seedfile(path, key_fn=key_fn)
+    missing = missing_fingerprint(sf.base_fingerprint, dict(enumerate(sf.fingerprints, 1)))
+    if missing is not None and not allow_unverified:
+        raise SeedLedgerError(
+            f"seed file {path}: {missing[1]}, so nothing in it can be verified; "
+            "pass --allow-unverified to import it anyway"
+        )
+    unverified = {"not_verified": missing[1]} if missing is not None else {}
     h = sf.header
     name = run_name or h["run"]
     records = []
@@ -569,5 +579,7 @@ def import_seedfile(
         seed=h["seed"],
         run_key=int(h["run_key"]),
         software=h["software"],
-        event={"file": str(path), "digest": sf.digest, "source": f"{h['run']}@{h['generation']}"},
+        event={
+            "file": str(path), "digest": sf.digest, "source": f"{h['run']}@{h['generation']}", **unverified,
+        },
     )
