@@ -231,7 +231,7 @@ def export(
 ):
     """Write RUN@G as a seed file: keys and coefficients, kilobytes instead of gigabytes."""
     from engine.refs import resolve_ref
-    from ledger.seedfile import export_seedfile
+    from ledger.seedio import export_seedfile
     from replay.noise import member_key
 
     with open_ledger(ledger) as led:
@@ -251,7 +251,7 @@ def import_(
 ):
     """Import a seed file into the ledger as a run (refused when it lacks fingerprints,
     unless --allow-unverified)."""
-    from ledger.seedfile import import_seedfile
+    from ledger.seedio import import_seedfile
     from replay.noise import member_key
 
     with open_ledger(ledger, create=True) as led:

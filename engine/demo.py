@@ -24,7 +24,7 @@ from engine.plot import plot_run
 from engine.progress import TrainingProgress
 from ledger import Ledger
 from ledger.errors import SeedLedgerError
-from ledger.seedfile import export_seedfile
+from ledger.seedio import export_seedfile
 from replay.noise import member_key
 
 CONFIG = Path(__file__).resolve().parent.parent / "configs" / "demo.yaml"

@@ -14,7 +14,7 @@ import platform
 import socket
 import threading
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from engine.config import TrainConfig, apply_overrides, load_config, validate
@@ -215,21 +215,16 @@ def fork(
         raise SeedLedgerError("a fork keeps its parent's base model; `model` cannot be changed")
     if ledger.has_run(new_name):
         raise SeedLedgerError(f"run {new_name!r} exists; pick another --run")
-    run = ledger.create_run(
-        name=new_name,
-        base_model=parent.base_model,
-        base_revision=parent.base_revision,
-        base_fingerprint=parent.base_fingerprint,
-        noise_spec=parent.noise_spec,
+    spec = replace(  # the parent's base and perturbation; this fork's settings and key
+        parent.spec(),
         dtype_policy=f"fp32-master/{cfg.dtype}-eval",
-        param_selection=parent.param_selection,
         config=cfg.model_dump(mode="json"),
         seed=cfg.seed,
         run_key=run_key(cfg.seed),
-        parent=(parent.name, gen),
         software=software_versions(),
         host=socket.gethostname(),
     )
+    run = ledger.create_run(new_name, spec, parent=(parent.name, gen))
     with ledger.lease(run.name, ttl=LEASE_TTL) as lease:
         pool = None
         try:

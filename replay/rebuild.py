@@ -1,4 +1,4 @@
-"""Rebuild, verify and fork: the model at ``run@g`` is the base plus the ledger's replay.
+"""Rebuild and verify: the model at ``run@g`` is the base plus the ledger's replay.
 
 Replay starts from the nearest valid anchor (a cache, checked by sha256 and fingerprint)
 or from the base model (checked against the run's recorded base fingerprint), applies
@@ -139,20 +139,3 @@ def verify(
     """
     master, _ = rebuild(ledger, run, g, base, verify="every", anchors_dir=anchors_dir, progress=progress)
     return fingerprint(master)
-
-
-def fork(ledger, run: str, g: int, new_name: str, config: dict[str, Any] | None = None) -> RunInfo:
-    """Create ``new_name`` as a child of ``run@g`` (same base, noise spec and run key)."""
-    parent = ledger.get_run(run)
-    latest = ledger.latest_generation(run)
-    if not 0 <= g <= latest:
-        raise SeedLedgerError(f"cannot fork {run}@{g}: it has generations 0..{latest}")
-    info = ledger.create_run(
-        new_name, base_model=parent.base_model, base_revision=parent.base_revision,
-        base_fingerprint=parent.base_fingerprint, noise_spec=parent.noise_spec,
-        dtype_policy=parent.dtype_policy, param_selection=parent.param_selection,
-        config=parent.config if config is None else config, seed=parent.seed,
-        run_key=parent.run_key, parent=(run, g),
-    )
-    ledger.log_event(new_name, "fork", {"parent": run, "generation": g})
-    return info
