@@ -25,7 +25,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ledger import GenerationRecord, Ledger, MemberRecord  # noqa: E402
-from ledger.seedfile import export_seedfile, read_seedfile  # noqa: E402
+from ledger.seedfile import read_seedfile  # noqa: E402
+from ledger.seedio import export_seedfile  # noqa: E402
 
 M64 = (1 << 64) - 1
 

@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 from engine import session
-from engine.demo import CONFIG
+from engine.commands.demo import CONFIG
 from engine.loop import Hooks
 from ledger import Ledger
 

@@ -58,14 +58,17 @@ def hyperparameters(cfg: TrainConfig, generation: int) -> tuple[float, float]:
     return lr, sigma
 
 
-def record_to_step(run: str, record: GenerationRecord) -> ReplayStep:
+def record_to_step(run: RunInfo, record: GenerationRecord) -> ReplayStep:
+    """The step training applies: the record, with its run's perturbation kind."""
     return ReplayStep(
-        run=run,
+        run=run.name,
         index=record.index,
         keys=[m.key for m in record.members],
         coefficients=[m.coefficient for m in record.members],
         sigma=record.sigma,
         optimizer=record.optimizer,
+        noise_spec=run.noise_spec,
+        param_selection=run.param_selection,
     )
 
 
@@ -141,7 +144,7 @@ def train(
             timings={},
             extra=extra,
         )
-        record.fingerprint = pool.apply(record_to_step(run.name, record))
+        record.fingerprint = pool.apply(record_to_step(run, record))
         applied = time.perf_counter()
         failpoint("applied", generation)
         record.timings = {

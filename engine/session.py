@@ -14,7 +14,7 @@ import platform
 import socket
 import threading
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from engine import batching
@@ -221,22 +221,19 @@ def fork(
     if _rows_changed(validate(parent.config, f"run {parent.name} config"), cfg, overrides):
         cfg = cfg.model_copy(update={"members_per_forward": None})
         cfg = cfg.model_copy(update={"members_per_forward": batching.resolve(cfg, resolve_model(cfg.model))})
-    spec = cfg.perturbation_spec()  # a fork may change the kind: each run replays with its own
-    run = ledger.create_run(
-        name=new_name,
-        base_model=parent.base_model,
-        base_revision=parent.base_revision,
-        base_fingerprint=parent.base_fingerprint,
-        noise_spec=spec.noise_spec,
+    kind = cfg.perturbation_spec()  # a fork may change the kind: each run replays with its own
+    spec = replace(  # the parent's base; this fork's perturbation, settings and key
+        parent.spec(),
+        noise_spec=kind.noise_spec,
+        param_selection=kind.param_selection,
         dtype_policy=f"fp32-master/{cfg.dtype}-eval",
-        param_selection=spec.param_selection,
         config=cfg.model_dump(mode="json"),
         seed=cfg.seed,
         run_key=run_key(cfg.seed),
-        parent=(parent.name, gen),
         software=software_versions(),
         host=socket.gethostname(),
     )
+    run = ledger.create_run(new_name, spec, parent=(parent.name, gen))
     with ledger.lease(run.name, ttl=LEASE_TTL) as lease:
         pool = None
         try:

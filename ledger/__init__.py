@@ -9,6 +9,7 @@ from ledger.records import (
     MemberRecord,
     ReplayStep,
     RunInfo,
+    RunSpec,
 )
 
 __all__ = [
@@ -21,6 +22,7 @@ __all__ = [
     "ReplayStep",
     "RunInfo",
     "RunNotFound",
+    "RunSpec",
     "SeedLedgerError",
     "VerifyMismatch",
 ]

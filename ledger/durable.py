@@ -3,12 +3,18 @@
 `os.replace(tmp, dest)` is atomic, but on POSIX the new name lives in the parent
 directory, which has its own metadata: until the directory is fsynced, a power loss can
 bring back the old name (or none). So: write tmp, fsync tmp, rename, fsync the directory.
+Whatever seedledger writes for the user (seed files, rebuilt models) never lands on a
+ledger: an SQLite database is recognised by its header, whatever its name.
 """
 
 from __future__ import annotations
 
 import os
+import stat
+import tempfile
 from pathlib import Path
+
+from ledger.errors import SeedLedgerError
 
 
 def fsync_dir(path: str | os.PathLike[str]) -> None:
@@ -26,3 +32,71 @@ def replace_durably(tmp: str | os.PathLike[str], dest: str | os.PathLike[str]) -
     """`os.replace(tmp, dest)`, then fsync dest's directory (tmp's data already synced)."""
     os.replace(tmp, dest)
     fsync_dir(Path(dest).parent)
+
+
+SQLITE_HEADER = b"SQLite format 3\x00"
+SQLITE_SIDECARS = ("-wal", "-shm", "-journal")
+
+
+def is_sqlite_file(path: str | os.PathLike[str], follow_symlinks: bool = True) -> bool:
+    """True when `path` is a regular file that starts like an SQLite database (a ledger).
+
+    Only regular files are opened: reading a FIFO or a device could block or never end."""
+    try:
+        if not stat.S_ISREG(os.stat(path, follow_symlinks=follow_symlinks).st_mode):
+            return False
+        with open(path, "rb") as fh:
+            return fh.read(len(SQLITE_HEADER)) == SQLITE_HEADER
+    except OSError:
+        return False
+
+
+def holds_ledger(path: Path) -> bool:
+    """True when `path` is an SQLite database or the WAL/journal beside one: overwriting
+    either destroys a ledger's history."""
+    if is_sqlite_file(path):
+        return True
+    name = path.name
+    return any(
+        name.endswith(s) and is_sqlite_file(path.with_name(name[: -len(s)])) for s in SQLITE_SIDECARS
+    )
+
+
+def check_file_target(dest: Path, force: bool = False) -> None:
+    """Refuse to write `dest` where that would destroy something: a directory, anything
+    that is not a regular file, an SQLite database or its sidecar files (even with
+    `force`: a ledger is never written over), and without `force` any existing file."""
+    label = f"-o {dest}"
+    try:
+        mode = os.stat(dest).st_mode
+    except FileNotFoundError:
+        if os.path.lexists(dest) and not force:  # a dangling symlink
+            raise SeedLedgerError(f"{label}: exists; pass --force to replace it") from None
+        return
+    except OSError as exc:
+        raise SeedLedgerError(f"{label}: {exc.strerror}") from None
+    if stat.S_ISDIR(mode):
+        raise SeedLedgerError(f"{label}: is a directory; name the file to write")
+    if holds_ledger(dest):
+        raise SeedLedgerError(f"{label}: is an SQLite database (a ledger); seedledger never writes over one")
+    if not stat.S_ISREG(mode):
+        raise SeedLedgerError(f"{label}: is not a regular file")
+    if not force:
+        raise SeedLedgerError(f"{label}: exists; pass --force to replace it")
+
+
+def write_file_durably(dest: Path, data: bytes, force: bool = False) -> None:
+    """Publish `data` at `dest` whole or not at all: a temporary file in the same directory,
+    fsynced, then renamed over `dest` and the directory fsynced. `check_file_target` runs
+    first and again just before the rename (for anything that appeared meanwhile)."""
+    check_file_target(dest, force)
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        check_file_target(dest, force)
+        replace_durably(tmp, dest)
+    finally:
+        Path(tmp).unlink(missing_ok=True)

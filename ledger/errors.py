@@ -25,3 +25,10 @@ class VerifyMismatch(SeedLedgerError):
     def __init__(self, message: str, generation: int | None = None):
         super().__init__(message)
         self.generation = generation
+
+
+class NotVerified(SeedLedgerError):
+    """Nothing to check a replay against (no base or generation fingerprint): a failure for
+    `verify` and `rebuild`, refused by `import` unless the user allows it."""
+
+    exit_code = 1

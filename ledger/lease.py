@@ -4,6 +4,9 @@ The lease row names its holder (host, pid, since) and carries a heartbeat and an
 A lease is taken over, with an event recorded, when its holder is provably dead (same
 host, pid gone or a zombie) or its heartbeat expired. Every change is a compare-and-swap
 on the row's token inside a write transaction, so two racing processes cannot both win.
+
+A lease sees its ledger only through `LeaseHost` (a write transaction, a run's id, the
+leases it holds): this module never imports ledger.ledger, which imports it.
 """
 
 from __future__ import annotations
@@ -11,11 +14,12 @@ from __future__ import annotations
 import os
 import socket
 import uuid
+from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import Connection, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from ledger import codec
@@ -23,8 +27,15 @@ from ledger.errors import LeaseHeld, SeedLedgerError
 from ledger.rows import now, utc
 from ledger.schema import Event, Lease
 
-if TYPE_CHECKING:
-    from ledger.ledger import Ledger
+
+class LeaseHost(Protocol):
+    """What a lease needs of its ledger (ledger.base.LedgerBase provides it)."""
+
+    held_leases: dict[int, WriterLease]  # by run id: the leases held through this ledger
+
+    def transaction(self, raw_integrity: bool = False) -> AbstractContextManager[Connection]: ...
+
+    def run_id(self, name: str) -> int: ...
 
 
 def pid_alive(pid: int) -> bool:
@@ -60,10 +71,21 @@ def describe(run: str, row: Any) -> str:
     )
 
 
+def check_writer(conn: Connection, run: str, run_id: int, mine: WriterLease | None) -> None:
+    """Before a commit, inside its transaction: renew `mine` (LeaseHeld if it was taken
+    over meanwhile), or, holding none, refuse while another live writer holds the run."""
+    if mine is not None:
+        mine.refresh(conn)
+        return
+    row = conn.execute(select(Lease).where(Lease.run_id == run_id)).first()
+    if row is not None and stale_reason(row, socket.gethostname(), now()) is None:
+        raise LeaseHeld(describe(run, row))
+
+
 class WriterLease:
     """`with ledger.lease(run):` holds the run's lease; call `heartbeat()` at least every ttl."""
 
-    def __init__(self, ledger: Ledger, run: str, holder: str | None, ttl: float):
+    def __init__(self, ledger: LeaseHost, run: str, holder: str | None, ttl: float):
         if ttl <= 0:
             raise SeedLedgerError("lease ttl must be positive")
         self.ledger = ledger
@@ -87,10 +109,10 @@ class WriterLease:
         }
 
     def acquire(self) -> WriterLease:
-        run_id = self.ledger._run_id(self.run)
+        run_id = self.ledger.run_id(self.run)
         for _ in range(3):
             try:
-                with self.ledger._write(raw_integrity=True) as conn:
+                with self.ledger.transaction(raw_integrity=True) as conn:
                     at = now()
                     row = conn.execute(select(Lease).where(Lease.run_id == run_id)).first()
                     if row is None:
@@ -125,7 +147,7 @@ class WriterLease:
                         )
                     )
                 self.held = True
-                self.ledger._leases[run_id] = self
+                self.ledger.held_leases[run_id] = self
                 return self
             except IntegrityError:
                 continue  # a racer inserted first; the next look names it
@@ -133,14 +155,14 @@ class WriterLease:
 
     def heartbeat(self) -> None:
         """Extend the expiry; raises LeaseHeld if the lease was taken over meanwhile."""
-        with self.ledger._write() as conn:
+        with self.ledger.transaction() as conn:
             self.refresh(conn)
 
     def refresh(self, conn: Any) -> None:
         at = now()
         res = conn.execute(
             update(Lease)
-            .where(Lease.run_id == self.ledger._run_id(self.run), Lease.token == self.token)
+            .where(Lease.run_id == self.ledger.run_id(self.run), Lease.token == self.token)
             .values(heartbeat=at, expires_at=at + timedelta(seconds=self.ttl))
         )
         if res.rowcount != 1:
@@ -150,10 +172,10 @@ class WriterLease:
     def release(self) -> None:
         if not self.held:
             return
-        run_id = self.ledger._run_id(self.run)
-        self.ledger._leases.pop(run_id, None)
+        run_id = self.ledger.run_id(self.run)
+        self.ledger.held_leases.pop(run_id, None)
         self.held = False
-        with self.ledger._write() as conn:
+        with self.ledger.transaction() as conn:
             res = conn.execute(
                 delete(Lease).where(Lease.run_id == run_id, Lease.token == self.token)
             )

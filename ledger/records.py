@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
@@ -54,7 +55,9 @@ class GenerationRecord:
 
 @dataclass
 class ReplayStep:
-    """What replay needs to apply one generation: keys and exact coefficients in member order."""
+    """What replay needs to apply one generation: keys and exact coefficients in member order,
+    and the perturbation its run used (`noise_spec`, `param_selection`: per run, so a fork
+    may perturb differently from its parent)."""
 
     run: str
     index: int
@@ -66,26 +69,34 @@ class ReplayStep:
     param_selection: str = "all"
 
 
-@dataclass
-class RunInfo:
-    """A run's identity and the settings that fix its replay (base, noise spec, run key)."""
+@dataclass(kw_only=True)
+class RunSpec:
+    """What a run is created with: its base model, the settings that fix its replay, its
+    provenance. The one list of a run's own columns; RunInfo adds what the ledger assigns.
+    `software` None records this Python's version, `host` None this host's name."""
+
+    base_model: str
+    base_revision: str | None = None
+    base_fingerprint: str | None = None
+    noise_spec: str
+    dtype_policy: str = "fp32-master"
+    param_selection: str = "all"
+    config: dict[str, Any] = field(default_factory=dict)
+    seed: int | None = None
+    run_key: int
+    software: dict[str, Any] | None = None
+    host: str | None = None
+
+
+@dataclass(kw_only=True)
+class RunInfo(RunSpec):
+    """A run as the ledger holds it: its spec, identity, status and parent (forks)."""
 
     id: int
     name: str
     created_at: datetime
     status: str
-    base_model: str
-    base_revision: str | None
-    base_fingerprint: str | None
-    noise_spec: str
-    dtype_policy: str
-    param_selection: str
-    config: dict[str, Any]
-    seed: int | None
-    run_key: int
     parent: tuple[str, int] | None  # (parent run name, generation forked from)
-    software: dict[str, Any]
-    host: str | None
 
     @property
     def parent_run(self) -> str | None:
@@ -94,6 +105,10 @@ class RunInfo:
     @property
     def parent_generation(self) -> int:
         return self.parent[1] if self.parent else 0
+
+    def spec(self) -> RunSpec:
+        """The settings this run was created with (for a fork or a copy of it)."""
+        return RunSpec(**{f.name: getattr(self, f.name) for f in fields(RunSpec)})
 
 
 @dataclass
@@ -118,3 +133,15 @@ class EventInfo:
     at: datetime
     kind: str
     payload: dict[str, Any]
+
+
+def missing_fingerprint(
+    base_fingerprint: str | None, fingerprints: Mapping[int, str | None]
+) -> tuple[int, str] | None:
+    """What leaves a replay unchecked, or None: (0, why) when the base has no fingerprint,
+    else (g, why) for the first generation of `fingerprints` (generation -> fingerprint)
+    that has none. A replay with nothing to compare against is never "verified"."""
+    if base_fingerprint is None:
+        return 0, "the base model has no fingerprint"
+    missing = [g for g, fp in fingerprints.items() if fp is None]
+    return (min(missing), f"generation {min(missing)} has no fingerprint") if missing else None

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import math
+import socket
+import sys
+from dataclasses import fields
 from datetime import UTC, datetime
 from typing import Any
 
 from ledger import codec
 from ledger.errors import SeedLedgerError
-from ledger.records import AnchorInfo, GenerationRecord, MemberRecord, ReplayStep, RunInfo
+from ledger.records import AnchorInfo, GenerationRecord, MemberRecord, RunInfo, RunSpec
 from ledger.schema import COEFFICIENTS_DTYPE, Anchor, Generation, Member, Run
 
 
@@ -21,24 +24,31 @@ def now() -> datetime:
     return datetime.now(UTC)
 
 
+def run_columns(spec: RunSpec) -> dict[str, Any]:
+    """Column values of a new run row (the runs table's own columns, from RunSpec's fields)."""
+    cols = {f.name: getattr(spec, f.name) for f in fields(RunSpec)}
+    return cols | {
+        "config": codec.dumps(spec.config or {}),
+        "run_key": codec.key_to_sql(spec.run_key),
+        "software": codec.dumps(spec.software if spec.software is not None else {"python": sys.version.split()[0]}),
+        "host": spec.host if spec.host is not None else socket.gethostname(),
+    }
+
+
 def run_info(run: Run, parent_name: str | None) -> RunInfo:
+    spec = {f.name: getattr(run, f.name) for f in fields(RunSpec)}
+    spec |= {
+        "config": codec.loads(run.config),
+        "run_key": codec.key_from_sql(run.run_key),
+        "software": codec.loads(run.software),
+    }
     return RunInfo(
         id=run.id,
         name=run.name,
         created_at=utc(run.created_at),
         status=run.status,
-        base_model=run.base_model,
-        base_revision=run.base_revision,
-        base_fingerprint=run.base_fingerprint,
-        noise_spec=run.noise_spec,
-        dtype_policy=run.dtype_policy,
-        param_selection=run.param_selection,
-        config=codec.loads(run.config),
-        seed=run.seed,
-        run_key=codec.key_from_sql(run.run_key),
         parent=(parent_name, run.parent_generation) if parent_name is not None else None,
-        software=codec.loads(run.software),
-        host=run.host,
+        **spec,
     )
 
 
@@ -169,17 +179,6 @@ def generation_record(run: str, g: Generation, members: list[Member]) -> Generat
         timings=codec.loads(g.timings),
         extra=codec.loads(g.extra),
         committed_at=utc(g.committed_at),
-    )
-
-
-def replay_step(run: str, idx: int, keys: bytes, coefs: bytes, sigma: float, opt: str):
-    return ReplayStep(
-        run=run,
-        index=idx,
-        keys=codec.unpack_u64(keys),
-        coefficients=codec.unpack_f64(coefs),
-        sigma=sigma,
-        optimizer=codec.loads(opt),
     )
 
 

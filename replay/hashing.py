@@ -1,4 +1,5 @@
-"""64-bit mixing shared by key derivation, noise and fingerprints (spec v1).
+"""64-bit mixing shared by key derivation, noise and fingerprints (spec v1), and by the
+engine's sampling streams and the trainers' data splits (``splitmix64``).
 
 Three implementations of the same integer function: plain Python ints (keys), torch
 int64 tensors (the reference, any device) and numba uint64 (the fast CPU path, in
@@ -27,9 +28,15 @@ def fmix64(z: int) -> int:
     return z ^ (z >> 31)
 
 
+def splitmix64(x: int) -> int:
+    """One splitmix64 output for state ``x``: fmix64 of x plus the Weyl increment. The one
+    Python-int version; sampling streams (engine) and data splits (trainers) use it too."""
+    return fmix64(x + GOLDEN)
+
+
 def mix(h: int, x: int) -> int:
     """Absorb ``x`` into hash state ``h`` (order matters: mix(a, b) != mix(b, a))."""
-    return fmix64((h & MASK64) ^ fmix64(x + GOLDEN))
+    return fmix64((h & MASK64) ^ splitmix64(x))
 
 
 def stable_hash(text: str) -> int:

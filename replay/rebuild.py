@@ -1,4 +1,4 @@
-"""Rebuild, verify and fork: the model at ``run@g`` is the base plus the ledger's replay.
+"""Rebuild and verify: the model at ``run@g`` is the base plus the ledger's replay.
 
 Replay starts from the nearest valid anchor (a cache, checked by sha256 and fingerprint)
 or from the base model (checked against the run's recorded base fingerprint), applies
@@ -21,7 +21,7 @@ from ledger.records import RunInfo
 
 from .anchors import AnchorError, load_anchor
 from .fingerprint import fingerprint
-from .perturbation import Perturbation, check_spec
+from .perturbation import check_spec
 from .update import OptimizerState, apply_step
 
 log = logging.getLogger(__name__)
@@ -144,23 +144,3 @@ def verify(
     """
     master, _ = rebuild(ledger, run, g, base, verify="every", anchors_dir=anchors_dir, progress=progress)
     return fingerprint(master)
-
-
-def fork(ledger, run: str, g: int, new_name: str, config: dict[str, Any] | None = None,
-         perturbation: Perturbation | None = None) -> RunInfo:
-    """Create ``new_name`` as a child of ``run@g`` (same base and run key; same perturbation
-    kind unless ``perturbation`` is given: each generation replays with its own run's kind)."""
-    parent = ledger.get_run(run)
-    kind = perturbation or check_spec(parent.noise_spec, parent.param_selection)
-    latest = ledger.latest_generation(run)
-    if not 0 <= g <= latest:
-        raise SeedLedgerError(f"cannot fork {run}@{g}: it has generations 0..{latest}")
-    info = ledger.create_run(
-        new_name, base_model=parent.base_model, base_revision=parent.base_revision,
-        base_fingerprint=parent.base_fingerprint, noise_spec=kind.noise_spec,
-        dtype_policy=parent.dtype_policy, param_selection=kind.param_selection,
-        config=parent.config if config is None else config, seed=parent.seed,
-        run_key=parent.run_key, parent=(run, g),
-    )
-    ledger.log_event(new_name, "fork", {"parent": run, "generation": g})
-    return info

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from engine import audit, audit_render
+from engine.commands import audit, audit_render
 from ledger import GenerationRecord, Ledger, MemberRecord
 from ledger.errors import RunNotFound, SeedLedgerError
 

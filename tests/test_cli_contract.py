@@ -201,7 +201,7 @@ def test_verify_names_the_first_generation_that_does_not_replay(cli):
 def test_demo_json_prints_only_the_figures(monkeypatch, tmp_path):
     from typer.testing import CliRunner
 
-    import engine.demo
+    import engine.commands.demo
     from engine.cli import app
 
     seen = {}
@@ -211,7 +211,7 @@ def test_demo_json_prints_only_the_figures(monkeypatch, tmp_path):
         print("a table the demo prints")  # must not reach stdout under --json
         return {"generations": generations, "verified": True}
 
-    monkeypatch.setattr(engine.demo, "run_demo", fake_demo)
+    monkeypatch.setattr(engine.commands.demo, "run_demo", fake_demo)
     result = CliRunner().invoke(app, ["demo", "--workdir", str(tmp_path), "-n", "3", "--json"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout) == {"generations": 3, "verified": True}

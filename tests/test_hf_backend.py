@@ -172,10 +172,12 @@ def test_left_padding_mixed_lengths_batch_8_equals_batch_1(tiny_model_dir, maste
 
 
 def test_prompt_stream_seed_of_sample_zero_is_unchanged():
-    from engine.backends.hf import _mix64, prompt_stream_seed
+    from engine.backends.hf import prompt_stream_seed
+    from replay.hashing import splitmix64
 
+    assert (prompt_stream_seed(7, 3), prompt_stream_seed(7, 3, 2)) == (3879072848308665546, 334283646672543036)
     for seed, index in [(0, 0), (1, 2), (2**64 - 1, 7), (12345, 99)]:
-        old = _mix64(_mix64(seed) ^ index) >> 1  # the seed before samples existed
+        old = splitmix64(splitmix64(seed) ^ index) >> 1  # the seed before samples existed
         assert prompt_stream_seed(seed, index) == prompt_stream_seed(seed, index, 0) == old
         assert len({prompt_stream_seed(seed, index, s) for s in range(8)}) == 8
 

@@ -56,3 +56,58 @@ def test_imports_point_one_way(module, path):
 @pytest.mark.parametrize("module", [m for m, _ in modules() if not m.startswith("migrations.")])
 def test_every_module_imports(module):
     importlib.import_module(module)
+
+
+def imported_modules(path: Path, module: str) -> set[str]:
+    """The project's modules that `module` imports (anywhere in it), by full dotted name;
+    `from pkg import name` counts as importing pkg.name when that is a module."""
+    known = {m for m, _ in modules()}
+    tree = ast.parse(path.read_text(), filename=str(path))
+    here = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = here.rsplit(".", node.level - 1)[0] if node.level > 1 else here
+                base = f"{parent}.{base}" if base else parent
+            out.add(base)
+            out |= {f"{base}.{alias.name}" for alias in node.names}
+    return out & known
+
+
+# a module's own packages are not edges: they are initialized before it, whatever it imports
+GRAPH = {m: {i for i in imported_modules(p, m) if not (m + ".").startswith(i + ".")} for m, p in modules()}
+
+
+def test_nothing_outside_the_commands_imports_them():
+    """engine/commands (the CLI and the work only commands do) sits on top of the runtime
+    of engine/; only engine.cli, the console script's entry point, imports it."""
+    for module, imported in GRAPH.items():
+        if module.startswith("engine.commands") or module == "engine.cli":
+            continue
+        wrong = sorted(m for m in imported if m == "engine.commands" or m.startswith("engine.commands."))
+        assert not wrong, f"{module} imports {wrong}"
+
+
+@pytest.mark.parametrize("package", ["ledger", "replay", "trainers"])
+def test_no_import_cycles(package):
+    """Modules of a package import one way too (e.g. ledger.lease never imports the ledger
+    that imports it): no cycle among them, lazy imports included."""
+    graph = {m: {i for i in deps if i.startswith(package + ".")} for m, deps in GRAPH.items()
+             if m.startswith(package + ".")}
+    state: dict[str, int] = {}
+
+    def visit(m: str, path: list[str]) -> None:
+        state[m] = 1
+        for n in sorted(graph.get(m, ())):
+            assert state.get(n) != 1, "import cycle: " + " -> ".join([*path, m, n])
+            if n not in state:
+                visit(n, [*path, m])
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [])

@@ -7,6 +7,7 @@ import random
 import re
 import sqlite3
 import struct
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -150,6 +151,21 @@ def test_lineage(led):
     led.delete_run("kid")
     assert [r.name for r in led.list_runs()] == ["root"]
     assert led.events(kind="run-deleted")[-1].payload == {"run": "kid"}
+
+
+def test_replay_steps_carry_each_runs_perturbation(led):
+    """noise spec and parameter selection are per run: a fork may perturb otherwise."""
+    new_run(led, "a")
+    fill(led, "a", 1, 2)
+    spec = replace(led.get_run("a").spec(), noise_spec="lowrank-test", param_selection="lora:q")
+    child = led.create_run("b", spec, parent=("a", 1))
+    assert child.spec() == spec and child.parent == ("a", 1)
+    fill(led, "b", 2, 3)
+    assert [(s.run, s.index, s.noise_spec, s.param_selection) for s in led.replay_history("b")] == [
+        ("a", 1, "v1", "all"), ("b", 2, "lowrank-test", "lora:q"), ("b", 3, "lowrank-test", "lora:q"),
+    ]
+    with pytest.raises(TypeError, match="not both"):
+        led.create_run("c", spec, seed=1)
 
 
 def test_anchors_and_events(led):

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +30,7 @@ from replay.perturbation import (
     check_spec,
     step_perturbation,
 )
-from replay.rebuild import fork, rebuild, verify
+from replay.rebuild import rebuild, verify
 from tests.support.replay_cases import reference_apply
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -410,6 +411,12 @@ def small_model() -> dict[str, torch.Tensor]:
             "model.layers.0.mlp.down_proj.weight": torch.randn(8, 24, generator=g)}
 
 
+def _fork(led, run: str, g: int, child: str, kind: Perturbation) -> None:
+    """A child of run@g with the same key but another perturbation kind, as a fork makes it."""
+    spec = replace(led.get_run(run).spec(), noise_spec=kind.noise_spec, param_selection=kind.param_selection)
+    led.create_run(child, spec, parent=(run, g))
+
+
 def test_rebuild_verify_fork_and_anchors_of_lowrank_runs(tmp_path):
     led = Ledger.open(str(tmp_path / "l.db"))
     base = small_model()
@@ -425,11 +432,11 @@ def test_rebuild_verify_fork_and_anchors_of_lowrank_runs(tmp_path):
     from_anchor, st = rebuild(led, "low", 4, clone(base), anchors_dir=tmp_path / "anchors", verify="every")
     assert fingerprint(from_anchor) == fingerprint(master) and st.step == 4
     # a fork that switches kind: gens 1..2 replay low-rank (r=4), 3..4 full, 5..6 low-rank r=1
-    fork(led, "low", 2, "full", perturbation=Perturbation())
+    _fork(led, "low", 2, "full", Perturbation())
     m2, s2 = rebuild(led, "low", 2, clone(base))
     m4, s4 = train(led, "full", m2, s2, 3, 4, Perturbation(), opt)
     assert not torch.equal(m4["model.embed_tokens.weight"], base["model.embed_tokens.weight"])
-    fork(led, "full", 4, "low1", perturbation=Perturbation.lowrank(1, ["q_proj"]))
+    _fork(led, "full", 4, "low1", Perturbation.lowrank(1, ["q_proj"]))
     assert led.get_run("low1").param_selection == "suffix:q_proj"
     m6, _ = train(led, "low1", m4, s4, 5, 6, Perturbation.lowrank(1, ["q_proj"]), opt)
     assert verify(led, "low1", None, clone(base)) == fingerprint(m6)

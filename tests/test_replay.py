@@ -19,7 +19,7 @@ from ledger.errors import SeedLedgerError, VerifyMismatch
 from replay import noise, update
 from replay.anchors import save_anchor
 from replay.fingerprint import fingerprint
-from replay.rebuild import fork, rebuild, verify
+from replay.rebuild import rebuild, verify
 
 ROOT = Path(__file__).resolve().parents[1]
 OPT = {"name": "momentum", "lr": 0.05, "beta": 0.9, "dampening": 0.9}
@@ -180,7 +180,7 @@ def test_anchor_with_wrong_weights_is_skipped(world, tmp_path):
 
 def test_fork_continues_from_parent(world, tmp_path):
     led, base = world["ledger"], world["base"]
-    child = fork(led, "main", 6, "child")
+    child = led.create_run("child", led.get_run("main").spec(), parent=("main", 6))  # as a fork does
     assert child.parent == ("main", 6) and child.run_key == led.get_run("main").run_key
     m6, s6 = rebuild(led, "child", 6, clone(base))
     assert fingerprint(m6) == world["fps"][6]
@@ -196,4 +196,4 @@ def test_fork_continues_from_parent(world, tmp_path):
     master, _, n = steps_done(led, "child", 9, tmp_path, base)
     assert n == 4 and fingerprint(master) == led.generation("child", 9).fingerprint
     with pytest.raises(SeedLedgerError):
-        fork(led, "main", 99, "nope")
+        led.create_run("nope", led.get_run("main").spec(), parent=("main", 99))

@@ -23,10 +23,9 @@ from ledger.seedfile import (
     MAX_POPULATION,
     PREFIX,
     _digest,
-    export_seedfile,
-    import_seedfile,
     read_seedfile,
 )
+from ledger.seedio import export_seedfile, import_seedfile
 
 
 @pytest.fixture(scope="module")

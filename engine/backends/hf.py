@@ -31,26 +31,17 @@ import torch
 from engine.backends.base import Messages, Population, PopulationOutput, evaluate_one_by_one
 from engine.models import load_causal_lm
 from replay import noise
+from replay.hashing import MASK64, splitmix64
 from replay.perturbation import Perturbation
-
-_M64 = (1 << 64) - 1
-
-
-def _mix64(x: int) -> int:
-    """splitmix64 finalizer: spreads (seed, prompt index) into an independent stream seed."""
-    x = (x + 0x9E3779B97F4A7C15) & _M64
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _M64
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _M64
-    return x ^ (x >> 31)
 
 
 def prompt_stream_seed(seed: int, index: int, sample: int = 0) -> int:
     """The CPU-generator seed for sample `sample` of prompt `index` under `seed` (63 bits,
     for manual_seed). Sample 0 keeps the seed that prompt had before samples existed."""
-    x = _mix64(seed & _M64) ^ (index & _M64)
+    x = splitmix64(seed & MASK64) ^ (index & MASK64)  # splitmix64 spreads (seed, index) apart
     if sample:
-        x = _mix64(x) ^ (sample & _M64)
-    return _mix64(x) >> 1
+        x = splitmix64(x) ^ (sample & MASK64)
+    return splitmix64(x) >> 1
 
 
 class _SeededSampler:

@@ -31,6 +31,8 @@ def step_to_wire(step: ReplayStep) -> dict[str, Any]:
         "coefficients": list(step.coefficients),
         "sigma": step.sigma,
         "optimizer": dict(step.optimizer),
+        "noise_spec": step.noise_spec,
+        "param_selection": step.param_selection,
     }
 
 

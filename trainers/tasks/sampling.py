@@ -10,20 +10,16 @@ from functools import lru_cache
 from typing import TypeVar
 
 from ledger.errors import SeedLedgerError
+from replay.hashing import GOLDEN, MASK64, splitmix64
 
 T = TypeVar("T")
-_MASK = (1 << 64) - 1
 
 
 def mix64(*values: int) -> int:
-    """Combine integers into one 64-bit value with the splitmix64 finalizer."""
-    h = 0x9E3779B97F4A7C15
+    """Combine integers into one 64-bit value: one splitmix64 step per value."""
+    h = GOLDEN
     for v in values:
-        h = (h ^ (v & _MASK)) & _MASK
-        h = (h + 0x9E3779B97F4A7C15) & _MASK
-        h = ((h ^ (h >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
-        h = ((h ^ (h >> 27)) * 0x94D049BB133111EB) & _MASK
-        h ^= h >> 31
+        h = splitmix64(h ^ (v & MASK64))
     return h
 
 

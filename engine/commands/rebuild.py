@@ -7,6 +7,7 @@ where the base model comes from, and how a Hugging Face directory is written.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -18,7 +19,9 @@ from engine.refs import parse_ref, resolve_ref
 from engine.session import anchors_dir
 from ledger import Ledger
 from ledger.db import sqlite_path, to_url
-from ledger.errors import SeedLedgerError, VerifyMismatch
+from ledger.durable import holds_ledger, is_sqlite_file
+from ledger.errors import NotVerified, SeedLedgerError, VerifyMismatch
+from ledger.records import missing_fingerprint
 from replay.fingerprint import fingerprint
 from replay.noise import member_key
 from replay.rebuild import rebuild, replay_steps
@@ -50,24 +53,40 @@ def is_rebuild_output(path: Path) -> bool:
 def check_output(output: Path, force: bool = False, keep: Path | None = None) -> None:
     """Refuse an output that would destroy something seedledger did not write: an existing
     file, a non-empty directory that is not an earlier rebuild's output (unless `force`),
-    and, even with `force`, the current directory, one of its parents, or a directory
-    that holds `keep` (the ledger). Called before any work, so a refusal costs nothing."""
+    and, even with `force`, the current directory, one of its parents, a directory that
+    holds `keep` (the ledger) or any SQLite database. Called before any work, so a
+    refusal costs nothing."""
     target = output.expanduser().resolve()
     if not target.exists():
         return
     if not target.is_dir():
-        raise SeedLedgerError(f"-o {output}: exists and is not a directory")
+        ledger = " (an SQLite database: a ledger is never written over)" if holds_ledger(target) else ""
+        raise SeedLedgerError(f"-o {output}: exists and is not a directory{ledger}")
     cwd = Path.cwd().resolve()
     if target == cwd or target in cwd.parents:
         raise SeedLedgerError(f"-o {output}: refusing to replace the current directory or a parent of it")
     if keep is not None and target in keep.expanduser().resolve().parents:
         raise SeedLedgerError(f"-o {output}: refusing to replace a directory that holds the ledger {keep}")
+    found = _sqlite_file_in(target)
+    if found is not None:
+        raise SeedLedgerError(
+            f"-o {output}: refusing to replace a directory that holds an SQLite database ({found})"
+        )
     if force or is_rebuild_output(target) or not any(target.iterdir()):
         return
     raise SeedLedgerError(
         f"-o {output}: directory is not empty and is not an earlier rebuild's output "
         f"(no {MARKER}); pick another directory or pass --force to replace it"
     )
+
+
+def _sqlite_file_in(directory: Path) -> Path | None:
+    """The first SQLite database (a ledger, perhaps) under `directory`, links not followed."""
+    for root, _dirs, files in os.walk(directory):
+        for name in files:
+            if is_sqlite_file(Path(root, name), follow_symlinks=False):
+                return Path(root, name)
+    return None
 
 
 def write_model_dir(
@@ -124,14 +143,46 @@ def _base_for(run, base: str | None, device: str) -> tuple[Path, dict[str, torch
     return model_dir, master
 
 
+def _unchecked(missing: tuple[int, str] | None, what: str, allow_unverified: bool) -> dict:
+    """The report's `verified` fields; NotVerified (exit 1) when nothing checks `what` and
+    the user did not pass --allow-unverified."""
+    if missing is None:
+        return {"verified": True}
+    if not allow_unverified:
+        raise NotVerified(
+            f"{what} could not be verified: {missing[1]}; pass --allow-unverified to rebuild it anyway"
+        )
+    return {"verified": False, "not_verified": missing[1]}
+
+
 def verify_ref(ledger: Ledger, ref: str, device: str = "cpu") -> dict:
     """Replay from the base (no anchors) and compare every generation's fingerprint.
 
-    Both outcomes are logged as a `verify` event; a mismatch is reported (`ok: false`,
-    the first generation that does not replay, the message), not raised, so that the CLI
-    can print the report before it exits 1.
+    Every outcome is logged as a `verify` event; a mismatch, or a base or generation with
+    no fingerprint to compare against ("not verified"), is reported (`ok: false`, the first
+    generation concerned, the message), not raised, so that the CLI can print the report
+    before it exits 1.
     """
     run, gen = resolve_ref(ledger, ref)
+    missing = missing_fingerprint(run.base_fingerprint, ledger.fingerprints(run.name, gen))
+    if missing is not None:
+        bad, why = missing
+        message = f"{run.name}@{gen} not verified: {why}"
+        ledger.log_event(
+            run.name, "verify",
+            {"generation": gen, "ok": False, "device": device, "first_bad_generation": bad,
+             "error": message, "not_verified": why},
+        )
+        return {
+            "run": run.name,
+            "generation": gen,
+            "generations_checked": 0,
+            "first_bad_generation": bad,
+            "fingerprint": None,
+            "ok": False,
+            "not_verified": why,
+            "error": message,
+        }
     _, master = _base_for(run, None, device)
     try:
         master, _ = rebuild(ledger, run.name, gen, master, verify="every", anchors_dir=None)
@@ -165,53 +216,58 @@ def verify_ref(ledger: Ledger, ref: str, device: str = "cpu") -> dict:
 
 def rebuild_ref(
     ledger: Ledger, ref: str, output: Path, base: str | None, device: str,
-    *, verify: str = "end", force: bool = False,
+    *, verify: str = "end", force: bool = False, allow_unverified: bool = False,
 ) -> dict:
     run, gen = resolve_ref(ledger, ref)
     keep = sqlite_path(to_url(ledger.location))
     check_output(output, force, keep)
+    fps = ledger.fingerprints(run.name, gen)
+    wanted = fps if verify == "every" else {g: fp for g, fp in fps.items() if g == gen}
+    checked = _unchecked(missing_fingerprint(run.base_fingerprint, wanted), f"{run.name}@{gen}", allow_unverified)
     model_dir, master = _base_for(run, base, device)
     master, _ = rebuild(ledger, run.name, gen, master, verify=verify, anchors_dir=anchors_dir(ledger))
     fp = fingerprint(master)
     meta = {"run": run.name, "generation": gen, "fingerprint": fp, "base_model": run.base_model}
     write_model_dir(model_dir, master, output, meta, force, keep)
-    return {**meta, "output": str(output), "verify": verify}
+    return {**meta, "output": str(output), "verify": verify, **checked}
 
 
 def rebuild_seedfile(
     path: Path, output: Path, base: str | None, device: str,
     *, verify: str = "end", force: bool = False, keep: Path | None = None,
+    allow_unverified: bool = False,
 ) -> dict:
     """Rebuild from a seed file alone: its header names the base and every step."""
     from ledger.seedfile import read_seedfile
 
     seeds = read_seedfile(path, key_fn=member_key)
     check_output(output, force, keep=keep)
+    fps = {s.index: fp for s, fp in zip(seeds.steps, seeds.fingerprints, strict=True)}
+    wanted = fps if verify == "every" else {g: fp for g, fp in fps.items() if g == seeds.generation}
+    checked = _unchecked(missing_fingerprint(seeds.base_fingerprint, wanted), str(path), allow_unverified)
     model_dir = resolve_model(base or seeds.base_model)
     master = load_base_master(model_dir, device)
-    if fingerprint(master) != seeds.base_fingerprint:
+    if seeds.base_fingerprint is not None and fingerprint(master) != seeds.base_fingerprint:
         raise SeedLedgerError(
             f"{path}: base {base or seeds.base_model!r} has a different fingerprint than the "
             "seed file's base; pass the right one with --base"
         )
-    expected = None
-    if verify == "every":
-        expected = {s.index: fp for s, fp in zip(seeds.steps, seeds.fingerprints, strict=True)}
     try:
-        master, _ = replay_steps(master, seeds.steps, expected=expected)
+        master, _ = replay_steps(master, seeds.steps, expected=fps if verify == "every" else None)
     except VerifyMismatch as exc:
         raise VerifyMismatch(f"{path}: {exc}") from None
     fp = fingerprint(master)
-    if fp != seeds.final_fingerprint:
+    if seeds.final_fingerprint is not None and fp != seeds.final_fingerprint:
         raise VerifyMismatch(f"{path}: rebuilt fingerprint {fp} differs from the file's {seeds.final_fingerprint}")
     meta = {"run": seeds.header["run"], "generation": seeds.generation, "fingerprint": fp, "base_model": seeds.base_model}
     write_model_dir(model_dir, master, output, meta, force, keep)
-    return {**meta, "output": str(output), "verify": verify}
+    return {**meta, "output": str(output), "verify": verify, **checked}
 
 
 def rebuild_source(
     ledger_location: str, source: str, output: Path, base: str | None, device: str,
     *, verify: str = "end", force: bool = False, upgrade: bool = True,
+    allow_unverified: bool = False,
 ) -> dict:
     """`seedledger rebuild SOURCE`: a run (RUN or RUN@G) when the ledger has one by that
     name, else a seed file; both at once is refused as ambiguous (write ./FILE for the file)."""
@@ -234,10 +290,14 @@ def rebuild_source(
                 f"write ./{source} for the file"
             )
         if is_run:
-            return rebuild_ref(led, source, output, base, device, verify=verify, force=force)
+            return rebuild_ref(
+                led, source, output, base, device,
+                verify=verify, force=force, allow_unverified=allow_unverified,
+            )
         if is_file:
             return rebuild_seedfile(
-                Path(source), output, base, device, verify=verify, force=force, keep=ledger_file
+                Path(source), output, base, device,
+                verify=verify, force=force, keep=ledger_file, allow_unverified=allow_unverified,
             )
         where = f"in {ledger_location}" if has_ledger else f"(no ledger at {ledger_location})"
         raise SeedLedgerError(f"{source!r} is neither a run {where} nor a seed file")

@@ -1,7 +1,7 @@
 """Audit views of the ledger as plain JSON-able data: runs, generations, forks, weight diffs.
 
 Everything here reads the ledger only (plus replay for `diff`); rendering for humans lives in
-`engine.audit_render`, so `--json` and the tables always show the same facts.
+`engine.commands.audit_render`, so `--json` and the tables always show the same facts.
 """
 
 from __future__ import annotations
@@ -204,8 +204,8 @@ def _replay_pair(ledger: Ledger, a: tuple[RunInfo, int], b: tuple[RunInfo, int],
     against the ledger's fingerprint (replay raises VerifyMismatch otherwise)."""
     import copy
 
+    from engine.commands.rebuild import load_base_master
     from engine.models import resolve_model
-    from engine.rebuilding import load_base_master
     from engine.session import anchors_dir
     from replay.rebuild import rebuild, replay_steps
     from replay.update import OptimizerState

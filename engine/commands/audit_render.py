@@ -1,4 +1,4 @@
-"""Rich tables and trees for the audit views of `engine.audit` (humans; `--json` skips this)."""
+"""Rich tables and trees for the audit views of `engine.commands.audit` (humans; `--json` skips this)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
-from engine.audit import FP_PREFIX
+from engine.commands.audit import FP_PREFIX
 
 
 def _f(x: float | None, fmt: str = ".3f") -> str:

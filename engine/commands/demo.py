@@ -16,15 +16,16 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from engine import rebuilding, session
+from engine import session
+from engine.commands.plot import plot_run
+from engine.commands.rebuild import rebuild_ref, verify_ref
 from engine.config import load_config
 from engine.evaluator import Evaluator
 from engine.models import resolve_model
-from engine.plot import plot_run
 from engine.progress import TrainingProgress
 from ledger import Ledger
 from ledger.errors import SeedLedgerError
-from ledger.seedfile import export_seedfile
+from ledger.seedio import export_seedfile
 from replay.noise import member_key
 
 CONFIG = Path(__file__).resolve().parent.parent / "configs" / "demo.yaml"
@@ -101,8 +102,8 @@ def run_demo(workdir: Path, generations: int | None = None, config: Path = CONFI
 
         console.rule("3. rebuild from the ledger, verify, export")
         rebuilt = workdir / "demo-final"
-        info = rebuilding.rebuild_ref(ledger, f"demo@{latest}", rebuilt, None, "cpu")
-        verified = rebuilding.verify_ref(ledger, f"demo@{latest}")
+        info = rebuild_ref(ledger, f"demo@{latest}", rebuilt, None, "cpu")
+        verified = verify_ref(ledger, f"demo@{latest}")
         seeds = workdir / "demo.seeds"
         export_seedfile(ledger, "demo", latest, seeds, key_fn=member_key)
         png = workdir / "demo-reward.png"

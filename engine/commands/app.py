@@ -1,0 +1,124 @@
+"""The `seedledger` typer app: root options, shared option types, output, error mapping.
+
+Every command takes `--ledger` (default `$SEEDLEDGER_DB` or `./seedledger.db`) and `--json`.
+Exit codes: 0 ok, 1 failure (verify mismatch), 2 bad input (one line on stderr).
+The commands register themselves on `app` from the modules of engine.commands.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import traceback
+from typing import Annotated, Any
+
+import typer
+
+try:  # typer >= 0.20 carries its own copy of click; its exceptions are these
+    from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError
+except ImportError:  # older typer runs on click itself
+    from click.exceptions import ClickException, NoArgsIsHelpError, UsageError
+
+from ledger.errors import SeedLedgerError
+
+DEFAULT_LEDGER = "seedledger.db"  # typer reads $SEEDLEDGER_DB first
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="ES fine-tuning of language models whose training history is a SQL ledger of seeds.",
+)
+
+LedgerOpt = Annotated[
+    str,
+    typer.Option("--ledger", envvar="SEEDLEDGER_DB", help="Ledger path or SQLAlchemy URL."),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")]
+AllowUnverified = Annotated[
+    bool,
+    typer.Option(
+        "--allow-unverified",
+        help="Accept a history with no fingerprint to check it against (base or generation).",
+    ),
+]
+
+
+class State:
+    debug = False
+    upgrade = True
+
+
+@app.callback()
+def _root(
+    debug: Annotated[bool, typer.Option("--debug", help="Tracebacks on errors.")] = False,
+    no_upgrade: Annotated[
+        bool,
+        typer.Option("--no-upgrade", help="Refuse a ledger with an older schema instead of upgrading it."),
+    ] = False,
+):
+    State.debug = debug
+    State.upgrade = not no_upgrade
+
+
+def emit(payload: Any, as_json: bool, human: str | None = None) -> None:
+    """Print a result: JSON when asked, otherwise the human text."""
+    if as_json:
+        sys.stdout.write(json.dumps(payload, indent=2, default=str) + "\n")
+    elif human is not None:
+        typer.echo(human)
+
+
+def open_ledger(url: str, create: bool = False):
+    """Open the ledger; only commands that write a new run (train, import) may create one,
+    so a mistyped `--ledger` is reported instead of becoming an empty ledger."""
+    from ledger import Ledger
+
+    ledger = Ledger.open(url or DEFAULT_LEDGER, upgrade=State.upgrade, create=create)
+    if ledger.upgraded is not None and ledger.upgraded.changed:
+        print(ledger.upgraded.describe(), file=sys.stderr)  # the schema changed: say so, and where the backup is
+    return ledger
+
+
+def _usage_error(exc: UsageError) -> None:
+    """A usage error as one line on stderr (click's usage block only under --debug)."""
+    if isinstance(exc, NoArgsIsHelpError):  # `seedledger` alone: the help
+        typer.echo(exc.format_message())
+        sys.exit(0)
+    if State.debug:
+        exc.show()
+        sys.exit(2)
+    message = " ".join(exc.format_message().split())
+    where = exc.ctx.command_path if exc.ctx is not None else "seedledger"
+    typer.echo(f"error: {message} (see `{where} --help`)", err=True)
+    sys.exit(2)
+
+
+def main() -> None:
+    """Console-script entry point: map errors to one line and an exit code."""
+    from engine.models import quiet_hf_env
+
+    quiet_hf_env()  # no hub, no library progress bars: an error must stay one line
+    try:
+        app(standalone_mode=False)
+    except SeedLedgerError as exc:
+        if State.debug:
+            traceback.print_exc()
+        typer.echo(f"error: {' '.join(str(exc).split())}", err=True)
+        sys.exit(exc.exit_code)
+    except UsageError as exc:
+        _usage_error(exc)
+    except (typer.Abort, KeyboardInterrupt):
+        typer.echo("aborted", err=True)
+        sys.exit(130)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except ClickException as exc:  # e.g. a file option that cannot be opened
+        if State.debug:
+            raise
+        typer.echo(f"error: {' '.join(exc.format_message().split())}", err=True)
+        sys.exit(2)
+    except Exception as exc:
+        if State.debug:
+            raise
+        typer.echo(f"error: {type(exc).__name__}: {exc} (run with --debug for a traceback)", err=True)
+        sys.exit(1)

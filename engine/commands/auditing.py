@@ -1,0 +1,95 @@
+"""Commands that read the history: `log`, `show`, `diff` (engine.commands.audit computes,
+engine.commands.audit_render draws) and `plot` (engine.commands.plot). The work is
+imported when a command runs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from engine.commands.app import DEFAULT_LEDGER, JsonOpt, LedgerOpt, app, emit, open_ledger
+
+
+@app.command()
+def log(
+    run: Annotated[str | None, typer.Argument(help="Run whose generations to list (omit: all runs).")] = None,
+    graph: Annotated[bool, typer.Option("--graph", help="Draw the fork tree.")] = False,
+    ledger: LedgerOpt = DEFAULT_LEDGER,
+    as_json: JsonOpt = False,
+):
+    """List runs, one run's generations, or (--graph) the fork tree."""
+    from engine.commands import audit
+    from engine.commands import audit_render as ar
+
+    with open_ledger(ledger) as led:
+        if graph:
+            payload, view = audit.fork_graph(led), ar.graph_view
+        elif run:
+            payload, view = audit.run_log(led, run), ar.run_log_view
+        else:
+            payload, view = audit.list_runs(led), ar.runs_table
+    if as_json:
+        emit(payload, as_json)
+    else:
+        ar.print_view(view(payload))
+
+
+@app.command()
+def show(
+    ref: Annotated[str, typer.Argument(help="RUN@G (RUN alone: its latest).")],
+    member: Annotated[int | None, typer.Argument(help="Member whose outputs --samples prints (default all).")] = None,
+    samples: Annotated[bool, typer.Option("--samples", help="Print stored outputs: --samples [MEMBER].")] = False,
+    ledger: LedgerOpt = DEFAULT_LEDGER,
+    as_json: JsonOpt = False,
+):
+    """Everything RUN@G committed: hyperparameters, batch, members, coefficients, fingerprint."""
+    from engine.commands import audit
+    from engine.commands import audit_render as ar
+
+    which = member if member is not None else ("all" if samples else None)
+    with open_ledger(ledger) as led:
+        payload = audit.show_generation(led, ref, which)
+    if as_json:
+        emit(payload, as_json)
+    else:
+        ar.print_view(ar.show_view(payload))
+
+
+@app.command()
+def diff(
+    ref_a: Annotated[str, typer.Argument(help="RUN@A.")],
+    ref_b: Annotated[str, typer.Argument(help="RUN@B (any run of the same base).")],
+    top: Annotated[int | None, typer.Option("--top", help="Show only the N largest tensors.")] = None,
+    device: Annotated[str, typer.Option("--device", help="cpu or cuda.")] = "cpu",
+    ledger: LedgerOpt = DEFAULT_LEDGER,
+    as_json: JsonOpt = False,
+):
+    """Per-tensor L2 and max |Δ| between two models, rebuilt by replay, largest first."""
+    from engine.commands import audit
+    from engine.commands import audit_render as ar
+
+    with open_ledger(ledger) as led:
+        payload = audit.diff(led, ref_a, ref_b, device)
+    if as_json:
+        emit(payload, as_json)
+    else:
+        ar.print_view(ar.diff_view(payload, top))
+
+
+@app.command()
+def plot(
+    run: Annotated[str, typer.Argument(help="Run whose reward curve to draw.")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="PNG file to write.")],
+    ledger: LedgerOpt = DEFAULT_LEDGER,
+    as_json: JsonOpt = False,
+):
+    """Draw RUN's reward curve (from the ledger alone) to a PNG."""
+    from engine.commands.plot import plot_run
+
+    with open_ledger(ledger) as led:
+        led.get_run(run)
+        payload = plot_run(led, run, output)
+    emit(payload, as_json, f"wrote {output}")

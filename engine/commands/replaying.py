@@ -1,0 +1,84 @@
+"""Commands that replay a history: `verify` (check every fingerprint) and `rebuild`
+(write the model as a Hugging Face directory). The work is engine.commands.rebuild,
+imported when a command runs.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from engine.commands.app import (
+    DEFAULT_LEDGER,
+    AllowUnverified,
+    JsonOpt,
+    LedgerOpt,
+    State,
+    app,
+    emit,
+    open_ledger,
+)
+
+
+@app.command()
+def verify(
+    ref: Annotated[str, typer.Argument(help="RUN or RUN@G.")],
+    device: Annotated[str, typer.Option("--device", help="cpu or cuda.")] = "cpu",
+    ledger: LedgerOpt = DEFAULT_LEDGER,
+    as_json: JsonOpt = False,
+):
+    """Replay RUN up to G from its base and check every fingerprint (exit 1 on a mismatch)."""
+    from engine.commands import rebuild as rebuilding
+    from ledger.errors import NotVerified, VerifyMismatch
+
+    with open_ledger(ledger) as led:
+        report = rebuilding.verify_ref(led, ref, device)
+    if not report["ok"]:
+        emit(report, as_json)  # the JSON report says which generation; stderr the one line
+        raise (NotVerified if "not_verified" in report else VerifyMismatch)(report["error"])
+    emit(report, as_json, f"verified {report['run']}@{report['generation']}: "
+         f"{report['generations_checked']} fingerprints match ({report['fingerprint']})")
+
+
+class VerifyWhen(StrEnum):
+    every = "every"
+    end = "end"
+
+
+VerifyOpt = Annotated[
+    VerifyWhen,
+    typer.Option("--verify", help="Check the fingerprint of every replayed generation, or only the last."),
+]
+
+
+@app.command()
+def rebuild(
+    source: Annotated[str, typer.Argument(help="RUN, RUN@G in the ledger, or a FILE.seeds.")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="Directory to write.")],
+    base: Annotated[str | None, typer.Option("--base", help="Base model alias or directory.")] = None,
+    device: Annotated[str, typer.Option("--device", help="cpu or cuda.")] = "cpu",
+    verify_: VerifyOpt = VerifyWhen.end,
+    force: Annotated[
+        bool, typer.Option("--force", help="Replace DIR even if it is not an earlier rebuild's output.")
+    ] = False,
+    allow_unverified: AllowUnverified = False,
+    ledger: LedgerOpt = DEFAULT_LEDGER,
+    as_json: JsonOpt = False,
+):
+    """Rebuild the model at RUN@G (or from a seed file) as a Hugging Face directory.
+
+    SOURCE is a run when it names one in the ledger (RUN or RUN@G), else a seed file;
+    write ./NAME for a file that shares its name with a run.
+    """
+    from engine.commands import rebuild as rebuilding
+
+    report = rebuilding.rebuild_source(
+        ledger or DEFAULT_LEDGER, source, output, base, device,
+        verify=verify_.value, force=force, upgrade=State.upgrade, allow_unverified=allow_unverified,
+    )
+    unverified = f"; NOT VERIFIED: {report['not_verified']}" if not report["verified"] else ""
+    emit(report, as_json, f"wrote {report['output']} ({report['run']}@{report['generation']}, "
+         f"fingerprint {report['fingerprint']}{unverified})")

@@ -1,0 +1,107 @@
+"""Commands that train: `train`, `resume`, `fork`, and `demo` (train, rebuild, verify,
+export, report). The work is engine.session and engine.commands.demo, imported when a
+command runs, so that starting the CLI stays light.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from engine.commands.app import DEFAULT_LEDGER, JsonOpt, LedgerOpt, app, emit, open_ledger
+
+Sets = Annotated[
+    list[str] | None, typer.Option("--set", help="Override a config key: key=value (dots for nesting).")
+]
+Gens = Annotated[int | None, typer.Option("--generations", "-n", help="Generations to train.")]
+
+
+def _session_payload(result) -> dict:
+    last = result.records[-1] if result.records else None
+    return {
+        "run": result.run.name,
+        "generations_committed": [r.index for r in result.records],
+        "latest_generation": result.latest_generation,
+        "fingerprint": result.fingerprint,
+        "reward_mean": last.reward_stats()["mean"] if last else None,
+    }
+
+
+def _session(ledger: str, as_json: bool, body, create: bool = False) -> None:
+    """Run a training session `body(ledger, hooks)` with live progress (none under --json),
+    then print its summary and emit the result."""
+    from engine.progress import TrainingProgress
+
+    with open_ledger(ledger, create=create) as led, TrainingProgress(enabled=not as_json) as progress:
+        result = body(led, progress.hooks())
+    if not as_json and progress.rows:
+        progress.console.print(progress.summary())
+    emit(_session_payload(result), as_json, f"run {result.run.name}: fingerprint {result.fingerprint}")
+
+
+@app.command()
+def train(
+    config: Annotated[str | None, typer.Argument(help="YAML config (omit for defaults).")] = None,
+    run: Annotated[str | None, typer.Option("--run", help="Run name (default: config file stem).")] = None,
+    generations: Gens = None,
+    set_: Sets = None,
+    ledger: LedgerOpt = DEFAULT_LEDGER,
+    as_json: JsonOpt = False,
+):
+    """Start a new run from CONFIG and train it."""
+    from engine import session
+
+    _session(
+        ledger, as_json, lambda led, hooks: session.start(led, config, run, set_ or [], generations, hooks),
+        create=True,
+    )
+
+
+@app.command()
+def resume(
+    run: Annotated[str, typer.Argument(help="Run to continue from its last committed generation.")],
+    generations: Gens = None,
+    ledger: LedgerOpt = DEFAULT_LEDGER,
+    as_json: JsonOpt = False,
+):
+    """Continue RUN from its last committed generation."""
+    from engine import session
+
+    _session(ledger, as_json, lambda led, hooks: session.resume(led, run, generations, hooks))
+
+
+@app.command()
+def fork(
+    ref: Annotated[str, typer.Argument(help="RUN@G to fork from.")],
+    run: Annotated[str, typer.Option("--run", help="Name of the new run.")],
+    set_: Sets = None,
+    generations: Gens = None,
+    ledger: LedgerOpt = DEFAULT_LEDGER,
+    as_json: JsonOpt = False,
+):
+    """Start a child run at RUN@G (optionally with changed settings) and train it."""
+    from engine import session
+
+    _session(ledger, as_json, lambda led, hooks: session.fork(led, ref, run, set_ or [], generations, hooks))
+
+
+@app.command()
+def demo(
+    workdir: Annotated[Path, typer.Option("--workdir", help="Where the demo writes.")] = Path("demo-out"),
+    generations: Gens = None,
+    as_json: JsonOpt = False,
+):
+    """The end-to-end demo: train SmolLM2 on arithmetic, rebuild, verify, export, report."""
+    import contextlib
+
+    from engine.commands.demo import run_demo
+
+    if not as_json:
+        run_demo(workdir, generations)
+        return
+    with contextlib.redirect_stdout(sys.stderr):  # the demo's table; stdout is the JSON alone
+        figures = run_demo(workdir, generations)
+    emit(figures, as_json)

@@ -1,0 +1,103 @@
+"""Seed files and the ledger: export a run's lineage as a file, import a file as a run.
+
+The file format (layout, limits, checks) is ledger.seedfile; this module only moves
+records between it and a `Ledger`, and decides what an import accepts.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from ledger.durable import write_file_durably
+from ledger.errors import SeedLedgerError
+from ledger.ledger import Ledger
+from ledger.records import GenerationRecord, MemberRecord, RunInfo, RunSpec, missing_fingerprint
+from ledger.seedfile import KeyFn, encode, read_seedfile
+
+
+def export_seedfile(
+    ledger: Ledger,
+    run: str,
+    g: int | None,
+    path: str | os.PathLike[str],
+    *,
+    key_fn: KeyFn | None = None,
+    force: bool = False,
+) -> dict[str, Any]:
+    """Write `run@g` (default latest) and its lineage to `path`; returns the header.
+
+    Pass `key_fn=replay.noise.member_key` for compact files (keys stored as indices).
+    The file is written atomically; an existing file is replaced only with `force`, and a
+    directory or a ledger (any SQLite database) never (`durable.check_file_target`).
+    """
+    info = ledger.get_run(run)
+    g = ledger.latest_generation(run) if g is None else g
+    segments = ledger.ancestors(run, g)
+    segment_runs = {name: ledger.get_run(name) for name, _a, _b in segments}
+    header, data = encode(info, g, segments, segment_runs, ledger.records(run, g), key_fn)
+    write_file_durably(Path(path), data, force)
+    return header
+
+
+def import_seedfile(
+    ledger: Ledger,
+    path: str | os.PathLike[str],
+    run_name: str | None = None,
+    *,
+    key_fn: KeyFn | None = None,
+    allow_unverified: bool = False,
+) -> RunInfo:
+    """Import a seed file as ONE new run holding generations 1..g (lineage flattened).
+
+    The file is fully checked first; the run and all its generations then commit in one
+    transaction, so a bad file or a name clash writes nothing. Rewards are unknown (NaN).
+    A file without a base or generation fingerprint holds nothing a replay could be
+    checked against: refused unless `allow_unverified` (the import event then says why).
+    """
+    sf = read_seedfile(path, key_fn=key_fn)
+    missing = missing_fingerprint(sf.base_fingerprint, dict(enumerate(sf.fingerprints, 1)))
+    if missing is not None and not allow_unverified:
+        raise SeedLedgerError(
+            f"seed file {path}: {missing[1]}, so nothing in it can be verified; "
+            "pass --allow-unverified to import it anyway"
+        )
+    unverified = {"not_verified": missing[1]} if missing is not None else {}
+    h = sf.header
+    name = run_name or h["run"]
+    records = []
+    for i, s in enumerate(sf.steps):
+        members = [
+            MemberRecord(j, k, sg, float("nan"), c)
+            for j, (k, sg, c) in enumerate(zip(s.keys, sf.signs[i], s.coefficients, strict=True))
+        ]
+        records.append(
+            GenerationRecord(
+                index=s.index,
+                lr=sf.lrs[i],
+                sigma=s.sigma,
+                population=len(members),
+                optimizer=s.optimizer,
+                schedule_step=sf.schedule_steps[i],
+                batch_indices=[],
+                members=members,
+                fingerprint=sf.fingerprints[i],
+                extra={"imported_from": sf.digest, "source_run": s.run},
+            )
+        )
+    spec = RunSpec(
+        base_model=sf.base_model,
+        base_revision=sf.base_revision,
+        base_fingerprint=sf.base_fingerprint,
+        noise_spec=h["noise_spec"],
+        dtype_policy=h["dtype_policy"],
+        param_selection=h["param_selection"],
+        config=h["config"],
+        seed=h["seed"],
+        run_key=int(h["run_key"]),
+        software=h["software"],
+    )
+    source = f"{h['run']}@{h['generation']}"
+    event = {"file": str(path), "digest": sf.digest, "source": source, **unverified}
+    return ledger.import_run(name, records, spec, event=event)
