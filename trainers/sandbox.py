@@ -115,6 +115,7 @@ class Sandbox:
         self._proc: subprocess.Popen[bytes] | None = None
         self._stderr: Any = None
         self._buffer = b""
+        self._eof = False
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self.starts = 0
@@ -155,9 +156,13 @@ class Sandbox:
             raise SeedLedgerError(f"the sandbox could not start bwrap: {exc.strerror}") from None
         finally:
             os.close(read_fd)
-        with os.fdopen(write_fd, "wb") as f:
-            f.write(source)
+        try:
+            with os.fdopen(write_fd, "wb") as f:
+                f.write(source)
+        except BrokenPipeError:
+            pass  # bwrap exited at once: its stderr says why (below)
         self._buffer = b""
+        self._eof = False
         self.starts += 1
         ready = self._read_line(time.monotonic() + _START_SECONDS)
         if ready is None or not ready.get("ready"):
@@ -207,6 +212,7 @@ class Sandbox:
                     return None
                 data = os.read(fd, 1 << 20)
                 if not data:
+                    self._eof = True
                     return None
                 self._buffer += data
         line, _, self._buffer = self._buffer.partition(b"\n")
@@ -247,7 +253,7 @@ class Sandbox:
                     msg = self._read_line(deadline)
                     first = False
                     if msg is None:
-                        status = "died" if not self._alive() else "wall_timeout"
+                        status = "died" if self._eof or not self._alive() else "wall_timeout"
                         self._stop()
                         if len(out) < len(items):
                             out.append(Outcome(status))

@@ -51,6 +51,7 @@ def _drop_privileges() -> None:
         os.setuid(uid)
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: children cannot open our /proc/PID/fd
+    libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: orphans come to us to be reaped
 
 
 def _send(obj: dict[str, Any]) -> None:
@@ -116,6 +117,17 @@ def _kill_others() -> None:
         os.kill(-1, signal.SIGKILL)
     except OSError:
         pass
+
+
+def _reap_all() -> None:
+    """Kill and reap every remaining process (we are their subreaper), so the next item
+    starts with none alive: a process not yet reaped still counts against RLIMIT_NPROC."""
+    while True:
+        _kill_others()
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            return
 
 
 def _wipe_tmp() -> None:
@@ -198,7 +210,7 @@ def run_item(handler: Callable[[dict], Any], item: dict, lim: dict) -> tuple[dic
     for fd in (result_r, out_r, pidfd):
         os.close(fd)
     _, status, usage = os.wait4(pid, 0)
-    _kill_others()
+    _reap_all()
     _wipe_tmp()
     cpu = usage.ru_utime + usage.ru_stime
     if override is not None:
