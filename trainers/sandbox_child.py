@@ -290,6 +290,33 @@ def _rg_score(item: dict) -> float:
     return float(value)
 
 
+def _prepare(rid: int, job: str, setup: dict, items: list, lim: dict) -> Callable[[dict], Any] | None:
+    """The job's per-item handler, after its imports and set-up in this process (so every
+    child inherits them); None when the job was answered here (``rg_rows``)."""
+    if job == "python":
+        return _python
+    if job == "math":
+        import math_verify  # noqa: F401 - imported once here, inherited by every child
+
+        return _math
+    if job not in ("rg_rows", "rg_score"):
+        raise ValueError(f"unknown job {job!r}")
+    _dataset(setup)
+    key = json.dumps(setup, sort_keys=True)
+    indices = [it["index"] for it in items]
+    error = _generate(setup, indices, lim)
+    if error is not None:
+        raise RuntimeError(error)
+    if job == "rg_score":
+        return _rg_score
+    for i, index in enumerate(indices):
+        entry = _entries[(key, index)]
+        _send({"id": rid, "i": i, "status": "ok",
+               "value": {"question": str(entry["question"]), "answer": str(entry["answer"])}})
+    _send({"id": rid, "done": True})
+    return None
+
+
 def _handle(request: dict) -> None:
     rid = request["id"]
     job = request["job"]
@@ -299,37 +326,17 @@ def _handle(request: dict) -> None:
     if job == "ping":
         _send({"id": rid, "done": True, "uid": os.getuid()})
         return
-    if job == "python":
-        handler: Callable[[dict], Any] = _python
-    elif job == "math":
-        import math_verify  # noqa: F401 - imported once here, inherited by every child
-
-        handler = _math
-    elif job in ("rg_rows", "rg_score"):
-        try:
-            _dataset(setup)
-        except Exception as exc:  # noqa: BLE001 - a bad option is the user's input
-            text = f"{type(exc).__name__}: {exc}".splitlines()[0] if str(exc) else type(exc).__name__
-            _send({"id": rid, "refused": text})
-            return
-        key = json.dumps(setup, sort_keys=True)
-        indices = [it["index"] for it in items]
-        error = _generate(setup, indices, lim)
-        if error is not None:
-            _send({"id": rid, "refused": error})
-            return
-        if job == "rg_rows":
-            for i, index in enumerate(indices):
-                entry = _entries[(key, index)]
-                _send({"id": rid, "i": i, "status": "ok",
-                       "value": {"question": str(entry["question"]), "answer": str(entry["answer"])}})
-            _send({"id": rid, "done": True})
-            return
-        items = [{**it, "key": key} for it in items]
-        handler = _rg_score
-    else:
-        _send({"id": rid, "refused": f"unknown job {job!r}"})
+    try:
+        handler = _prepare(rid, job, setup, items, lim)
+    except Exception as exc:  # noqa: BLE001 - a bad setup or a missing library: refuse, one line
+        text = f"{type(exc).__name__}: {exc}".splitlines()[0] if str(exc) else type(exc).__name__
+        _send({"id": rid, "refused": text})
         return
+    if handler is None:
+        return
+    if job == "rg_score":
+        key = json.dumps(setup, sort_keys=True)
+        items = [{**it, "key": key} for it in items]
     for i, item in enumerate(items):
         outcome, _ = run_item(handler, item, lim)
         _send({"id": rid, "i": i, **outcome})

