@@ -94,7 +94,7 @@ def test_gsm8k_stays_numeric_unless_asked():
 @pytest.mark.parametrize("rows, options, message", [
     ([{"problem": "p", "solution": "no box"}], {}, "row 0: column 'solution': no \\boxed{} answer"),
     ([{"problem": "p", "solution": r"\boxed{1}"}, {"problem": "q"}], {}, "row 1: missing column 'solution'"),
-    ([{"text": "p"}], {}, "expected columns question/answer (GSM8K) or problem/solution (MATH)"),
+    ([{"text": "p"}], {}, "row 0: missing column 'question'"),
     ([{"problem": "p", "answer": "1"}, {"problem": "q", "answer": "2"}], {"verifier": "numeric"}, "need verifier: math_verify"),
     ([{"problem": "p", "answer": "1"}, {"problem": "q", "answer": "2"}], {"verifier": "sympy"}, "verifier must be one of"),
 ])

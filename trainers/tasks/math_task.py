@@ -81,17 +81,10 @@ def prompt(row: dict[str, Any]) -> Messages:
     return chat(SYSTEM, row["question"])
 
 
-def layout_of(rows: list[dict[str, Any]], path: str | Path) -> str:
-    """``gsm8k`` or ``math``, by the first row's columns."""
-    first = rows[0] if rows else {}
-    if "problem" in first:
-        return "math"
-    if "question" in first:
-        return "gsm8k"
-    have = ", ".join(sorted(map(str, first))) or "none"
-    raise SeedLedgerError(
-        f"{path}: row 0: expected columns question/answer (GSM8K) or problem/solution (MATH), got {have}"
-    )
+def layout_of(rows: list[dict[str, Any]]) -> str:
+    """``math`` when the first row has a ``problem`` column, else ``gsm8k`` (whose column
+    checks then name what is missing)."""
+    return "math" if rows and "problem" in rows[0] else "gsm8k"
 
 
 def load_math_file(rows: list[dict[str, Any]], path: str | Path) -> list[dict[str, Any]]:
@@ -119,7 +112,7 @@ def load_math_file(rows: list[dict[str, Any]], path: str | Path) -> list[dict[st
 
 def load_file(path: str | Path) -> list[dict[str, Any]]:
     rows = read_rows(path)
-    if layout_of(rows, path) == "math":
+    if layout_of(rows) == "math":
         return load_math_file(rows, path)
     rows = check_columns(rows, path, {"question": text_cell, "answer": as_scalar_text})
     for i, row in enumerate(rows):
@@ -146,9 +139,9 @@ def load(
     if path is None:
         raise SeedLedgerError("task math: needs a file, e.g. 'math:data/gsm8k.jsonl'")
     rows = load_file(path)
-    layout = "math" if "problem" in rows[0] else "gsm8k"
+    layout = layout_of(rows)
     test_rows = load_file(test_path) if test_path is not None else None
-    if test_rows is not None and ("problem" in test_rows[0]) != (layout == "math"):
+    if test_rows is not None and layout_of(test_rows) != layout:
         raise SeedLedgerError(f"task math: {test_path} and {path} have different layouts")
     verifier = verifier or ("math_verify" if layout == "math" else "numeric")
     if verifier not in VERIFIERS:
