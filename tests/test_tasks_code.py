@@ -95,3 +95,18 @@ def test_relative_paths_resolve_but_humaneval_is_a_name(tmp_path):
     assert absolute_paths("code:data/x.jsonl", tmp_path) == f"code:{tmp_path}/data/x.jsonl"
     assert absolute_paths({"name": "code", "path": "humaneval"}, tmp_path)["path"] == "humaneval"
     assert absolute_paths("reasoning_gym:chain_sum", tmp_path) == "reasoning_gym:chain_sum"
+
+
+def test_without_bwrap_training_refuses_in_one_line_exit_2(tmp_path, tiny_model_dir):
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    env = os.environ | {"PATH": str(tmp_path)}  # no bwrap on it
+    cmd = [sys.executable, "-m", "engine.cli", "train", "--run", "x", "--ledger", str(tmp_path / "l.db"),
+           "--set", "model=tiny", "--set", "task=code:humaneval", "--set", "generations=1"]
+    proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "task code:humaneval" in lines[0] and "apt-get install bubblewrap" in lines[0]

@@ -246,10 +246,12 @@ class Sandbox:
                 rid = next(self._ids)
                 rest = items[len(out):]
                 self._send({"id": rid, "job": job, "items": rest, "limits": lim, "setup": setup})
+                # the first answer of a request may wait for its set-up: imports, and for
+                # reasoning-gym the rows a fresh launcher must make again (~0.5 s a puzzle)
+                setup_seconds = _START_SECONDS + (4.0 * len(rest) if job.startswith("rg_") else 0.0)
                 first = True
                 while True:
-                    # the first answer of a request may wait for a setup (imports, generators)
-                    deadline = time.monotonic() + per_item + (_START_SECONDS if first else 0.0)
+                    deadline = time.monotonic() + per_item + (setup_seconds if first else 0.0)
                     msg = self._read_line(deadline)
                     first = False
                     if msg is None:
