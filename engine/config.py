@@ -121,7 +121,7 @@ class TrainConfig(Strict):
     lr: float = Field(5e-4, gt=0.0)
     optimizer: OptimizerSpec = OptimizerSpec()
     schedule: Schedules = Schedules()
-    shaping: Literal["zscore", "centered_rank"] = "zscore"
+    shaping: Literal["zscore", "centered_rank", "pareto"] = "zscore"
     generations: int = Field(10, ge=0)
     batch_size: int = Field(16, ge=1)
     max_new_tokens: int = Field(32, ge=1)

@@ -111,7 +111,9 @@ def train(
         evaluated = time.perf_counter()
 
         rewards = [r.reward for r in results]
-        coefficients = policy.tell(members, rewards, lr=lr, optimizer=cfg.optimizer)
+        coefficients = policy.tell(members, rewards, lr=lr, optimizer=cfg.optimizer,
+                                   components=[r.components for r in results],
+                                   objectives=pool.task.objectives())
         batch_indices, _ = pool_batch(pool, cfg, generation, level)
         extra = {}
         if curriculum:

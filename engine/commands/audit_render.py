@@ -104,13 +104,20 @@ def show_view(data: dict[str, Any]) -> RenderableType:
         t.add_column(col, justify="left" if col == "key" else "right")
     for m in data["members"]:
         t.add_row(str(m["index"]), _key(m["key"]), "+" if m["sign"] > 0 else "−",
-                  _f(m["reward"]), *[_f(m["components"].get(c)) for c in comps],
+                  _f(m["reward"]), *[_component(c, m["components"].get(c)) for c in comps],
                   repr(m["coefficient"]))
     parts: list[RenderableType] = [head, t]
     for m in data["members"]:
         if "samples" in m:
             parts.append(_samples_view(m))
     return Group(*parts)
+
+
+def _component(name: str, value: float | None) -> str:
+    """A component's cell; Pareto shaping's front as its index, starred when it is the first."""
+    if name == "pareto_front" and value is not None:
+        return f"★ {value:.0f}" if value == 0 else f"{value:.0f}"
+    return _f(value)
 
 
 def _samples_view(member: dict[str, Any]) -> RenderableType:

@@ -2,7 +2,8 @@
 
 Spec forms (YAML or ``--set task=...``):
 - ``"arithmetic"``, ``"countdown"`` — generated tasks;
-- ``"countdown:PATH"``, ``"math:PATH"``, ``"jsonl:PATH"`` — local files;
+- ``"countdown:PATH"``, ``"math:PATH"``, ``"jsonl:PATH"``, ``"code:PATH"`` — local files;
+- ``"reasoning_gym:NAME"`` — a reasoning-gym generator; ``"code:humaneval"`` — HumanEval;
 - a mapping ``{name: countdown, path: ..., test_size: 100, level: 2, rewards: [...]}``;
 - a mix: ``{mix: [{task: arithmetic, weight: 0.7}, {task: "math:gsm8k.jsonl", weight: 0.3}]}``
   or the same list alone.
@@ -27,7 +28,7 @@ from trainers.rewards.format import format_reward
 from trainers.rewards.length import length_penalty
 from trainers.rewards.loader import is_file_ref, load_reward_fn
 
-from . import arithmetic, countdown, jsonl_task, math_task
+from . import arithmetic, code_task, countdown, jsonl_task, math_task, reasoning_gym_task
 from .base import Task
 from .mixture import MixtureTask
 
@@ -36,7 +37,11 @@ LOADERS: dict[str, Callable[..., Task]] = {
     "countdown": countdown.load,
     "math": math_task.load,
     "jsonl": jsonl_task.load,
+    "code": code_task.load,
+    "reasoning_gym": reasoning_gym_task.load,
 }
+_NOT_PATHS = {"reasoning_gym": None, "code": "humaneval"}
+"""Tasks whose ``name:X`` names no file: every X (None), or this one X."""
 _COMMON = {"name", "rewards", "weight"}
 _BUILTIN_REWARDS = {"task", "format", "length"}
 _LEVELED = {"arithmetic": len(arithmetic.LEVELS), "countdown": len(countdown.LEVELS)}
@@ -49,8 +54,10 @@ def absolute_paths(spec: Any, base_dir: str | Path) -> Any:
     references and anything not understood are left as they are (``load_task`` judges)."""
     base = Path(base_dir)
 
-    def fix(path: Any) -> Any:
+    def fix(path: Any, task: Any = None) -> Any:
         if not isinstance(path, str) or not path or Path(path).is_absolute():
+            return path
+        if task in _NOT_PATHS and _NOT_PATHS[task] in (None, path):
             return path
         return str((base / path).resolve())
 
@@ -58,7 +65,7 @@ def absolute_paths(spec: Any, base_dir: str | Path) -> Any:
         return [absolute_paths(item, base_dir) for item in spec]
     if isinstance(spec, str):
         name, sep, path = spec.partition(":")
-        return f"{name}:{fix(path)}" if sep and name in LOADERS and path else spec
+        return f"{name}:{fix(path, name)}" if sep and name in LOADERS and path else spec
     if not isinstance(spec, dict):
         return spec
     out = dict(spec)
@@ -68,7 +75,7 @@ def absolute_paths(spec: Any, base_dir: str | Path) -> Any:
         out["task"] = absolute_paths(out["task"], base_dir)
     for key in ("path", "test_path"):
         if key in out:
-            out[key] = fix(out[key])
+            out[key] = fix(out[key], out.get("name") if key == "path" else None)
     if isinstance(out.get("rewards"), list):
         out["rewards"] = [_absolute_reward(item, fix) for item in out["rewards"]]
     return out
