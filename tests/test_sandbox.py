@@ -15,7 +15,7 @@ from ledger.errors import SeedLedgerError
 from tests.support.sandbox import need_bwrap
 from trainers.sandbox import Limits, Sandbox, bwrap_path
 
-LIMITS = Limits(cpu_seconds=1, memory_mb=256, wall_seconds=4)
+LIMITS = Limits(cpu_seconds=1, memory_mb=256, wall_seconds=12)  # wall: a loaded CI host
 
 
 @pytest.fixture(scope="module")

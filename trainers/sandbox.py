@@ -53,12 +53,12 @@ class Limits:
     processes: int = 4  # alive at once, threads included
     file_mb: int = 8  # largest file written
     output_kb: int = 256  # stdout + stderr read before the item is stopped
-    wall_seconds: float | None = None  # safety net; default 3 × cpu + 5
+    wall_seconds: float | None = None  # safety net for sleepers; default 10 × cpu + 20 (a loaded host must not trip it)
 
     def as_request(self) -> dict[str, Any]:
         out = asdict(self)
         if self.wall_seconds is None:
-            out["wall_seconds"] = 3.0 * self.cpu_seconds + 5.0
+            out["wall_seconds"] = 10.0 * self.cpu_seconds + 20.0
         return out
 
 
