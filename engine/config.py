@@ -83,6 +83,19 @@ class Evaluation(Strict):
     rows: int = Field(64, ge=1, description="held-out rows scored by `evaluate`")
 
 
+class KLConfig(Strict):
+    """reward − β·KL(member ‖ base) from each completion's token log-probabilities under
+    the member and the frozen base model (trainers.rewards.kl)."""
+
+    beta: float = Field(0.05, ge=0.0, le=100.0, allow_inf_nan=False, description="β, or its start when adapted")
+    estimator: Literal["k1", "k3"] = "k3"
+    target: float | None = Field(
+        None, gt=0.0, allow_inf_nan=False,
+        description="a KL per completion to steer β toward (adaptive controller); none: β fixed",
+    )
+    horizon: float = Field(10_000.0, gt=0.0, allow_inf_nan=False, description="completions over which β may move ~20%")
+
+
 class LowRank(Strict):
     """EGGROLL-style perturbations E = A·Bᵀ/√rank of the targeted linear layers only
     (replay.perturbation); every other parameter stays frozen."""
@@ -140,11 +153,18 @@ class TrainConfig(Strict):
     perturbation: Annotated[Literal["full"] | LowRank, BeforeValidator(_perturbation_shorthand)] = Field(
         "full", description="full-rank noise on every parameter, or low-rank on the targeted linears"
     )
+    kl: KLConfig | None = None
     members_per_forward: int | None = Field(
         None, ge=1,
         description="members evaluated together in one batched forward (low-rank); omitted: "
         "chosen when the run is created (engine.batching) and stored with it",
     )
+
+    @model_validator(mode="after")
+    def _kl_needs_hf(self) -> TrainConfig:
+        if self.kl is not None and self.backend != "hf":
+            raise ValueError("kl: the KL-to-base penalty needs backend: hf (it scores tokens under a frozen base model)")
+        return self
 
     def perturbation_spec(self) -> Perturbation:
         """The replay-side description of `perturbation`."""
