@@ -1,0 +1,200 @@
+"""One ES generation's evaluation three ways, in one run, on the same rows.
+
+    (a) per-member: each member's full-rank weights loaded, then its prompts decoded
+        (batch = prompts): the path every full-rank run takes;
+    (b) batched low-rank: the master loaded once, `members_per_forward` members' rows
+        decoded together with each row's rank-r term (engine/backends/hf_lowrank.py);
+    (c) pure batched inference of the unperturbed model over the same rows and chunks:
+        the limit (b) can reach.
+
+Figures: generated tokens/s (up to each row's EOS) and row-steps/s (rows × decode steps
+of each `generate` call: the work done, since finished rows ride along), and (b)/(c),
+(b)/(a). `--faithfulness` also compares (b) with each member's materialised weights
+`cast(W + σ·A·Bᵀ/√r)`: the largest logit difference and the share of identical greedy
+completions.
+
+    .venv/bin/python benchmarks/population_bench.py [--members 8 32] [--prompts 16]
+        [--new-tokens 64] [--rank 1] [--group 8] [--device cpu|cuda] [--model ...]
+        [--faithfulness] [--vllm]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+import torch  # noqa: E402
+
+from engine.backends.hf import HFBackend  # noqa: E402
+from engine.models import resolve_model  # noqa: E402
+from replay import noise  # noqa: E402
+from replay.perturbation import Perturbation, factors  # noqa: E402
+
+QUESTIONS = [
+    "What is 3+4?", "Name three primary colors.", "Write a haiku about autumn.",
+    "What is the capital of France?", "Explain photosynthesis in one sentence.",
+    "What is 12 times 11?", "Give me a synonym for happy.", "How many legs does a spider have?",
+    "Translate 'good morning' into Spanish.", "What is the boiling point of water in Celsius?",
+    "Who wrote Romeo and Juliet?", "List two prime numbers greater than 10.",
+    "What does CPU stand for?", "Describe the sea in five words.",
+    "What is the square root of 81?", "Suggest a name for a cat.",
+]
+SIGMA = noise.round_coefficient(1e-3)
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def _steps(ids: list[list[int]], chunk: int, new: int) -> int:
+    """rows × decode steps summed over the `generate` calls of `chunk` rows each."""
+    total = 0
+    for start in range(0, len(ids), chunk):
+        part = ids[start : start + chunk]
+        total += len(part) * min(new, max((len(r) for r in part), default=0))
+    return total
+
+
+def _members(n: int) -> tuple[list[int], list[int]]:
+    keys = [noise.member_key(noise.run_key(0), 1, i // 2) for i in range(n)]
+    return keys, [1 if i % 2 == 0 else -1 for i in range(n)]
+
+
+def per_member(model_dir, device, n, prompts, new) -> dict:
+    backend = HFBackend(model_dir, device=device, batch_size=len(prompts))
+    master = backend.master()
+    keys, signs = _members(n)
+    backend.generate_ids(prompts, 2)  # warm-up
+    _sync(device)
+    t0 = time.perf_counter()
+    ids = []
+    for key, sign in zip(keys, signs, strict=True):
+        backend.load_member(master, key, sign, SIGMA)
+        ids += backend.generate_ids(prompts, new)
+    _sync(device)
+    return _figures("(a) per-member", ids, time.perf_counter() - t0, len(prompts), new)
+
+
+def batched(model_dir, device, n, prompts, new, rank, group, unperturbed: bool) -> dict:
+    p = Perturbation.lowrank(rank)
+    backend = HFBackend(model_dir, device=device, perturbation=p)
+    backend.load_master(backend.master())
+    keys, signs = _members(n)
+    chunk = group * len(prompts)
+    backend._decode(prompts, [None] * len(prompts), 2, batch=len(prompts))  # warm-up
+    _sync(device)
+    t0 = time.perf_counter()
+    ids = []
+    for start in range(0, n, group):
+        rows = [q for _ in keys[start : start + group] for q in prompts]
+        if unperturbed:
+            ids += backend._decode(rows, [None] * len(rows), new, batch=chunk)
+            continue
+        with backend._lowrank.members(keys[start : start + group], signs[start : start + group], SIGMA):
+            ids += backend._decode(rows, [None] * len(rows), new, batch=chunk)
+    _sync(device)
+    label = "(c) pure inference" if unperturbed else f"(b) batched low-rank r={rank}"
+    return _figures(label, ids, time.perf_counter() - t0, chunk, new)
+
+
+def _figures(label: str, ids: list[list[int]], seconds: float, chunk: int, new: int) -> dict:
+    produced = sum(len(r) for r in ids)
+    return {
+        "path": label,
+        "rows": len(ids),
+        "seconds": seconds,
+        "tokens_per_s": produced / seconds,
+        "row_steps_per_s": _steps(ids, chunk, new) / seconds,
+    }
+
+
+def faithfulness(model_dir, device, n, prompts, new, rank) -> dict:
+    """(b) against each member's materialised weights: logits and greedy completions."""
+    p = Perturbation.lowrank(rank)
+    batched_b = HFBackend(model_dir, device=device, perturbation=p)
+    plain = HFBackend(model_dir, device=device, batch_size=len(prompts))
+    master = batched_b.master()
+    batched_b.load_master(master)
+    keys, signs = _members(n)
+    worst, same, total = 0.0, 0, 0
+    for key, sign in zip(keys, signs, strict=True):
+        with torch.no_grad():
+            for name, param in plain._params.items():
+                w = master[name]
+                if p.trained(name, tuple(w.shape)):
+                    a, b = factors(key, name, tuple(w.shape), rank, device=w.device)
+                    w = w + (sign * SIGMA * p.inv_sqrt_rank) * (a @ b.T)
+                param.copy_(w)
+        enc = plain._encode(prompts)
+        with torch.inference_mode():
+            ref = plain.model(**enc).logits
+            with batched_b._lowrank.members([key], [sign], SIGMA):
+                got = batched_b.model(**enc).logits
+                mine = batched_b._decode(prompts, [None] * len(prompts), new, batch=len(prompts))
+        worst = max(worst, (ref - got).abs().max().item())
+        theirs = plain.generate_ids(prompts, new)
+        same += sum(a == b for a, b in zip(mine, theirs, strict=True))
+        total += len(prompts)
+    return {"members": n, "max_logit_diff": worst, "identical_completions": same / total}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", default="smollm2-135m-instruct")
+    ap.add_argument("--members", type=int, nargs="+", default=[8, 32])
+    ap.add_argument("--prompts", type=int, default=16)
+    ap.add_argument("--new-tokens", type=int, default=64)
+    ap.add_argument("--rank", type=int, default=1)
+    ap.add_argument("--group", type=int, default=None, help="members per forward (default: engine.batching's CPU rule)")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--faithfulness", action="store_true")
+    ap.add_argument("--skip-per-member", action="store_true")
+    ap.add_argument("--vllm", action="store_true", help="also the vLLM section (population_bench_vllm.py)")
+    args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    model_dir = resolve_model(args.model)
+    prompts = [[{"role": "user", "content": q}] for q in (QUESTIONS * (args.prompts // 16 + 1))[: args.prompts]]
+    print(f"model {args.model}, device {args.device}, {torch.get_num_threads()} threads, "
+          f"{args.prompts} prompts, {args.new_tokens} new tokens, rank {args.rank}")
+    from engine.batching import CPU_ROWS
+
+    for n in args.members:
+        group = args.group or max(1, min(n, CPU_ROWS // args.prompts))
+        print(f"\nN = {n} members, {group} per forward ({group * args.prompts} rows)")
+        rows = []
+        if not args.skip_per_member:
+            rows.append(per_member(model_dir, args.device, n, prompts, args.new_tokens))
+        rows.append(batched(model_dir, args.device, n, prompts, args.new_tokens, args.rank, group, False))
+        rows.append(batched(model_dir, args.device, n, prompts, args.new_tokens, args.rank, group, True))
+        for r in rows:
+            print(f"  {r['path']:28} {r['seconds']:8.1f} s  {r['tokens_per_s']:8.1f} tok/s  "
+                  f"{r['row_steps_per_s']:8.1f} row-steps/s")
+        b, c = rows[-2], rows[-1]
+        print(f"  (b)/(c): {b['row_steps_per_s'] / c['row_steps_per_s']:.2f} (row-steps/s), "
+              f"{b['tokens_per_s'] / c['tokens_per_s']:.2f} (tok/s)")
+        if not args.skip_per_member:
+            a = rows[0]
+            print(f"  (b)/(a): {b['seconds'] and a['seconds'] / b['seconds']:.2f}× faster per generation")
+        if args.faithfulness:
+            f = faithfulness(model_dir, args.device, min(n, 8), prompts, args.new_tokens, args.rank)
+            print(f"  faithfulness over {f['members']} members: max |Δlogit| {f['max_logit_diff']:.2e}, "
+                  f"identical greedy completions {f['identical_completions']:.1%}")
+        if args.vllm:
+            from benchmarks.population_bench_vllm import vllm_section
+
+            vllm_section(model_dir, n, prompts, args.new_tokens)
+
+
+if __name__ == "__main__":
+    main()
