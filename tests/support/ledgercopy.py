@@ -39,3 +39,34 @@ def copy_rows(source: str, dest: str) -> None:
     finally:
         src.dispose()
         dst.dispose()
+
+
+def rechain(location: str) -> None:
+    """Recompute every generation's hash-chain digest from the rows as they now stand: a
+    ledger whose rows agree with their digests, e.g. one written by a faulty seedledger
+    (tests that need a wrong fingerprint the chain does not flag as a hand edit)."""
+    from ledger import chain
+    from ledger.schema import Generation, Member, Run
+
+    engine = make_engine(to_url(location))
+    try:
+        with engine.begin() as conn:
+            runs = {r.id: r for r in conn.execute(sa.select(Run).order_by(Run.id))}
+            genesis: dict[int, str] = {}
+            digests: dict[tuple[int, int], str] = {}
+
+            def head(row, g: int) -> str:
+                while g < (row.parent_generation or 0) + 1 and row.parent_id is not None:
+                    row = runs[row.parent_id]
+                return genesis[row.id] if g == 0 else digests[(row.id, g)]
+
+            for row in runs.values():  # parents first
+                parent = head(runs[row.parent_id], row.parent_generation) if row.parent_id else None
+                prev = genesis[row.id] = chain.genesis(row, parent)
+                gens = conn.execute(sa.select(Generation).where(Generation.run_id == row.id).order_by(Generation.idx))
+                for g in gens.all():
+                    ms = conn.execute(sa.select(Member).where(Member.generation_id == g.id).order_by(Member.idx)).all()
+                    prev = digests[(row.id, g.idx)] = chain.generation_digest(prev, g, ms)
+                    conn.execute(sa.update(Generation).where(Generation.id == g.id).values(digest=prev))
+    finally:
+        engine.dispose()
