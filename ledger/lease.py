@@ -211,7 +211,7 @@ class WriterLease:
         return (
             f"took over the lease of run {self.run!r} from {prev.get('holder')} (host "
             f"{prev.get('host')}, pid {prev.get('pid')}, last heartbeat {prev.get('heartbeat')}): "
-            f"{t.get('reason')}; its session ended without releasing it"
+            f"{t.get('reason')}; that session had not released it"
         )
 
     def __enter__(self) -> WriterLease:
