@@ -50,6 +50,7 @@ class Hooks:
     on_generation_start: Callable[[int, int], None] = lambda generation, members: None
     on_member: Callable[[MemberResult], None] = lambda result: None
     on_generation_end: Callable[[GenerationRecord, float], None] = lambda record, seconds: None
+    on_notice: Callable[[str], None] = lambda text: None  # e.g. a lease taken over
 
 
 def hyperparameters(cfg: TrainConfig, generation: int) -> tuple[float, float]:

@@ -130,6 +130,7 @@ def _build_smollm2(dest: Path) -> None:
     model.config._name_or_path = "HuggingFaceTB/SmolLM2-135M-Instruct"
     log.info("saving fp32 safetensors")
     model.save_pretrained(str(dest))
+    log.info("saving the tokenizer")
     _save_smollm2_tokenizer(dest)
 
 
@@ -146,7 +147,9 @@ def _build_tiny(dest: Path) -> None:
     import torch
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
+    log.info("saving the tokenizer")
     _save_smollm2_tokenizer(dest)
+    log.info("making seeded random weights")
     config = LlamaConfig(
         vocab_size=49152,
         hidden_size=64,
@@ -171,6 +174,7 @@ def _build_tiny(dest: Path) -> None:
             else:
                 p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float32) * TINY_STD)
     model.generation_config = GenerationConfig(bos_token_id=1, eos_token_id=2, pad_token_id=2)
+    log.info("saving fp32 safetensors")
     model.save_pretrained(str(dest))
 
 
@@ -294,12 +298,25 @@ def _provision(alias: Alias, entry: Path) -> None:
     """Build the alias into a temp dir beside `entry`, write the manifest, rename into place."""
     from rich.console import Console
 
+    from engine import progress
+
     console = Console(stderr=True)
     t0 = time.perf_counter()
     tmp = Path(tempfile.mkdtemp(prefix=f".{alias.name}.tmp-", dir=entry.parent))
+    title = f"provisioning model {alias.name!r} into {entry} (once)"
+    if progress.interactive():  # a spinner whose text follows the steps
+        status = console.status(title)
+        steps = _StepHandler(lambda msg: status.update(f"{title}: {msg}"))
+    else:  # a log: one line per step
+        progress.line(title)
+        status = contextlib.nullcontext()
+        steps = _StepHandler(lambda msg: progress.line(f"provisioning {alias.name!r}: {msg}"))
+    log.addHandler(steps)
+    log.setLevel(logging.INFO)
     try:
-        with console.status(f"provisioning model {alias.name!r} into {entry} (once)"):
+        with status:
             alias.build(tmp)
+            log.info("writing the manifest and syncing to disk")
             weights = tmp / WEIGHTS
             size = weights.stat().st_size
             _, params = _safetensors_tensor_bytes(weights)
@@ -325,11 +342,23 @@ def _provision(alias: Alias, entry: Path) -> None:
         tmp.rename(entry)
         fsync_dir(entry.parent)  # the rename itself survives a power loss
     finally:
+        log.removeHandler(steps)
         shutil.rmtree(tmp, ignore_errors=True)
     console.print(
         f"provisioned {alias.name!r}: {params:,} parameters, {size / 1e6:.0f} MB, "
         f"{time.perf_counter() - t0:.1f}s"
     )
+
+
+class _StepHandler(logging.Handler):
+    """Shows this module's INFO messages (the build's steps) while a model is provisioned."""
+
+    def __init__(self, show: Callable[[str], None]):
+        super().__init__(logging.INFO)
+        self.show = show
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.show(record.getMessage())
 
 
 def _resolve_alias(alias: Alias, verify: bool) -> Path:

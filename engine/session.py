@@ -117,9 +117,13 @@ def _run_loop(ledger: Ledger, run: RunInfo, cfg: TrainConfig, pool, generations:
                 heartbeat=lease.heartbeat,
             )
         except BaseException as exc:
-            ledger.set_status(run.name, "interrupted")
+            # Clean-up writes may fail too (a full disk, a lost server): they never mask the
+            # error. Then the run stays `training` under this process's lease, which the next
+            # `resume` takes over (at once on this host, with --take-over on another).
+            with contextlib.suppress(Exception):
+                ledger.set_status(run.name, "interrupted")
             if isinstance(exc, Exception):
-                with contextlib.suppress(Exception):  # the audit trail; never mask the error
+                with contextlib.suppress(Exception):  # the audit trail
                     ledger.log_event(
                         run.name, "error",
                         {"error": type(exc).__name__, "message": str(exc),
@@ -177,13 +181,21 @@ def start(
         pool.close()
 
 
-def resume(ledger: Ledger, run_name: str, generations: int | None, hooks: Hooks | None = None):
+def resume(
+    ledger: Ledger, run_name: str, generations: int | None, hooks: Hooks | None = None,
+    take_over: bool = False,
+):
     """Continue `run_name`. The writer lease is taken first: a second `resume` of a run
     being trained is refused (naming the holder) before it loads or replays anything,
-    and leaves no `resume` event."""
+    and leaves no `resume` event. A lease left by a dead session is taken over: at once
+    when its holder was on this host, with `take_over` when it was on another (whose
+    process this host cannot see); `hooks.on_notice` says so."""
     run = ledger.get_run(run_name)
     cfg = validate(run.config, f"run {run_name} config")
-    with ledger.lease(run.name, ttl=LEASE_TTL) as lease:
+    hooks = hooks or Hooks()
+    with ledger.lease(run.name, ttl=LEASE_TTL).acquire(force=take_over) as lease:
+        if lease.takeover is not None:
+            hooks.on_notice(lease.describe_takeover())
         latest = ledger.latest_generation(run_name)  # read under the lease: no one commits now
         if generations is None:
             generations = max(cfg.generations - (latest - run.parent_generation), 0)

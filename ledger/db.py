@@ -77,6 +77,17 @@ def foreign_key_violations(conn: Connection) -> list[tuple[str, int]]:
     return [(r[0], r[1]) for r in conn.exec_driver_sql("PRAGMA foreign_key_check")]
 
 
+MIGRATION_LOCK = 0x5EED_1ED6E5  # PostgreSQL advisory lock key held by schema migrations
+
+
+def lock_for_migration(conn: Connection) -> None:
+    """Inside a migration's transaction: make concurrent migrations take turns. SQLite's
+    BEGIN IMMEDIATE already does; PostgreSQL takes a transaction-scoped advisory lock, so
+    a second creator waits, then finds the schema at head and has nothing to do."""
+    if conn.dialect.name == "postgresql":
+        conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})")
+
+
 def _retry_locked(fn) -> None:
     """Run `fn`, retrying while SQLite says "database is locked", up to the busy timeout.
 

@@ -9,6 +9,7 @@ ledger: an SQLite database is recognised by its header, whatever its name.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import tempfile
@@ -85,12 +86,31 @@ def check_file_target(dest: Path, force: bool = False) -> None:
         raise SeedLedgerError(f"{label}: exists; pass --force to replace it")
 
 
+def disk_full(exc: BaseException) -> bool:
+    """ENOSPC, as an OSError or as a library's wrapped message (safetensors says
+    "No space left on device (os error 28)")."""
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    text = str(exc)
+    return "No space left on device" in text or "os error 28" in text
+
+
+def write_error(label: str, exc: BaseException) -> SeedLedgerError:
+    """One line for a write that failed (full disk, no permission): nothing was left."""
+    why = "no space left on device" if disk_full(exc) else getattr(exc, "strerror", None) or str(exc)
+    return SeedLedgerError(f"{label}: cannot write it: {why}; nothing was left behind")
+
+
 def write_file_durably(dest: Path, data: bytes, force: bool = False) -> None:
     """Publish `data` at `dest` whole or not at all: a temporary file in the same directory,
     fsynced, then renamed over `dest` and the directory fsynced. `check_file_target` runs
-    first and again just before the rename (for anything that appeared meanwhile)."""
+    first and again just before the rename (for anything that appeared meanwhile). A write
+    that fails (a full disk) removes the temporary file and raises one line."""
     check_file_target(dest, force)
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.")
+    except OSError as exc:
+        raise write_error(f"-o {dest}", exc) from None
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
@@ -98,5 +118,7 @@ def write_file_durably(dest: Path, data: bytes, force: bool = False) -> None:
             os.fsync(fh.fileno())
         check_file_target(dest, force)
         replace_durably(tmp, dest)
+    except OSError as exc:
+        raise write_error(f"-o {dest}", exc) from None
     finally:
         Path(tmp).unlink(missing_ok=True)

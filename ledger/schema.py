@@ -94,6 +94,9 @@ class Generation(Base):
     wall_time: Mapped[float | None] = mapped_column(Float)  # timings["wall"]: the generation up to its commit
     extra: Mapped[str] = mapped_column(Text)  # JSON
     committed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    # sha256 over this row, its members and the previous generation's digest (ledger.chain;
+    # migration 0004 filled it for older ledgers)
+    digest: Mapped[str | None] = mapped_column(String(64))
 
 
 class Member(Base):

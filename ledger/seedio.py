@@ -34,6 +34,7 @@ def export_seedfile(
     """
     info = ledger.get_run(run)
     g = ledger.latest_generation(run) if g is None else g
+    ledger.check_chain(run, g)  # never ship a history edited outside seedledger
     segments = ledger.ancestors(run, g)
     segment_runs = {name: ledger.get_run(name) for name, _a, _b in segments}
     header, data = encode(info, g, segments, segment_runs, ledger.records(run, g), key_fn)

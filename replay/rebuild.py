@@ -97,11 +97,13 @@ def rebuild(
 
     ``base`` is consumed: its tensors are updated in place and returned. With
     ``anchors_dir=None`` no anchor is used. Raises SeedLedgerError for a base that is not
-    the run's, VerifyMismatch when a checked fingerprint differs.
+    the run's, VerifyMismatch when a checked fingerprint differs, ChainBroken (a
+    VerifyMismatch) when a row of the history no longer matches its hash-chain digest.
     """
     if verify not in ("end", "every", "none"):
         raise ValueError(f"verify must be 'end', 'every' or 'none', not {verify!r}")
     g = ledger.latest_generation(run) if g is None else g
+    ledger.check_chain(run, g)  # rows edited outside seedledger: ChainBroken, before any work
     lineage = _lineage(ledger, run)
     kinds = {}
     for info in lineage:

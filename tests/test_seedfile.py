@@ -54,7 +54,7 @@ def _same_steps(a, b):
     ]
 
 
-def test_round_trip_lossless(source, tmp_path):
+def test_round_trip_lossless(source, ledger_url):
     led, d = source
     sf = read_seedfile(d / "derived.seeds", key_fn=mix)
     assert sf.header["keys"] == "index-u16" and sf.header["coefficients"] == "f64"
@@ -65,7 +65,7 @@ def test_round_trip_lossless(source, tmp_path):
     assert raw.header["keys"] == "raw-u64" and raw.header["coefficients"] == "f32hi20"
     _same_steps(raw.steps, led.replay_history("kid", 4))
 
-    with Ledger.open(tmp_path / "dst.db") as dst:
+    with Ledger.open(ledger_url) as dst:  # imported into SQLite and into PostgreSQL
         info = import_seedfile(dst, d / "derived.seeds", "copy", key_fn=mix)
         assert info.name == "copy" and info.parent is None and info.status == "imported"
         assert info.run_key == (1 << 64) - 3 and info.config == led.get_run("kid").config
@@ -384,12 +384,12 @@ def test_header_values_the_ledger_cannot_hold(source, tmp_path, where, name, val
         assert led.list_runs() == [] and led.events() == []
 
 
-def test_nothing_written_on_bad_file(source, tmp_path):
+def test_nothing_written_on_bad_file(source, tmp_path, ledger_url):
     _led, d = source
     data = (d / "derived.seeds").read_bytes()
     bad = tmp_path / "bad.seeds"
     bad.write_bytes(data[:-5])
-    with Ledger.open(tmp_path / "dst.db") as dst:
+    with Ledger.open(ledger_url) as dst:
         with pytest.raises(SeedLedgerError):
             import_seedfile(dst, bad, key_fn=mix)
         assert dst.list_runs() == [] and dst.events() == []

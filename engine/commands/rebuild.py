@@ -19,7 +19,7 @@ from engine.refs import parse_ref, resolve_ref
 from engine.session import anchors_dir
 from ledger import Ledger
 from ledger.db import sqlite_path, to_url
-from ledger.durable import holds_ledger, is_sqlite_file
+from ledger.durable import disk_full, holds_ledger, is_sqlite_file, write_error
 from ledger.errors import NotVerified, SeedLedgerError, VerifyMismatch
 from ledger.records import missing_fingerprint
 from replay.fingerprint import fingerprint
@@ -109,12 +109,20 @@ def write_model_dir(
             param.copy_(master[name].to(device=param.device, dtype=param.dtype))
     output = output.expanduser().resolve()
     output.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
+    try:
+        staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
+    except OSError as exc:
+        raise write_error(f"-o {output}", exc) from None
     old = None
     try:
-        model.save_pretrained(staging)
-        AutoTokenizer.from_pretrained(base_dir).save_pretrained(staging)
-        (staging / MARKER).write_text(json.dumps(meta, indent=2) + "\n")
+        try:
+            model.save_pretrained(staging)
+            AutoTokenizer.from_pretrained(base_dir).save_pretrained(staging)
+            (staging / MARKER).write_text(json.dumps(meta, indent=2) + "\n")
+        except Exception as exc:  # a full disk: one line, and the staging directory goes
+            if isinstance(exc, OSError) or disk_full(exc):
+                raise write_error(f"-o {output}", exc) from None
+            raise
         check_output(output, force, keep)  # again: something may have appeared meanwhile
         if output.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{output.name}.old.", dir=output.parent))

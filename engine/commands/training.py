@@ -33,9 +33,13 @@ def _session_payload(result) -> dict:
 def _session(ledger: str, as_json: bool, body, create: bool = False) -> None:
     """Run a training session `body(ledger, hooks)` with live progress (none under --json),
     then print its summary and emit the result."""
+    import contextlib
+
     from engine.progress import TrainingProgress
 
-    with open_ledger(ledger, create=create) as led, TrainingProgress(enabled=not as_json) as progress:
+    # under --json, stdout is the JSON document alone: log lines (provisioning) go to stderr
+    quiet = contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext()
+    with quiet, open_ledger(ledger, create=create) as led, TrainingProgress(enabled=not as_json) as progress:
         result = body(led, progress.hooks())
     if not as_json and progress.rows:
         progress.console.print(progress.summary())
@@ -64,13 +68,18 @@ def train(
 def resume(
     run: Annotated[str, typer.Argument(help="Run to continue from its last committed generation.")],
     generations: Gens = None,
+    take_over: Annotated[
+        bool,
+        typer.Option("--take-over", help="Take the run's writer lease from a session on another "
+                     "host that is gone (its next commit would fail if it is not)."),
+    ] = False,
     ledger: LedgerOpt = DEFAULT_LEDGER,
     as_json: JsonOpt = False,
 ):
     """Continue RUN from its last committed generation."""
     from engine import session
 
-    _session(ledger, as_json, lambda led, hooks: session.resume(led, run, generations, hooks))
+    _session(ledger, as_json, lambda led, hooks: session.resume(led, run, generations, hooks, take_over))
 
 
 @app.command()
