@@ -19,6 +19,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from ledger import codec, migrate, rows
 from ledger.errors import RunNotFound, SeedLedgerError
 from ledger.lease import WriterLease
+from ledger.names import check_run_name
 from ledger.records import RunInfo, RunSpec
 from ledger.schema import Event, Generation, Run
 
@@ -116,8 +117,7 @@ class LedgerBase:
         event: tuple[str, dict[str, Any]] | None = None,
     ) -> Any:
         """Insert a run row (and its create/fork/import event); returns the row."""
-        if not name or "@" in name or len(name) > 200 or name != name.strip():
-            raise SeedLedgerError(f"bad run name {name!r} (non-empty, no '@', no edge spaces)")
+        check_run_name(name)
         seed = spec.seed
         if seed is not None and (
             not isinstance(seed, int) or isinstance(seed, bool) or not codec.I64_MIN <= seed <= codec.I64_MAX

@@ -28,7 +28,8 @@ class HistoryMixin(LedgerBase):
 
     def replay_history(self, name: str, upto: int | None = None) -> list[ReplayStep]:
         """Keys and exact coefficients of generations 1..upto along the lineage, oldest first,
-        each with its own run's noise spec and parameter selection."""
+        each with its perturbation: its own run's noise spec and parameter selection, unless
+        the generation records one of its own (an imported lineage whose forks changed kind)."""
         steps: list[ReplayStep] = []
         opt_cache: dict[str, dict[str, Any]] = {}
         with self._read() as conn:
@@ -44,12 +45,14 @@ class HistoryMixin(LedgerBase):
                         Generation.optimizer,
                         Generation.population,
                         Generation.coefficients_dtype,
+                        Generation.noise_spec,
+                        Generation.param_selection,
                     )
                     .where(Generation.run_id == rid, Generation.idx.between(first, last))
                     .order_by(Generation.idx)
                 )
                 expect = first
-                for idx, keys, coefs, sigma, opt, pop, dtype in conn.execute(q):
+                for idx, keys, coefs, sigma, opt, pop, dtype, gspec, gsel in conn.execute(q):
                     if idx != expect:
                         raise SeedLedgerError(f"run {run!r} is missing generation {expect}")
                     if dtype != DTYPE or len(keys) != 8 * pop or len(coefs) != 8 * pop:
@@ -64,8 +67,8 @@ class HistoryMixin(LedgerBase):
                             coefficients=codec.unpack_f64(coefs),
                             sigma=sigma,
                             optimizer=dict(opt_cache[opt]),
-                            noise_spec=spec,
-                            param_selection=selection,
+                            noise_spec=spec if gspec is None else gspec,
+                            param_selection=selection if gsel is None else gsel,
                         )
                     )
                     expect += 1

@@ -103,16 +103,18 @@ def rebuild(
         raise ValueError(f"verify must be 'end', 'every' or 'none', not {verify!r}")
     g = ledger.latest_generation(run) if g is None else g
     lineage = _lineage(ledger, run)
-    kinds = {}
     for info in lineage:
         try:
-            kinds[info.name] = check_spec(info.noise_spec, info.param_selection)
+            check_spec(info.noise_spec, info.param_selection)
         except SeedLedgerError as exc:
             raise SeedLedgerError(f"run {info.name!r}: {exc}") from None
     base_fp = lineage[0].base_fingerprint
     steps = ledger.replay_history(run, upto=g)  # also validates g
-    for s in steps:  # each step applies its own run's kind (a fork may change it)
-        s.noise_spec, s.param_selection = kinds[s.run].noise_spec, kinds[s.run].param_selection
+    for s in steps:  # each step carries its own kind (its run's, or its own when imported)
+        try:
+            check_spec(s.noise_spec, s.param_selection)
+        except SeedLedgerError as exc:
+            raise SeedLedgerError(f"run {s.run!r} generation {s.index}: {exc}") from None
 
     start = _from_anchor(ledger, run, g, base, anchors_dir, base_fp) if anchors_dir is not None else None
     if start is None:

@@ -239,8 +239,9 @@ def rebuild_seedfile(
 ) -> dict:
     """Rebuild from a seed file alone: its header names the base and every step."""
     from ledger.seedfile import read_seedfile
+    from replay.seedcheck import check_seedfile
 
-    seeds = read_seedfile(path, key_fn=member_key)
+    seeds = read_seedfile(path, key_fn=member_key, check=check_seedfile)
     check_output(output, force, keep=keep)
     fps = {s.index: fp for s, fp in zip(seeds.steps, seeds.fingerprints, strict=True)}
     wanted = fps if verify == "every" else {g: fp for g, fp in fps.items() if g == seeds.generation}
