@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
+import signal
 import socket
 import threading
 from contextlib import contextmanager
@@ -19,6 +20,7 @@ from pathlib import Path
 
 from engine import batching
 from engine.config import TrainConfig, apply_overrides, load_config, validate
+from engine.interrupts import RunInterrupted, signal_of, signals_held
 from engine.loop import Hooks, train
 from engine.models import model_revision, resolve_model
 from engine.pools import make_pool
@@ -101,6 +103,36 @@ def _keepalive(lease: WriterLease, every: float = LEASE_TTL / 5):
         thread.join()
 
 
+@contextmanager
+def _interruptible(ledger: Ledger, run_name: str):
+    """A SIGINT or SIGTERM (engine.interrupts) inside marks the run `interrupted`, records
+    an `interrupted` event naming the signal and the last committed generation, and leaves
+    as RunInterrupted. Used inside the writer lease, which is released after it."""
+    try:
+        yield
+    except BaseException as exc:
+        signum = signal_of(exc)
+        if signum is None:
+            raise
+        name = signal.Signals(signum).name
+        with signals_held():
+            latest = ledger.latest_generation(run_name)
+            ledger.set_status(run_name, "interrupted")
+            ledger.log_event(run_name, "interrupted", {"signal": name, "generation": latest})
+        raise RunInterrupted(
+            f"interrupted by {name}: run {run_name} stopped at generation {latest}", signum, run_name
+        ) from None
+
+
+def _not_started(exc: BaseException, what: str) -> None:
+    """Re-raise an interrupt that came before a run was kept as RunInterrupted (no run)."""
+    signum = signal_of(exc)
+    if signum is not None:
+        raise RunInterrupted(
+            f"interrupted by {signal.Signals(signum).name} {what}; nothing was kept", signum
+        ) from None
+
+
 def _run_loop(ledger: Ledger, run: RunInfo, cfg: TrainConfig, pool, generations: int, hooks, lease):
     """Train under `lease` (held by the caller since before any work)."""
     loggers = None
@@ -149,10 +181,14 @@ def start(
     name = run_name or (Path(config_path).stem if config_path else "run")
     if ledger.has_run(name):
         raise SeedLedgerError(f"run {name!r} exists: `seedledger resume {name}` or pick another --run")
-    model_dir = resolve_model(cfg.model)
-    cfg = cfg.model_copy(update={"members_per_forward": batching.resolve(cfg, model_dir)})
-    spec = cfg.perturbation_spec()
-    pool = make_pool(cfg, model_dir)
+    try:
+        model_dir = resolve_model(cfg.model)
+        cfg = cfg.model_copy(update={"members_per_forward": batching.resolve(cfg, model_dir)})
+        spec = cfg.perturbation_spec()
+        pool = make_pool(cfg, model_dir)
+    except BaseException as exc:
+        _not_started(exc, f"before run {name} was created")
+        raise
     try:
         run = ledger.create_run(
             name=name,
@@ -169,7 +205,7 @@ def start(
             software=software_versions(),
             host=socket.gethostname(),
         )
-        with ledger.lease(run.name, ttl=LEASE_TTL) as lease:
+        with ledger.lease(run.name, ttl=LEASE_TTL) as lease, _interruptible(ledger, run.name):
             pool.restore(ledger, run.name, 0, None)
             count = cfg.generations if generations is None else generations
             return _run_loop(ledger, run, cfg, pool, count, hooks, lease)
@@ -183,7 +219,7 @@ def resume(ledger: Ledger, run_name: str, generations: int | None, hooks: Hooks 
     and leaves no `resume` event."""
     run = ledger.get_run(run_name)
     cfg = validate(run.config, f"run {run_name} config")
-    with ledger.lease(run.name, ttl=LEASE_TTL) as lease:
+    with ledger.lease(run.name, ttl=LEASE_TTL) as lease, _interruptible(ledger, run.name):
         latest = ledger.latest_generation(run_name)  # read under the lease: no one commits now
         if generations is None:
             generations = max(cfg.generations - (latest - run.parent_generation), 0)
@@ -241,16 +277,19 @@ def fork(
                 pool = make_pool(cfg, resolve_model(cfg.model))
                 _check_base(parent, pool.base_fingerprint())
                 pool.restore(ledger, run.name, gen, anchors_dir(ledger))
-        except BaseException:
-            if pool is not None:
-                pool.close()
-            lease.release()
-            with contextlib.suppress(Exception):
-                ledger.delete_run(run.name)
+        except BaseException as exc:
+            with signals_held():
+                if pool is not None:
+                    pool.close()
+                lease.release()
+                with contextlib.suppress(Exception):
+                    ledger.delete_run(run.name)
+            _not_started(exc, f"while fork {run.name} was set up")
             raise
         try:
-            count = max(cfg.generations - gen, 0) if generations is None else generations
-            return _run_loop(ledger, run, cfg, pool, count, hooks, lease)
+            with _interruptible(ledger, run.name):
+                count = max(cfg.generations - gen, 0) if generations is None else generations
+                return _run_loop(ledger, run, cfg, pool, count, hooks, lease)
         finally:
             pool.close()
 

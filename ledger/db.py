@@ -23,6 +23,7 @@ dialect alone), so the ledger's own SQL runs unchanged on PostgreSQL.
 from __future__ import annotations
 
 import os
+import re
 import time
 from pathlib import Path
 
@@ -35,16 +36,32 @@ from ledger.errors import SeedLedgerError
 BUSY_TIMEOUT_MS = 30_000
 
 
+_PASSWORD = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://[^\s:/@]*:)[^\s@]*@")
+
+
+def redact(text: str) -> str:
+    """`text` with the password of every `scheme://user:password@` in it replaced by ***."""
+    return _PASSWORD.sub(r"\1***@", text)
+
+
+def display_location(location: str | os.PathLike[str]) -> str:
+    """A ledger location as it may be shown or logged: a URL's password is masked."""
+    return redact(os.fspath(location))
+
+
 def to_url(location: str | os.PathLike[str]) -> str:
     """A SQLAlchemy URL from a URL or a plain file path (`x.db` -> `sqlite:///x.db`)."""
     text = os.fspath(location)
     if "://" in text:
         try:
             make_url(text)
-        except ArgumentError as exc:
-            raise SeedLedgerError(f"bad ledger URL {text!r}: {exc}") from None
+        except ArgumentError:
+            raise SeedLedgerError(f"bad ledger URL {display_location(text)!r}") from None
         return text
-    return f"sqlite:///{Path(text).expanduser().resolve()}"
+    try:
+        return f"sqlite:///{Path(text).expanduser().resolve()}"
+    except RuntimeError as exc:  # `~nouser/x.db`: no such user's home
+        raise SeedLedgerError(f"cannot use ledger path {text!r}: {exc}") from None
 
 
 def sqlite_path(url: str) -> Path | None:
@@ -63,7 +80,7 @@ def make_engine(url: str, *, tuned: bool = True, foreign_keys: bool = True) -> E
     try:
         engine = create_engine(url)
     except (ArgumentError, ImportError) as exc:  # unknown dialect / missing driver
-        raise SeedLedgerError(f"cannot open ledger {url!r}: {exc}") from None
+        raise SeedLedgerError(f"cannot open ledger {display_location(url)!r}: {redact(str(exc))}") from None
     if engine.dialect.name == "sqlite":
         _install_sqlite_hooks(engine, tuned, foreign_keys)
     return engine

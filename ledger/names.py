@@ -45,15 +45,22 @@ def path_component(name: str) -> str:
     return "run-" + hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
-_UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2066-\u2069\ufeff]")
+_UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2066-\u2069\ufeff\ud800-\udfff]")
 
 
-def printable(text: object, limit: int = 200) -> str:
+def printable(text: object, limit: int | None = 200, newlines: bool = False) -> str:
     """`text` fit for a terminal: control characters (C0, DEL, C1: ANSI and OSC escapes
-    start with them), bidirectional overrides and zero-width characters become `\\x1b`-style
-    escapes, and the result is cut to about `limit` characters. Not a quoting for shells."""
+    start with them), bidirectional overrides, zero-width characters and lone surrogates become `\\x1b`-style
+    escapes (line breaks too, unless `newlines`), and the result is cut to about `limit`
+    characters (None: not cut). Not a quoting for shells."""
     s = str(text)
-    if len(s) > limit:
+    if limit is not None and len(s) > limit:
         s = s[:limit] + "…"
-    return _UNSAFE.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
-                       else f"\\u{ord(m.group()):04x}", s)
+
+    def esc(m: re.Match[str]) -> str:
+        c = m.group()
+        if newlines and c == "\n":
+            return c
+        return f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}"
+
+    return _UNSAFE.sub(esc, s)

@@ -12,6 +12,22 @@ from rich.tree import Tree
 from engine.commands.audit import FP_PREFIX
 
 
+def safe(data: Any) -> Any:
+    """`data` with every string (and mapping key) fit for a terminal: control characters
+    escaped (ledger.names.printable), since run names, payloads, component names and
+    samples come from ledgers and seed files others wrote. (Views print with markup off,
+    so brackets in them stay literal.)"""
+    from ledger.names import printable
+
+    if isinstance(data, str):
+        return printable(data, limit=None)
+    if isinstance(data, dict):
+        return {safe(k) if isinstance(k, str) else k: safe(v) for k, v in data.items()}
+    if isinstance(data, list | tuple):
+        return [safe(v) for v in data]
+    return data
+
+
 def _f(x: float | None, fmt: str = ".3f") -> str:
     return "–" if x is None else format(x, fmt)
 
@@ -65,14 +81,14 @@ def run_log_view(data: dict[str, Any]) -> RenderableType:
 def graph_view(roots: list[dict[str, Any]]) -> RenderableType:
     if not roots:
         return Text("no runs in this ledger")
-    tree = Tree("[bold]runs[/bold]", guide_style="dim")
+    tree = Tree(Text("runs", style="bold"), guide_style="dim")
 
     def add(parent: Tree, node: dict[str, Any]) -> None:
         first = (node["forked_at"] or 0) + 1  # a fork's own generations start after its fork point
         own = f"gens {first}..{node['generations']}" if node["generations"] >= first else "no gens"
-        label = f"[bold]{node['name']}[/bold]  {own}  {node['status']}"
+        label = Text.assemble((node["name"], "bold"), f"  {own}  {node['status']}")
         if node["forked_at"] is not None:
-            label = f"@{node['forked_at']} → " + label
+            label = Text.assemble(f"@{node['forked_at']} → ", label)
         branch = parent.add(label)
         for child in node["children"]:
             add(branch, child)
@@ -86,7 +102,7 @@ def show_view(data: dict[str, Any]) -> RenderableType:
     hp = data["hyperparameters"]
     where = "" if data["recorded_in"] == data["run"] else f" (recorded in {data['recorded_in']})"
     head = Table.grid(padding=(0, 2))
-    head.add_row("generation", f"[bold]{data['run']}@{data['generation']}[/bold]{where}")
+    head.add_row("generation", Text.assemble((f"{data['run']}@{data['generation']}", "bold"), where))
     head.add_row("fingerprint", data["fingerprint"] or "–")
     head.add_row("lr / σ / N", f"{hp['lr']:.4g} / {hp['sigma']:.4g} / {hp['population']}")
     head.add_row("optimizer", ", ".join(f"{k}={v}" for k, v in hp["optimizer"].items()))
@@ -143,10 +159,10 @@ def diff_view(data: dict[str, Any], top: int | None = None) -> RenderableType:
     if top is not None and len(data["tensors"]) > top:
         t.add_row(f"… {len(data['tensors']) - top} more", "", "", "", "")
     t.add_section()
-    t.add_row("[bold]total[/bold]", f"{tot['tensors']} tensors", f"{tot['l2']:.4g}",
+    t.add_row(Text("total", style="bold"), f"{tot['tensors']} tensors", f"{tot['l2']:.4g}",
               f"{tot['max_abs']:.4g}", f"{tot['changed']:,}/{tot['numel']:,}")
     return t
 
 
 def print_view(view: RenderableType) -> None:
-    Console().print(view)
+    Console(markup=False, emoji=False).print(view)  # text from ledgers is never markup

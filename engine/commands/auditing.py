@@ -34,7 +34,7 @@ def log(
     if as_json:
         emit(payload, as_json)
     else:
-        ar.print_view(view(payload))
+        ar.print_view(view(ar.safe(payload)))
 
 
 @app.command()
@@ -55,7 +55,7 @@ def show(
     if as_json:
         emit(payload, as_json)
     else:
-        ar.print_view(ar.show_view(payload))
+        ar.print_view(ar.show_view(ar.safe(payload)))
 
 
 @app.command()
@@ -76,7 +76,7 @@ def diff(
     if as_json:
         emit(payload, as_json)
     else:
-        ar.print_view(ar.diff_view(payload, top))
+        ar.print_view(ar.diff_view(ar.safe(payload), top))
 
 
 @app.command()

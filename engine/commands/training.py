@@ -5,6 +5,8 @@ command runs, so that starting the CLI stays light.
 
 from __future__ import annotations
 
+import os
+import shlex
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -12,6 +14,7 @@ from typing import Annotated
 import typer
 
 from engine.commands.app import DEFAULT_LEDGER, JsonOpt, LedgerOpt, app, emit, open_ledger
+from ledger.db import display_location
 
 Sets = Annotated[
     list[str] | None, typer.Option("--set", help="Override a config key: key=value (dots for nesting).")
@@ -32,11 +35,21 @@ def _session_payload(result) -> dict:
 
 def _session(ledger: str, as_json: bool, body, create: bool = False) -> None:
     """Run a training session `body(ledger, hooks)` with live progress (none under --json),
-    then print its summary and emit the result."""
+    then print its summary and emit the result. SIGTERM stops it as Ctrl-C does
+    (engine.interrupts); the one line then names the `resume` command to run."""
+    from engine.interrupts import RunInterrupted, sigterm_raises
     from engine.progress import TrainingProgress
 
-    with open_ledger(ledger, create=create) as led, TrainingProgress(enabled=not as_json) as progress:
-        result = body(led, progress.hooks())
+    try:
+        with sigterm_raises(), open_ledger(ledger, create=create) as led, \
+                TrainingProgress(enabled=not as_json) as progress:
+            result = body(led, progress.hooks())
+    except RunInterrupted as exc:
+        if exc.run is not None:
+            implied = ("", DEFAULT_LEDGER, os.environ.get("SEEDLEDGER_DB"))  # what `resume` finds alone
+            where = "" if ledger in implied else f" --ledger {shlex.quote(display_location(ledger))}"
+            exc.args = (f"{exc}; continue with `seedledger resume {exc.run}{where}`",)
+        raise
     if not as_json and progress.rows:
         progress.console.print(progress.summary())
     emit(_session_payload(result), as_json, f"run {result.run.name}: fingerprint {result.fingerprint}")
