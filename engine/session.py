@@ -30,6 +30,8 @@ from ledger.db import sqlite_path, to_url
 from ledger.errors import SeedLedgerError
 from ledger.lease import WriterLease
 from replay.noise import run_key
+from trainers.rewards.loader import is_file_ref
+from trainers.tasks.registry import code_refs
 
 LEASE_TTL = 300.0  # seconds; the loop renews it after every member
 
@@ -213,11 +215,37 @@ def start(
         pool.close()
 
 
-def resume(ledger: Ledger, run_name: str, generations: int | None, hooks: Hooks | None = None):
+def check_stored_code(refs: list[str], owner: str, trust_code: bool) -> None:
+    """Refuse to import reward code that a stored config names (a ledger or seed file may
+    come from anyone) unless the user passed --trust-code; a relative file reference is
+    refused even then, since it would be resolved against the working directory."""
+    if not refs:
+        return
+    relative = [r for r in refs if is_file_ref(r.rpartition(":")[0]) and not Path(r.rpartition(":")[0]).is_absolute()]
+    if relative:
+        raise SeedLedgerError(
+            f"{owner}'s stored config names reward code by a relative path ({relative[0]!r}); "
+            "stored configs name files absolutely, and this one is not resolved against the "
+            "working directory"
+        )
+    if not trust_code:
+        named = ", ".join(repr(r) for r in dict.fromkeys(refs))
+        raise SeedLedgerError(
+            f"{owner}'s stored config names code to import: {named}; code named by a ledger or "
+            "seed file runs only with --trust-code (read it first)"
+        )
+
+
+def resume(
+    ledger: Ledger, run_name: str, generations: int | None, hooks: Hooks | None = None,
+    *, trust_code: bool = False,
+):
     """Continue `run_name`. The writer lease is taken first: a second `resume` of a run
     being trained is refused (naming the holder) before it loads or replays anything,
-    and leaves no `resume` event."""
+    and leaves no `resume` event. Reward code the stored config names is imported only
+    with `trust_code`."""
     run = ledger.get_run(run_name)
+    check_stored_code(code_refs(run.config.get("task")), f"run {run_name}", trust_code)
     cfg = validate(run.config, f"run {run_name} config")
     with ledger.lease(run.name, ttl=LEASE_TTL) as lease, _interruptible(ledger, run.name):
         latest = ledger.latest_generation(run_name)  # read under the lease: no one commits now
@@ -243,12 +271,18 @@ def fork(
     overrides: list[str],
     generations: int | None,
     hooks: Hooks | None = None,
+    *,
+    trust_code: bool = False,
 ) -> SessionResult:
     """Start `new_name` at `ref`. The child run is created and leased before the model is
     loaded (a racing fork of the same name fails at once); if setup then fails, before
-    anything trained, the empty child is deleted so that its name stays free."""
+    anything trained, the empty child is deleted so that its name stays free. Reward code
+    the parent's stored config names is imported only with `trust_code` (code the
+    overrides name is the user's own)."""
     parent, gen = resolve_ref(ledger, ref)
     data = apply_overrides(dict(parent.config), list(overrides))
+    inherited = set(code_refs(parent.config.get("task")))
+    check_stored_code([r for r in code_refs(data.get("task")) if r in inherited], f"run {parent.name}", trust_code)
     cfg = validate(data, "fork config")
     if cfg.model != parent.base_model:
         raise SeedLedgerError("a fork keeps its parent's base model; `model` cannot be changed")

@@ -17,7 +17,9 @@ directory. To give such a run a grammatical name, fork it with zero generations
 from __future__ import annotations
 
 import hashlib
+import os
 import re
+from pathlib import Path
 
 from ledger.errors import SeedLedgerError
 
@@ -43,6 +45,16 @@ def path_component(name: str) -> str:
     if valid_run_name(name):
         return name
     return "run-" + hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def run_path(base: str | os.PathLike[str], name: str) -> Path:
+    """`base/<path_component(name)>`, checked to lie inside `base` (the one way a path is
+    built from a run name)."""
+    root = Path(base)
+    path = root / path_component(name)
+    if path.resolve().parent != root.resolve():
+        raise SeedLedgerError(f"run {printable(repr(name))} cannot be given a path under {root}")
+    return path
 
 
 _UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2066-\u2069\ufeff\ud800-\udfff]")

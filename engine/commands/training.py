@@ -20,6 +20,10 @@ Sets = Annotated[
     list[str] | None, typer.Option("--set", help="Override a config key: key=value (dots for nesting).")
 ]
 Gens = Annotated[int | None, typer.Option("--generations", "-n", help="Generations to train.")]
+TrustCode = Annotated[
+    bool,
+    typer.Option("--trust-code", help="Import the reward code the run's stored config names (read it first)."),
+]
 
 
 def _session_payload(result) -> dict:
@@ -77,13 +81,15 @@ def train(
 def resume(
     run: Annotated[str, typer.Argument(help="Run to continue from its last committed generation.")],
     generations: Gens = None,
+    trust_code: TrustCode = False,
     ledger: LedgerOpt = DEFAULT_LEDGER,
     as_json: JsonOpt = False,
 ):
     """Continue RUN from its last committed generation."""
     from engine import session
 
-    _session(ledger, as_json, lambda led, hooks: session.resume(led, run, generations, hooks))
+    _session(ledger, as_json,
+             lambda led, hooks: session.resume(led, run, generations, hooks, trust_code=trust_code))
 
 
 @app.command()
@@ -92,13 +98,15 @@ def fork(
     run: Annotated[str, typer.Option("--run", help="Name of the new run.")],
     set_: Sets = None,
     generations: Gens = None,
+    trust_code: TrustCode = False,
     ledger: LedgerOpt = DEFAULT_LEDGER,
     as_json: JsonOpt = False,
 ):
     """Start a child run at RUN@G (optionally with changed settings) and train it."""
     from engine import session
 
-    _session(ledger, as_json, lambda led, hooks: session.fork(led, ref, run, set_ or [], generations, hooks))
+    _session(ledger, as_json, lambda led, hooks: session.fork(
+        led, ref, run, set_ or [], generations, hooks, trust_code=trust_code))
 
 
 @app.command()

@@ -85,6 +85,23 @@ def _absolute_reward(item: Any, fix: Callable[[Any], Any]) -> Any:
     return {**item, "fn": fixed} if isinstance(item, dict) else fixed
 
 
+def code_refs(spec: Any) -> list[str]:
+    """Every reward reference in task ``spec`` that imports code (``module:function`` or
+    ``file.py:function``; built-ins are not code), in order, without loading anything:
+    what a stored config would make `resume` or `fork` import."""
+    if isinstance(spec, list):
+        return [r for item in spec for r in code_refs(item)]
+    if not isinstance(spec, dict):
+        return []
+    out = code_refs(spec.get("mix")) + code_refs(spec.get("task"))
+    rewards = spec.get("rewards")
+    for item in rewards if isinstance(rewards, list) else []:
+        ref = item.get("fn") if isinstance(item, dict) else item
+        if isinstance(ref, str) and ref not in _BUILTIN_REWARDS:
+            out.append(ref)
+    return out
+
+
 def task_levels(spec: Any) -> int:
     """How many difficulty levels the task ``spec`` names, without loading any data (1 for
     file-backed tasks and mixes, which a curriculum cannot move)."""
