@@ -19,7 +19,7 @@ import torch
 from ledger.errors import SeedLedgerError, VerifyMismatch
 from ledger.records import RunInfo
 
-from .anchors import AnchorError, load_anchor
+from .anchors import AnchorError, load_anchor, max_anchor_bytes
 from .fingerprint import fingerprint
 from .perturbation import check_spec
 from .update import OptimizerState, apply_step
@@ -69,7 +69,7 @@ def _from_anchor(ledger, run: str, g: int, base: dict[str, torch.Tensor], anchor
     for info in sorted(candidates, key=lambda a: a.generation, reverse=True):
         try:
             want = _recorded_fingerprint(ledger, run, info.generation, base_fp)
-            master, state = load_anchor(info, anchors_dir, want)
+            master, state = load_anchor(info, anchors_dir, want, max_anchor_bytes(base))
         except AnchorError as exc:
             warnings.warn(f"{exc}; falling back", RuntimeWarning, stacklevel=3)
             log.warning("%s; falling back", exc)
