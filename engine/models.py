@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ledger.durable import fsync_dir
+from ledger.durable import as_umask_allows, fsync_dir
 from ledger.errors import SeedLedgerError
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never touch the hub, whoever imports us first
@@ -317,7 +317,7 @@ def _provision(alias: Alias, entry: Path) -> None:
                 with f.open("rb") as fh:
                     os.fsync(fh.fileno())
             fsync_dir(tmp)  # ... and the entry's own file names
-        tmp.chmod(0o755)  # mkdtemp makes it private; the cache is shared like any other
+        as_umask_allows(tmp)  # mkdtemp (0700) and safetensors (0600) make it private; the cache is shared
         if entry.exists():  # a corrupt entry: move aside first, then drop it
             old = Path(tempfile.mkdtemp(prefix=f".{alias.name}.old-", dir=entry.parent))
             entry.rename(old / "entry")

@@ -19,7 +19,7 @@ from engine.refs import parse_ref, resolve_ref
 from engine.session import anchors_dir
 from ledger import Ledger
 from ledger.db import sqlite_path, to_url
-from ledger.durable import holds_ledger, is_sqlite_file
+from ledger.durable import as_umask_allows, holds_ledger, is_sqlite_file
 from ledger.errors import NotVerified, SeedLedgerError, VerifyMismatch
 from ledger.records import missing_fingerprint
 from replay.fingerprint import fingerprint
@@ -108,13 +108,17 @@ def write_model_dir(
         for name, param in model.named_parameters():
             param.copy_(master[name].to(device=param.device, dtype=param.dtype))
     output = output.expanduser().resolve()
-    output.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
+    except OSError as exc:  # a read-only place, a file where a directory should be
+        raise SeedLedgerError(f"-o {output}: cannot write in {output.parent}: {exc.strerror}") from None
     old = None
     try:
         model.save_pretrained(staging)
         AutoTokenizer.from_pretrained(base_dir).save_pretrained(staging)
         (staging / MARKER).write_text(json.dumps(meta, indent=2) + "\n")
+        as_umask_allows(staging)  # mkdtemp's 0700 and safetensors' 0600 are not for sharing
         check_output(output, force, keep)  # again: something may have appeared meanwhile
         if output.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{output.name}.old.", dir=output.parent))
