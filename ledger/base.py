@@ -17,6 +17,7 @@ from sqlalchemy import Connection, Engine, func, insert, select
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from ledger import codec, migrate, rows
+from ledger.db import display_location
 from ledger.errors import RunNotFound, SeedLedgerError
 from ledger.lease import WriterLease
 from ledger.names import check_run_name
@@ -33,16 +34,21 @@ class LedgerBase:
     def __init__(self, engine: Engine, location: str = ""):
         self.engine = engine
         self.location = location or str(engine.url)
+        self.display = display_location(self.location)  # for messages: the password masked
         self._ids: dict[str, int] = {}
         self.held_leases: dict[int, WriterLease] = {}  # by run id: the leases this object holds
         # set by open() when it upgraded an old schema: before/after revision and the
         # backup file (show `upgraded.describe()` to the user: it names the backup)
         self.upgraded: migrate.UpgradeResult | None = None
+        # why the ledger is open read-only (Ledger.open), else None: writes are refused
+        self.read_only: str | None = None
 
     @contextmanager
     def transaction(self, raw_integrity: bool = False) -> Iterator[Connection]:
         """One write transaction (BEGIN IMMEDIATE on SQLite); DB errors become one line
         (IntegrityError passes through with `raw_integrity`, for callers that retry)."""
+        if self.read_only is not None:
+            raise SeedLedgerError(f"ledger {self.display} is open read-only ({self.read_only}); nothing was written")
         try:
             with self.engine.connect() as conn:
                 conn.execution_options(write=True)
@@ -51,7 +57,7 @@ class LedgerBase:
         except DBAPIError as exc:
             if raw_integrity and isinstance(exc, IntegrityError):
                 raise
-            raise SeedLedgerError(f"ledger {self.location}: {exc.orig}") from None
+            raise SeedLedgerError(f"ledger {self.display}: {exc.orig}") from None
 
     @contextmanager
     def _read(self) -> Iterator[Connection]:
@@ -59,12 +65,12 @@ class LedgerBase:
             with self.engine.connect() as conn:
                 yield conn
         except DBAPIError as exc:
-            raise SeedLedgerError(f"ledger {self.location}: {exc.orig}") from None
+            raise SeedLedgerError(f"ledger {self.display}: {exc.orig}") from None
 
     def _run_row(self, conn: Connection, name: str) -> Any:
         row = conn.execute(select(Run).where(Run.name == name)).first()
         if row is None:
-            raise RunNotFound(f"no run named {name!r} in {self.location}")
+            raise RunNotFound(f"no run named {name!r} in {self.display}")
         return row
 
     def run_id(self, name: str) -> int:

@@ -26,6 +26,7 @@ import os
 import re
 import time
 from pathlib import Path
+from urllib.parse import quote, unquote
 
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
@@ -65,11 +66,44 @@ def to_url(location: str | os.PathLike[str]) -> str:
 
 
 def sqlite_path(url: str) -> Path | None:
-    """The file behind a SQLite URL; None for other databases and in-memory SQLite."""
+    """The file behind a SQLite URL (a `file:` URI one too); None for other databases and
+    in-memory SQLite."""
     u = make_url(url)
     if u.get_backend_name() != "sqlite" or not u.database or u.database == ":memory:":
         return None
+    if u.query.get("uri") == "true" and u.database.startswith("file:"):
+        return Path(unquote(u.database.removeprefix("file:").partition("?")[0]))
     return Path(u.database)
+
+
+def read_only_reason(url: str) -> str | None:
+    """Why a SQLite ledger must be opened read-only, or None: the URL asks for it
+    (`?mode=ro`), or the file or its directory cannot be written (a read-only mount, a
+    copy without write permission: SQLite's WAL needs to write `-shm` beside the file)."""
+    path = sqlite_path(url)
+    if path is None:
+        return None
+    if make_url(url).query.get("mode") == "ro":
+        return "?mode=ro"
+    if path.exists() and not (os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)):
+        return "its file or directory is not writable"
+    return None
+
+
+def read_only_url(path: Path) -> str:
+    """A URL that reads the SQLite file at `path` without writing anything beside it:
+    `mode=ro`, and `immutable=1` when no `-shm` exists to share (SQLite could not create
+    one on a read-only mount). A `-wal` holding data that SQLite could only read through a
+    new `-shm` is refused: immutable mode would silently skip those commits."""
+    shm, wal = Path(f"{path}-shm"), Path(f"{path}-wal")
+    immutable = not shm.exists()
+    if immutable and wal.exists() and wal.stat().st_size > 0:
+        raise SeedLedgerError(
+            f"ledger {path} is read-only and has commits in {wal.name} that SQLite cannot read "
+            "without writing beside it; open it where it is writable, or copy the three files"
+        )
+    query = "mode=ro" + ("&immutable=1" if immutable else "")
+    return f"sqlite:///file:{quote(str(path.resolve()))}?{query}&uri=true"
 
 
 def make_engine(url: str, *, tuned: bool = True, foreign_keys: bool = True) -> Engine:

@@ -159,11 +159,22 @@ def _unchecked(missing: tuple[int, str] | None, what: str, allow_unverified: boo
     return {"verified": False, "not_verified": missing[1]}
 
 
+def _with_event(ledger: Ledger, run: str, payload: dict, report: dict) -> dict:
+    """`report`, after recording `payload` as the run's `verify` event; when the ledger
+    cannot take it (read-only), the result still stands and `event_error` says why."""
+    try:
+        ledger.log_event(run, "verify", payload)
+    except SeedLedgerError as exc:
+        report["event_error"] = str(exc)
+    return report
+
+
 def verify_ref(ledger: Ledger, ref: str, device: str = "cpu") -> dict:
     """Replay from the base (no anchors) and compare every generation's fingerprint.
 
-    Every outcome is logged as a `verify` event; a mismatch, or a base or generation with
-    no fingerprint to compare against ("not verified"), is reported (`ok: false`, the first
+    Every outcome is logged as a `verify` event (where the ledger can be written: else the
+    report's `event_error` says so); a mismatch, or a base or generation with no
+    fingerprint to compare against ("not verified"), is reported (`ok: false`, the first
     generation concerned, the message), not raised, so that the CLI can print the report
     before it exits 1.
     """
@@ -172,50 +183,46 @@ def verify_ref(ledger: Ledger, ref: str, device: str = "cpu") -> dict:
     if missing is not None:
         bad, why = missing
         message = f"{run.name}@{gen} not verified: {why}"
-        ledger.log_event(
-            run.name, "verify",
+        return _with_event(
+            ledger, run.name,
             {"generation": gen, "ok": False, "device": device, "first_bad_generation": bad,
              "error": message, "not_verified": why},
+            {
+                "run": run.name,
+                "generation": gen,
+                "generations_checked": 0,
+                "first_bad_generation": bad,
+                "fingerprint": None,
+                "ok": False,
+                "not_verified": why,
+                "error": message,
+            },
         )
-        return {
-            "run": run.name,
-            "generation": gen,
-            "generations_checked": 0,
-            "first_bad_generation": bad,
-            "fingerprint": None,
-            "ok": False,
-            "not_verified": why,
-            "error": message,
-        }
     _, master = _base_for(run, None, device)
     try:
         master, _ = rebuild(ledger, run.name, gen, master, verify="every", anchors_dir=None)
     except VerifyMismatch as exc:
         bad = exc.generation
         message = f"{run.name}@{gen} does not verify: {exc}"
-        ledger.log_event(
-            run.name, "verify",
+        return _with_event(
+            ledger, run.name,
             {"generation": gen, "ok": False, "device": device, "first_bad_generation": bad,
              "error": str(exc)},
+            {
+                "run": run.name,
+                "generation": gen,
+                "generations_checked": bad,
+                "first_bad_generation": bad,
+                "fingerprint": None,
+                "ok": False,
+                "error": message,
+            },
         )
-        return {
-            "run": run.name,
-            "generation": gen,
-            "generations_checked": bad,
-            "first_bad_generation": bad,
-            "fingerprint": None,
-            "ok": False,
-            "error": message,
-        }
     fp = fingerprint(master)
-    ledger.log_event(run.name, "verify", {"generation": gen, "ok": True, "device": device, "fingerprint": fp})
-    return {
-        "run": run.name,
-        "generation": gen,
-        "generations_checked": gen,
-        "fingerprint": fp,
-        "ok": True,
-    }
+    return _with_event(
+        ledger, run.name, {"generation": gen, "ok": True, "device": device, "fingerprint": fp},
+        {"run": run.name, "generation": gen, "generations_checked": gen, "fingerprint": fp, "ok": True},
+    )
 
 
 def rebuild_ref(
