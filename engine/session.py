@@ -20,6 +20,7 @@ from pathlib import Path
 
 from engine import batching
 from engine.config import TrainConfig, apply_overrides, load_config, validate
+from engine.devices import check_device
 from engine.interrupts import RunInterrupted, signal_of, signals_held
 from engine.loop import Hooks, train
 from engine.models import model_revision, resolve_model
@@ -29,6 +30,7 @@ from ledger import GenerationRecord, Ledger, RunInfo
 from ledger.db import sqlite_path, to_url
 from ledger.errors import SeedLedgerError
 from ledger.lease import WriterLease
+from ledger.names import check_run_name
 from replay.noise import run_key
 from trainers.rewards.loader import is_file_ref
 from trainers.tasks.registry import code_refs
@@ -154,10 +156,11 @@ def _run_loop(ledger: Ledger, run: RunInfo, cfg: TrainConfig, pool, generations:
             ledger.set_status(run.name, "interrupted")
             if isinstance(exc, Exception):
                 with contextlib.suppress(Exception):  # the audit trail; never mask the error
+                    failed = getattr(exc, "generation", None)  # an anchor's: committed
                     ledger.log_event(
                         run.name, "error",
                         {"error": type(exc).__name__, "message": str(exc),
-                         "generation": ledger.latest_generation(run.name) + 1},
+                         "generation": failed or ledger.latest_generation(run.name) + 1},
                     )
             raise
         latest = ledger.latest_generation(run.name)
@@ -180,7 +183,8 @@ def start(
     hooks: Hooks | None = None,
 ) -> SessionResult:
     cfg = load_config(config_path, overrides)
-    name = run_name or (Path(config_path).stem if config_path else "run")
+    name = check_run_name(run_name or (Path(config_path).stem if config_path else "run"))
+    check_device(cfg.device)
     if ledger.has_run(name):
         raise SeedLedgerError(f"run {name!r} exists: `seedledger resume {name}` or pick another --run")
     try:
@@ -247,6 +251,7 @@ def resume(
     run = ledger.get_run(run_name)
     check_stored_code(code_refs(run.config.get("task")), f"run {run_name}", trust_code)
     cfg = validate(run.config, f"run {run_name} config")
+    check_device(cfg.device)
     with ledger.lease(run.name, ttl=LEASE_TTL) as lease, _interruptible(ledger, run.name):
         latest = ledger.latest_generation(run_name)  # read under the lease: no one commits now
         if generations is None:
@@ -279,11 +284,13 @@ def fork(
     anything trained, the empty child is deleted so that its name stays free. Reward code
     the parent's stored config names is imported only with `trust_code` (code the
     overrides name is the user's own)."""
+    check_run_name(new_name)
     parent, gen = resolve_ref(ledger, ref)
     data = apply_overrides(dict(parent.config), list(overrides))
     inherited = set(code_refs(parent.config.get("task")))
     check_stored_code([r for r in code_refs(data.get("task")) if r in inherited], f"run {parent.name}", trust_code)
     cfg = validate(data, "fork config")
+    check_device(cfg.device)
     if cfg.model != parent.base_model:
         raise SeedLedgerError("a fork keeps its parent's base model; `model` cannot be changed")
     if ledger.has_run(new_name):

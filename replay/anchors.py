@@ -26,6 +26,7 @@ import zstandard
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
+from ledger.errors import SeedLedgerError
 from ledger.records import AnchorInfo
 
 from .fingerprint import fingerprint
@@ -37,6 +38,16 @@ SUFFIX = ".safetensors.zst"
 
 class AnchorError(Exception):
     """An anchor that cannot be used (missing, corrupt, or not the ledger's model)."""
+
+
+class AnchorWriteError(SeedLedgerError):
+    """An anchor that could not be written (full disk, read-only directory): the
+    environment's fault, so one line and exit 2; `generation` is the anchored one, which
+    is committed."""
+
+    def __init__(self, message: str, generation: int):
+        super().__init__(message)
+        self.generation = generation
 
 
 def save_anchor(
@@ -59,25 +70,36 @@ def save_anchor(
     blob = zstandard.ZstdCompressor(level=level).compress(st_save(tensors, metadata=header))
     sha = hashlib.sha256(blob).hexdigest()
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{sha}{SUFFIX}"
-    if not path.exists():  # content-addressed: an existing file is this file
-        fd, tmp = tempfile.mkstemp(prefix=f".{sha}.", dir=directory)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(blob)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+    try:
+        _write(directory, path, blob)
+    except OSError as exc:
+        raise AnchorWriteError(
+            f"{run}@{g} is committed, but its anchor could not be written to {directory}: "
+            f"{exc.strerror or exc}", g,
+        ) from None
     ledger.add_anchor(run, g, str(path.resolve()), sha, fp, len(blob))
     return next(a for a in ledger.anchors(run) if a.generation == g)
 
 
 SHA256 = re.compile(r"[0-9a-f]{64}")
 CHUNK = 1 << 20
+
+
+def _write(directory: Path, path: Path, blob: bytes) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    if path.exists():  # content-addressed: an existing file is this file
+        return
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(blob)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
 
 
 def anchor_path(info: AnchorInfo, directory: str | os.PathLike[str]) -> Path:

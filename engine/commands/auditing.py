@@ -70,7 +70,9 @@ def diff(
     """Per-tensor L2 and max |Δ| between two models, rebuilt by replay, largest first."""
     from engine.commands import audit
     from engine.commands import audit_render as ar
+    from engine.devices import check_device
 
+    check_device(device)
     with open_ledger(ledger) as led:
         payload = audit.diff(led, ref_a, ref_b, device)
     if as_json:

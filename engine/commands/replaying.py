@@ -33,8 +33,10 @@ def verify(
 ):
     """Replay RUN up to G from its base and check every fingerprint (exit 1 on a mismatch)."""
     from engine.commands import rebuild as rebuilding
+    from engine.devices import check_device
     from ledger.errors import NotVerified, VerifyMismatch
 
+    check_device(device)
     with open_ledger(ledger) as led:
         report = rebuilding.verify_ref(led, ref, device)
     if "event_error" in report:  # the result stands; only the audit trail missed it
@@ -77,7 +79,9 @@ def rebuild(
     write ./NAME for a file that shares its name with a run.
     """
     from engine.commands import rebuild as rebuilding
+    from engine.devices import check_device
 
+    check_device(device)
     report = rebuilding.rebuild_source(
         ledger or DEFAULT_LEDGER, source, output, base, device,
         verify=verify_.value, force=force, upgrade=State.upgrade, allow_unverified=allow_unverified,

@@ -17,6 +17,7 @@ answer_end, partial; ``length``: limit, unit, scale).
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -164,8 +165,8 @@ def _load_mix(items: Any, seed: int) -> Task:
             sub, weight = item, item.get("weight", 1.0)
         else:
             sub, weight = item, 1.0
-        if isinstance(weight, bool) or not isinstance(weight, int | float):
-            raise SeedLedgerError(f"task mix: weight {weight!r} is not a number")
+        if isinstance(weight, bool) or not isinstance(weight, int | float) or not 0 < weight < math.inf:
+            raise SeedLedgerError(f"task mix: weight {weight!r} is not a finite positive number")
         tasks.append(load_task(sub, seed))
         weights.append(float(weight))
     return MixtureTask(tasks, weights, seed=seed)
@@ -183,8 +184,11 @@ def build_rewards(spec: Any, task_rewards: list[WeightedReward]) -> list[Weighte
         ref = opts.pop("fn")
         weight = opts.pop("weight", 1.0)
         name = opts.pop("name", None)
-        if isinstance(weight, bool) or not isinstance(weight, int | float):
-            raise SeedLedgerError(f"rewards: weight of {ref!r} is not a number: {weight!r}")
+        if isinstance(weight, bool) or not isinstance(weight, int | float) or not math.isfinite(weight):
+            raise SeedLedgerError(f"rewards: weight of {ref!r} is not a finite number: {weight!r}")
+        for key, value in opts.items():  # NaN or inf options train nothing, or fail mid-run
+            if isinstance(value, float) and not math.isfinite(value):
+                raise SeedLedgerError(f"rewards: {ref!r}: {key} {value!r} is not a finite number")
         try:
             if ref == "task":
                 _no_options(ref, opts)
