@@ -89,6 +89,30 @@ class HistoryMixin(LedgerBase):
                 out.update((g, fp) for g, fp in conn.execute(q))
         return out
 
+    def summaries(self, name: str, upto: int | None = None) -> list[dict[str, Any]]:
+        """Per generation along the lineage up to `upto`, oldest first, what `log` shows:
+        generation, run, reward statistics, lr, σ, population, fingerprint, timings,
+        committed_at. Generation columns only, one query per segment: members are never
+        read, so a run of millions of members lists in milliseconds."""
+        out: list[dict[str, Any]] = []
+        cols = (Generation.idx, Generation.reward_mean, Generation.reward_max, Generation.reward_min,
+                Generation.reward_std, Generation.lr, Generation.sigma, Generation.population,
+                Generation.fingerprint, Generation.timings, Generation.committed_at)
+        with self._read() as conn:
+            for run, first, last in self._segments(conn, name, upto):
+                q = select(*cols).where(
+                    Generation.run_id == self._run_row(conn, run).id, Generation.idx.between(first, last)
+                ).order_by(Generation.idx)
+                for row in conn.execute(q):
+                    out.append({
+                        "generation": row.idx, "run": run, "reward_mean": row.reward_mean,
+                        "reward_max": row.reward_max, "reward_min": row.reward_min,
+                        "reward_std": row.reward_std, "lr": row.lr, "sigma": row.sigma,
+                        "population": row.population, "fingerprint": row.fingerprint,
+                        "timings": codec.loads(row.timings), "committed_at": rows.utc(row.committed_at),
+                    })
+        return out
+
     def records(self, name: str, upto: int | None = None) -> list[GenerationRecord]:
         """Every generation record along the lineage up to `upto`, oldest first, in few
         queries (members without per-sample blobs: use `generation()` for those)."""

@@ -11,6 +11,12 @@ from rich.tree import Tree
 
 from engine.commands.audit import FP_PREFIX
 
+MAX_ROWS = 100  # generations (log RUN) and members (show) a table lists; --json lists all
+
+
+def _elided(what: str, hidden: int) -> Text:
+    return Text(f"… {hidden:,} {what} not shown (--json lists all)", style="dim")
+
 
 def safe(data: Any) -> Any:
     """`data` with every string (and mapping key) fit for a terminal: control characters
@@ -62,11 +68,14 @@ def run_log_view(data: dict[str, Any]) -> RenderableType:
     for col in ["gen", "run", "R mean", "R max", "lr", "σ", "fingerprint", "sec"]:
         t.add_column(col, justify="left" if col in ("run", "fingerprint") else "right",
                      no_wrap=col == "fingerprint", min_width=FP_PREFIX if col == "fingerprint" else None)
-    for g in data["generations"]:
+    gens = data["generations"]
+    for g in gens[-MAX_ROWS:]:  # the latest ones: where a long run is now
         t.add_row(str(g["generation"]), g["run"], _f(g["reward_mean"]), _f(g["reward_max"]),
                   _f(g["lr"], ".3g"), _f(g["sigma"], ".3g"), _fp(g["fingerprint"]),
                   _f(g["seconds"], ".1f"))
     parts: list[RenderableType] = [t]
+    if len(gens) > MAX_ROWS:
+        parts.append(_elided("earlier generations", len(gens) - MAX_ROWS))
     if not data["generations"]:
         parts.append(Text("no generations committed yet"))
     if data["events"]:
@@ -118,11 +127,13 @@ def show_view(data: dict[str, Any]) -> RenderableType:
     t = Table(title="members", title_justify="left")
     for col in ["#", "key", "sign", "reward", *comps, "coefficient"]:
         t.add_column(col, justify="left" if col == "key" else "right")
-    for m in data["members"]:
+    for m in data["members"][:MAX_ROWS]:
         t.add_row(str(m["index"]), _key(m["key"]), "+" if m["sign"] > 0 else "−",
                   _f(m["reward"]), *[_f(m["components"].get(c)) for c in comps],
                   repr(m["coefficient"]))
     parts: list[RenderableType] = [head, t]
+    if len(data["members"]) > MAX_ROWS:
+        parts.append(_elided("more members", len(data["members"]) - MAX_ROWS))
     for m in data["members"]:
         if "samples" in m:
             parts.append(_samples_view(m))
