@@ -11,7 +11,15 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from ledger.errors import SeedLedgerError
 from ledger.seedfile import MAX_GENERATIONS, MAX_MEMBERS, MAX_POPULATION
@@ -129,8 +137,8 @@ class TrainConfig(Strict):
     task: str | dict[str, Any] = "arithmetic"
     population: int = Field(8, ge=1, le=MAX_POPULATION, description="at most what a seed file holds")
     mirrored: bool = True
-    sigma: float = Field(1e-3, ge=MIN_SCALE, le=MAX_SCALE)
-    lr: float = Field(5e-4, ge=MIN_SCALE, le=MAX_SCALE)
+    sigma: float = Field(1e-3, gt=0.0, le=MAX_SCALE)
+    lr: float = Field(5e-4, gt=0.0, le=MAX_SCALE)
     optimizer: OptimizerSpec = OptimizerSpec()
     schedule: Schedules = Schedules()
     shaping: Literal["zscore", "centered_rank"] = "zscore"
@@ -163,6 +171,13 @@ class TrainConfig(Strict):
         if self.perturbation == "full":
             return Perturbation()
         return Perturbation.lowrank(self.perturbation.rank, self.perturbation.targets)
+
+    @field_validator("sigma", "lr")
+    @classmethod
+    def _not_vanishing(cls, value: float) -> float:
+        if value < MIN_SCALE:
+            raise ValueError(f"{value!r} is below {MIN_SCALE}: so small a value trains nothing")
+        return value
 
     @model_validator(mode="after")
     def _exportable(self) -> TrainConfig:
