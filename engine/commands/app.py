@@ -104,12 +104,23 @@ def say(line: str) -> None:
     typer.echo(printable(redact(" ".join(line.split())), limit=2000), err=True)
 
 
+def _warning_line(message, category, filename, lineno, line=None) -> str:
+    """Python warnings as one escaped line (they may quote names from a ledger)."""
+    from ledger.db import redact
+    from ledger.names import printable
+
+    return printable(redact(f"warning: {' '.join(str(message).split())}"), limit=2000) + "\n"
+
+
 def main() -> None:
     """Console-script entry point: map errors to one line and an exit code."""
+    import warnings
+
     from engine.interrupts import RunInterrupted
     from engine.models import quiet_hf_env
 
     quiet_hf_env()  # no hub, no library progress bars: an error must stay one line
+    warnings.formatwarning = _warning_line
     try:
         code = app(standalone_mode=False)
     except RunInterrupted as exc:  # SIGINT / SIGTERM during train, resume or fork
