@@ -27,6 +27,7 @@ from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
 from ledger.errors import SeedLedgerError
+from ledger.names import printable
 from ledger.records import AnchorInfo
 
 from .fingerprint import fingerprint
@@ -86,6 +87,11 @@ SHA256 = re.compile(r"[0-9a-f]{64}")
 CHUNK = 1 << 20
 
 
+def _where(info: AnchorInfo) -> str:
+    """`anchor RUN@G` for messages, the run name escaped: warnings reach the terminal."""
+    return f"anchor {printable(info.run)}@{info.generation}"
+
+
 def _write(directory: Path, path: Path, blob: bytes) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     if path.exists():  # content-addressed: an existing file is this file
@@ -107,7 +113,7 @@ def anchor_path(info: AnchorInfo, directory: str | os.PathLike[str]) -> Path:
     The path the ledger recorded is never opened: a ledger may come from anyone, and its
     row could name /dev/zero or any file of the reader's."""
     if not SHA256.fullmatch(info.sha256):
-        raise AnchorError(f"anchor {info.run}@{info.generation}: bad sha256 {info.sha256[:70]!r}")
+        raise AnchorError(f"{_where(info)}: bad sha256 {info.sha256[:70]!r}")
     return Path(directory) / f"{info.sha256}{SUFFIX}"
 
 
@@ -120,7 +126,7 @@ def max_anchor_bytes(master: dict[str, torch.Tensor]) -> int:
 def _read_checked(info: AnchorInfo, path: Path, max_bytes: int) -> bytes:
     """The file's bytes, read only if it is a regular file of the recorded size (at most
     `max_bytes`), hashed while streaming and checked against the recorded sha256."""
-    where = f"anchor {info.run}@{info.generation}"
+    where = _where(info)
     try:
         st = os.stat(path, follow_symlinks=False)
     except OSError as exc:
@@ -163,7 +169,7 @@ def load_anchor(
         master = {n: tensors[f"master/{n}"] for n in names}
         state = OptimizerState(name=meta["optimizer"], step=int(meta["step"]))
     except Exception as exc:  # any decode failure means the same thing: unusable cache
-        raise AnchorError(f"anchor {info.run}@{info.generation}: {path} is unreadable ({exc})") from None
+        raise AnchorError(f"{_where(info)}: {path} is unreadable ({exc})") from None
     state.buffers = {}
     for key, t in tensors.items():
         if key.startswith("state/"):
@@ -172,7 +178,7 @@ def load_anchor(
     fp = fingerprint(master)
     for want in (info.fingerprint, expected_fingerprint):
         if want is not None and fp != want:
-            raise AnchorError(f"anchor {info.run}@{info.generation}: fingerprint {fp} is not the ledger's {want}")
+            raise AnchorError(f"{_where(info)}: fingerprint {fp} is not the ledger's {want}")
     return master, state
 
 

@@ -17,6 +17,7 @@ from typing import Any, Literal
 import torch
 
 from ledger.errors import SeedLedgerError, VerifyMismatch
+from ledger.names import printable
 from ledger.records import RunInfo
 
 from .anchors import AnchorError, load_anchor, max_anchor_bytes
@@ -75,7 +76,7 @@ def _from_anchor(ledger, run: str, g: int, base: dict[str, torch.Tensor], anchor
             log.warning("%s; falling back", exc)
             continue
         if set(master) != set(base):
-            warnings.warn(f"anchor {info.run}@{info.generation} has other tensors than the base; skipped",
+            warnings.warn(f"anchor {printable(info.run)}@{info.generation} has other tensors than the base; skipped",
                           RuntimeWarning, stacklevel=3)
             continue
         device = next(iter(base.values())).device if base else torch.device("cpu")
