@@ -389,11 +389,13 @@ def model_revision(ref: str | os.PathLike[str] | None = None) -> str | None:
 
 
 def load_causal_lm(model_dir: str | os.PathLike[str], device: str = "cpu", dtype: Any = None) -> Any:
-    """Load a causal LM from a local directory (never the hub), in eval mode on `device`."""
+    """Load a causal LM from a local directory (never the hub), in eval mode on `device`.
+    Only safetensors weights are read: a directory a ledger or seed file names may hold a
+    pickled `pytorch_model.bin`, and nothing seedledger reads is unpickled."""
     import torch
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(
-        str(model_dir), dtype=dtype or torch.float32, local_files_only=True
+        str(model_dir), dtype=dtype or torch.float32, local_files_only=True, use_safetensors=True
     )
     return model.to(device).eval()

@@ -219,13 +219,29 @@ def start(
         pool.close()
 
 
+def stored_code(config: dict) -> list[str]:
+    """What a stored config would make this process run that the user did not write: the
+    reward code its task names, and a Ray cluster to join (`workers.address`: a cluster
+    sends back pickled results, so joining one is running its code)."""
+    refs = code_refs(config.get("task"))
+    workers = config.get("workers")
+    if isinstance(workers, dict) and workers.get("address"):
+        refs.append(f"workers.address={workers['address']}")
+    return refs
+
+
 def check_stored_code(refs: list[str], owner: str, trust_code: bool) -> None:
-    """Refuse to import reward code that a stored config names (a ledger or seed file may
-    come from anyone) unless the user passed --trust-code; a relative file reference is
-    refused even then, since it would be resolved against the working directory."""
+    """Refuse to import reward code that a stored config names, or join the Ray cluster it
+    names (a ledger or seed file may come from anyone), unless the user passed
+    --trust-code; a relative file reference is refused even then, since it would be
+    resolved against the working directory."""
     if not refs:
         return
-    relative = [r for r in refs if is_file_ref(r.rpartition(":")[0]) and not Path(r.rpartition(":")[0]).is_absolute()]
+    relative = [
+        r for r in refs
+        if not r.startswith("workers.address=")
+        and is_file_ref(r.rpartition(":")[0]) and not Path(r.rpartition(":")[0]).is_absolute()
+    ]
     if relative:
         raise SeedLedgerError(
             f"{owner}'s stored config names reward code by a relative path ({relative[0]!r}); "
@@ -235,7 +251,7 @@ def check_stored_code(refs: list[str], owner: str, trust_code: bool) -> None:
     if not trust_code:
         named = ", ".join(repr(r) for r in dict.fromkeys(refs))
         raise SeedLedgerError(
-            f"{owner}'s stored config names code to import: {named}; code named by a ledger or "
+            f"{owner}'s stored config names code to run: {named}; code named by a ledger or "
             "seed file runs only with --trust-code (read it first)"
         )
 
@@ -249,7 +265,7 @@ def resume(
     and leaves no `resume` event. Reward code the stored config names is imported only
     with `trust_code`."""
     run = ledger.get_run(run_name)
-    check_stored_code(code_refs(run.config.get("task")), f"run {run_name}", trust_code)
+    check_stored_code(stored_code(run.config), f"run {run_name}", trust_code)
     cfg = validate(run.config, f"run {run_name} config")
     check_device(cfg.device)
     with ledger.lease(run.name, ttl=LEASE_TTL) as lease, _interruptible(ledger, run.name):
@@ -287,8 +303,8 @@ def fork(
     check_run_name(new_name)
     parent, gen = resolve_ref(ledger, ref)
     data = apply_overrides(dict(parent.config), list(overrides))
-    inherited = set(code_refs(parent.config.get("task")))
-    check_stored_code([r for r in code_refs(data.get("task")) if r in inherited], f"run {parent.name}", trust_code)
+    inherited = set(stored_code(parent.config))
+    check_stored_code([r for r in stored_code(data) if r in inherited], f"run {parent.name}", trust_code)
     cfg = validate(data, "fork config")
     check_device(cfg.device)
     if cfg.model != parent.base_model:

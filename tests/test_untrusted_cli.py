@@ -54,9 +54,13 @@ def _runs(cli: Cli) -> list[str]:
     return [r["name"] for r in cli.json("log")]
 
 
-def _set_task(cli: Cli, run: str, task) -> None:
+def _set_config(cli: Cli, run: str, **keys) -> None:
     config = json.loads(_sql(cli, "SELECT config FROM runs WHERE name = ?", run)[0][0])
-    _sql(cli, "UPDATE runs SET config = ? WHERE name = ?", json.dumps({**config, "task": task}), run)
+    _sql(cli, "UPDATE runs SET config = ? WHERE name = ?", json.dumps({**config, **keys}), run)
+
+
+def _set_task(cli: Cli, run: str, task) -> None:
+    _set_config(cli, run, task=task)
 
 
 # -- item 3: code named by a ledger or seed file runs only with --trust-code ------------------
@@ -96,6 +100,12 @@ def test_reward_code_named_by_a_ledger_needs_trust_code(cli):
     assert "Beautiful is better" not in proc.stdout + proc.stderr  # `this` was not imported
     line = cli.bad("resume", "imp")
     assert "'this:f'" in line and "--trust-code" in line
+
+    # a Ray cluster to join is code too: it answers with pickles
+    _set_config(cli, "r", task="arithmetic", workers={"pool": "ray", "count": 1, "address": "127.0.0.1:1"})
+    line = cli.bad("fork", "r@1", "--run", "k")
+    assert "workers.address=127.0.0.1:1" in line and "--trust-code" in line
+    _set_config(cli, "r", workers={"pool": "local", "count": 1, "address": None})
 
     # the user says so: the code runs
     _set_task(cli, "r", {"name": "arithmetic", "rewards": ["task", {"fn": ref}]})

@@ -31,7 +31,9 @@ def load_base_master(model_dir: Path, device: str = "cpu") -> dict[str, torch.Te
     """The base weights as an fp32 master, named as `named_parameters()` names them."""
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(
+        model_dir, dtype=torch.float32, local_files_only=True, use_safetensors=True  # never a pickle
+    )
     return {
         name: p.detach().to(device=device, dtype=torch.float32).contiguous()
         for name, p in model.named_parameters()
@@ -103,7 +105,7 @@ def write_model_dir(
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    model = AutoModelForCausalLM.from_pretrained(base_dir, dtype="auto")
+    model = AutoModelForCausalLM.from_pretrained(base_dir, dtype="auto", local_files_only=True, use_safetensors=True)
     with torch.no_grad():
         for name, param in model.named_parameters():
             param.copy_(master[name].to(device=param.device, dtype=param.dtype))
