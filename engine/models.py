@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ledger.durable import fsync_dir
+from ledger.durable import as_umask_allows, fsync_dir
 from ledger.errors import SeedLedgerError
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never touch the hub, whoever imports us first
@@ -334,7 +334,7 @@ def _provision(alias: Alias, entry: Path) -> None:
                 with f.open("rb") as fh:
                     os.fsync(fh.fileno())
             fsync_dir(tmp)  # ... and the entry's own file names
-        tmp.chmod(0o755)  # mkdtemp makes it private; the cache is shared like any other
+        as_umask_allows(tmp)  # mkdtemp (0700) and safetensors (0600) make it private; the cache is shared
         if entry.exists():  # a corrupt entry: move aside first, then drop it
             old = Path(tempfile.mkdtemp(prefix=f".{alias.name}.old-", dir=entry.parent))
             entry.rename(old / "entry")
@@ -418,11 +418,13 @@ def model_revision(ref: str | os.PathLike[str] | None = None) -> str | None:
 
 
 def load_causal_lm(model_dir: str | os.PathLike[str], device: str = "cpu", dtype: Any = None) -> Any:
-    """Load a causal LM from a local directory (never the hub), in eval mode on `device`."""
+    """Load a causal LM from a local directory (never the hub), in eval mode on `device`.
+    Only safetensors weights are read: a directory a ledger or seed file names may hold a
+    pickled `pytorch_model.bin`, and nothing seedledger reads is unpickled."""
     import torch
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(
-        str(model_dir), dtype=dtype or torch.float32, local_files_only=True
+        str(model_dir), dtype=dtype or torch.float32, local_files_only=True, use_safetensors=True
     )
     return model.to(device).eval()

@@ -38,6 +38,8 @@ GENERATION_FIELDS = (
     "coefficients", "coefficients_dtype", "rewards", "reward_mean", "reward_std", "reward_min",
     "reward_max", "fingerprint", "timings", "wall_time", "extra", "committed_at",
 )  # not id, run_id (the chain places the row) or digest itself
+# added later (migration 0005): hashed only where set, so the digests of older rows hold
+OPTIONAL_GENERATION_FIELDS = ("noise_spec", "param_selection")
 MEMBER_FIELDS = ("idx", "key", "sign", "reward", "coefficient", "components", "samples")
 
 Getter = Callable[[Any, str], Any]
@@ -73,6 +75,10 @@ def _get(obj: Any, name: str) -> Any:
     return obj[name] if isinstance(obj, Mapping) else getattr(obj, name)
 
 
+def _optional(obj: Any, name: str) -> Any:
+    return obj.get(name) if isinstance(obj, Mapping) else getattr(obj, name, None)
+
+
 def genesis(run: Any, parent_head: str | None) -> str:
     """The digest a run's chain starts from: its settings and, for a fork, the digest at the
     parent's generation it was forked from (`parent_head`; None for a root run)."""
@@ -87,6 +93,7 @@ def generation_digest(prev: str, generation: Any, members: list[Any]) -> str:
     in member order, chained to `prev`."""
     h = hashlib.sha256(VERSION + b"\0generation\0" + prev.encode() + b"\0")
     _fields(h, generation, GENERATION_FIELDS, _get)
+    _fields(h, generation, tuple(n for n in OPTIONAL_GENERATION_FIELDS if _optional(generation, n) is not None), _get)
     h.update(struct.pack("<Q", len(members)))
     for m in members:
         _fields(h, m, MEMBER_FIELDS, _get)

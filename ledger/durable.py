@@ -35,6 +35,38 @@ def replace_durably(tmp: str | os.PathLike[str], dest: str | os.PathLike[str]) -
     fsync_dir(Path(dest).parent)
 
 
+def current_umask() -> int:
+    """The process umask, read without changing it where Linux says (/proc), else by the
+    set-and-restore dance."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def as_umask_allows(path: str | os.PathLike[str]) -> None:
+    """Give `path` (and, for a directory, everything in it) the mode an ordinary `open` /
+    `mkdir` would have given it under the umask: temporary files and directories are made
+    private (0600 / 0700), and what seedledger publishes for people (seed files, rebuilt
+    models, the model cache) must be as shareable as the user's umask says."""
+    mask = current_umask()
+    root = Path(path)
+    todo = [root]
+    while todo:
+        p = todo.pop()
+        st = os.stat(p, follow_symlinks=False)
+        if stat.S_ISDIR(st.st_mode):
+            os.chmod(p, 0o777 & ~mask)
+            todo += list(p.iterdir())
+        elif stat.S_ISREG(st.st_mode):
+            os.chmod(p, (0o777 if st.st_mode & 0o111 else 0o666) & ~mask)
+
+
 SQLITE_HEADER = b"SQLite format 3\x00"
 SQLITE_SIDECARS = ("-wal", "-shm", "-journal")
 
@@ -109,16 +141,21 @@ def write_file_durably(dest: Path, data: bytes, force: bool = False) -> None:
     check_file_target(dest, force)
     try:
         fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.")
-    except OSError as exc:
-        raise write_error(f"-o {dest}", exc) from None
+    except OSError as exc:  # a missing or read-only directory: the user's to fix
+        raise SeedLedgerError(f"-o {dest}: cannot write in {dest.parent}: {exc.strerror}") from None
     try:
+        fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.")
+    except OSError as exc:  # a missing or read-only directory: the user's to fix
+        raise SeedLedgerError(f"-o {dest}: cannot write in {dest.parent}: {exc.strerror}") from None
+    try:
+        os.fchmod(fd, 0o666 & ~current_umask())  # mkstemp's 0600 is for temporary files
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
         check_file_target(dest, force)
         replace_durably(tmp, dest)
-    except OSError as exc:
+    except OSError as exc:  # e.g. a full disk
         raise write_error(f"-o {dest}", exc) from None
     finally:
         Path(tmp).unlink(missing_ok=True)

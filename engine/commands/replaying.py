@@ -20,6 +20,7 @@ from engine.commands.app import (
     app,
     emit,
     open_ledger,
+    say,
 )
 
 
@@ -56,8 +57,10 @@ def verify(
 ):
     """Replay RUN up to G from its base and check every fingerprint (exit 1 on a mismatch).
     Every replay first checks the rows' hash chain; --quick checks only that."""
+    from engine.devices import check_device
     from ledger.errors import NotVerified, VerifyMismatch
 
+    check_device(device)
     with open_ledger(ledger) as led:
         if quick:
             report = quick_report(led, ref)
@@ -69,6 +72,8 @@ def verify(
         emit(report, as_json, f"chain verified {report['run']}@{report['generation']}: "
              f"{report['generations_checked']} rows match their digests (head {report['digest']})")
         return
+    if "event_error" in report:  # the result stands; only the audit trail missed it
+        say(f"warning: the verify event was not recorded: {report['event_error']}")
     if not report["ok"]:
         emit(report, as_json)  # the JSON report says which generation; stderr the one line
         raise (NotVerified if "not_verified" in report else VerifyMismatch)(report["error"])
@@ -107,7 +112,9 @@ def rebuild(
     write ./NAME for a file that shares its name with a run.
     """
     from engine.commands import rebuild as rebuilding
+    from engine.devices import check_device
 
+    check_device(device)
     report = rebuilding.rebuild_source(
         ledger or DEFAULT_LEDGER, source, output, base, device,
         verify=verify_.value, force=force, upgrade=State.upgrade, allow_unverified=allow_unverified,
