@@ -144,10 +144,6 @@ def write_file_durably(dest: Path, data: bytes, force: bool = False) -> None:
     except OSError as exc:  # a missing or read-only directory: the user's to fix
         raise SeedLedgerError(f"-o {dest}: cannot write in {dest.parent}: {exc.strerror}") from None
     try:
-        fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.")
-    except OSError as exc:  # a missing or read-only directory: the user's to fix
-        raise SeedLedgerError(f"-o {dest}: cannot write in {dest.parent}: {exc.strerror}") from None
-    try:
         os.fchmod(fd, 0o666 & ~current_umask())  # mkstemp's 0600 is for temporary files
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)

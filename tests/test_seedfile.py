@@ -27,6 +27,7 @@ from ledger.seedfile import (
     read_seedfile,
 )
 from ledger.seedio import export_seedfile, import_seedfile
+from tests.support import ledgerforge
 
 
 @pytest.fixture(scope="module")
@@ -427,6 +428,7 @@ def test_segments_carry_their_own_perturbation(tmp_path):
                        parent=("low", 2))
         with led.engine.begin() as conn:  # `low` is low-rank (created full, to use the kit)
             conn.exec_driver_sql(f"UPDATE runs SET noise_spec='{low}', param_selection='{sel}' WHERE name='low'")
+        ledgerforge.rechain(tmp_path / "src.db")  # as if made so: the chain matches the kind
         fill(led, "full", 3, 4)
         export_seedfile(led, "full", None, tmp_path / "f.seeds", key_fn=mix)
         want = [(s.run, s.index, s.noise_spec, s.param_selection) for s in led.replay_history("full")]

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from test_cli_walkthrough import Cli, _cli
 
-from tests.support import seedforge
+from tests.support import ledgerforge, seedforge
 from tests.support.configs import tiny_config
 
 pytestmark = pytest.mark.slow
@@ -57,6 +57,7 @@ def _runs(cli: Cli) -> list[str]:
 def _set_config(cli: Cli, run: str, **keys) -> None:
     config = json.loads(_sql(cli, "SELECT config FROM runs WHERE name = ?", run)[0][0])
     _sql(cli, "UPDATE runs SET config = ? WHERE name = ?", json.dumps({**config, **keys}), run)
+    ledgerforge.rechain(cli.workdir / "ledger.db")  # a forger recomputes the hash chain
 
 
 def _set_task(cli: Cli, run: str, task) -> None:
@@ -146,6 +147,7 @@ def test_a_ledger_with_old_names_still_reads_and_never_leaves_its_directories(cl
     _sql(cli, "UPDATE runs SET name = ? WHERE name = 'r'", old)
     config = json.loads(_sql(cli, "SELECT config FROM runs")[0][0])
     _sql(cli, "UPDATE runs SET config = ?", json.dumps({**config, "report_to": ["tensorboard"]}))
+    ledgerforge.rechain(work / "ledger.db")  # an old ledger's chain was made with its names
     for args in (["log"], ["log", "--graph"], ["log", old], ["show", f"{old}@1"]):
         out = cli.run(*args).stdout
         assert "\x1b" not in out and "\x07" not in out and "up\\x1b]0;pwned\\x07" in out, (args, out)
