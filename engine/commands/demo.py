@@ -10,6 +10,7 @@ import math
 import shutil
 import statistics
 import time
+from importlib.resources import files
 from pathlib import Path
 
 from rich.console import Console
@@ -28,7 +29,7 @@ from ledger.errors import SeedLedgerError
 from ledger.seedio import export_seedfile
 from replay.noise import member_key
 
-CONFIG = Path(__file__).resolve().parent.parent / "configs" / "demo.yaml"
+CONFIG = Path(str(files("engine") / "configs" / "demo.yaml"))  # package data: works when installed
 
 
 def held_out(cfg, model_dir: Path) -> tuple[list[float | None], str, str]:
