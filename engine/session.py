@@ -213,7 +213,7 @@ def fork(
     anything trained, the empty child is deleted so that its name stays free."""
     parent, gen = resolve_ref(ledger, ref)
     data = apply_overrides(dict(parent.config), list(overrides))
-    cfg = validate(data, "fork config")
+    cfg = validate(data, "fork config", overrides=overrides)
     if cfg.model != parent.base_model:
         raise SeedLedgerError("a fork keeps its parent's base model; `model` cannot be changed")
     if ledger.has_run(new_name):
