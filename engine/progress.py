@@ -29,18 +29,22 @@ class TrainingProgress:
         self.rows: list[tuple[int, float, float, float, str]] = []
         self._task = None
         self._rewards: list[float] = []
+        self._started = False
 
     def __enter__(self) -> TrainingProgress:
-        self.progress.__enter__()
-        return self
+        return self  # the live display starts with the first generation (_start)
 
     def __exit__(self, *exc) -> None:
-        self.progress.__exit__(*exc)
+        if self._started:  # a session that failed before training leaves stderr to its error line
+            self.progress.stop()
 
     def hooks(self) -> Hooks:
         return Hooks(self._start, self._member, self._end)
 
     def _start(self, generation: int, members: int) -> None:
+        if not self._started:
+            self.progress.start()
+            self._started = True
         self._rewards = []
         self._task = self.progress.add_task(
             "", total=members, generation=generation, mean=0.0, best=0.0

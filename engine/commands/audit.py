@@ -39,6 +39,14 @@ def _own_range(ledger: Ledger, run: RunInfo) -> range:
     return range(run.parent_generation + 1, ledger.latest_generation(run.name) + 1)
 
 
+def status(ledger: Ledger, run: RunInfo) -> str:
+    """The run's status (engine.session.STATUSES); `training` only while a live process
+    holds its writer lease: a killed session's run reads `interrupted`."""
+    if run.status == "training" and ledger.live_writer(run.name) is None:
+        return "interrupted"
+    return run.status
+
+
 def run_summary(ledger: Ledger, run: RunInfo) -> dict[str, Any]:
     """One row of `log`: identity, size, status, best population-mean reward, parent."""
     best: tuple[float, int] | None = None
@@ -52,7 +60,7 @@ def run_summary(ledger: Ledger, run: RunInfo) -> dict[str, Any]:
         "base_model": run.base_model,
         "generations": ledger.latest_generation(run.name),
         "own_generations": len(own),
-        "status": run.status,
+        "status": status(ledger, run),
         "best_reward": best[0] if best else None,
         "best_generation": best[1] if best else None,
         "parent": f"{run.parent[0]}@{run.parent[1]}" if run.parent else None,
@@ -112,7 +120,7 @@ def fork_graph(ledger: Ledger) -> list[dict[str, Any]]:
             "name": r.name,
             "forked_at": r.parent[1] if r.parent else None,
             "generations": ledger.latest_generation(r.name),
-            "status": r.status,
+            "status": status(ledger, r),
             "children": [],
         }
         for r in runs

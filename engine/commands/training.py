@@ -67,10 +67,22 @@ def resume(
     ledger: LedgerOpt = DEFAULT_LEDGER,
     as_json: JsonOpt = False,
 ):
-    """Continue RUN from its last committed generation."""
+    """Continue RUN from its last committed generation towards its config's `generations`
+    (--generations N: N more, past it if need be)."""
     from engine import session
+    from ledger.errors import SeedLedgerError
 
-    _session(ledger, as_json, lambda led, hooks: session.resume(led, run, generations, hooks))
+    def body(led, hooks):
+        result = session.resume(led, run, generations, hooks)
+        if generations is None and not result.records:  # at its target: say so, not exit 0 silently
+            raise SeedLedgerError(
+                f"run {run} is at its target generation {result.latest_generation} "
+                f"({led.get_run(run).status}): nothing to resume; `seedledger resume {run} "
+                "--generations N` trains N more"
+            )
+        return result
+
+    _session(ledger, as_json, body)
 
 
 @app.command()
