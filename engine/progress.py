@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from engine.loop import Hooks
 from ledger import GenerationRecord
@@ -39,7 +40,7 @@ class TrainingProgress:
             self.progress.stop()
 
     def hooks(self) -> Hooks:
-        return Hooks(self._start, self._member, self._end)
+        return Hooks(self._start, self._member, self._end, self._notice)
 
     def _start(self, generation: int, members: int) -> None:
         if not self._started:
@@ -62,6 +63,12 @@ class TrainingProgress:
     def _end(self, record: GenerationRecord, seconds: float) -> None:
         stats = record.reward_stats()
         self.rows.append((record.index, stats["mean"], stats["max"], seconds, record.fingerprint))
+
+    def _notice(self, level: str, message: str) -> None:
+        """Notes and warnings go to stderr, above the bars, with --json too (stdout stays
+        the JSON)."""
+        style = "yellow" if level == "warning" else "cyan"
+        self.console.print(Text.assemble((f"{level}: ", style), message), soft_wrap=True)
 
     def summary(self) -> Table:
         table = Table(title="generations committed")

@@ -26,6 +26,7 @@ DEFAULT_LEDGER = "seedledger.db"  # typer reads $SEEDLEDGER_DB first
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
+    rich_markup_mode=None,  # plain help: typer's rich panels label every flag `<bool>`
     help="ES fine-tuning of language models whose training history is a SQL ledger of seeds.",
 )
 

@@ -96,10 +96,14 @@ def generation_row(record: GenerationRecord, holder: str) -> dict[str, Any]:
     }
 
 
-def run_log(ledger: Ledger, run: str) -> dict[str, Any]:
-    """A run's whole lineage generation by generation (inherited ones name their run)."""
-    info = ledger.get_run(run)
-    segments = ledger.ancestors(run)
+def run_log(ledger: Ledger, ref: str) -> dict[str, Any]:
+    """A run's lineage generation by generation (inherited ones name their run), up to G
+    for `RUN@G`."""
+    from engine.refs import resolve_ref
+
+    info, upto = resolve_ref(ledger, ref)
+    run = info.name
+    segments = ledger.ancestors(run, upto)
     rows = [
         generation_row(ledger.generation(run, g), _holder(segments, g))
         for _, first, last in segments
@@ -135,7 +139,7 @@ def fork_graph(ledger: Ledger) -> list[dict[str, Any]]:
 def _member(m, with_samples: bool) -> dict[str, Any]:
     out = {
         "index": m.index,
-        "key": m.key,
+        "key": f"{m.key:016x}",  # a string, as tables print it: JSON numbers lose 64-bit precision
         "sign": m.sign,
         "reward": _num(m.reward),
         "components": {k: _num(v) for k, v in m.components.items()},

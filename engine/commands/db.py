@@ -6,7 +6,7 @@ import typer
 
 from engine.commands.app import DEFAULT_LEDGER, JsonOpt, LedgerOpt, app, emit
 
-db_app = typer.Typer(help="Ledger schema: upgrade | current | history.", no_args_is_help=True)
+db_app = typer.Typer(help="Ledger schema: upgrade | current | history.", no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(db_app, name="db")
 
 

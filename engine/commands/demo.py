@@ -107,11 +107,14 @@ def run_demo(workdir: Path, generations: int | None = None, config: Path = CONFI
         verified = verify_ref(ledger, f"demo@{latest}")
         seeds = workdir / "demo.seeds"
         export_seedfile(ledger, "demo", latest, seeds, key_fn=member_key)
+        final_rewards, _, final_answer = held_out(cfg, rebuilt)
+        final_reward = _mean(final_rewards)
+        for g, reward in ((0, base_reward), (latest, final_reward)):  # `plot` draws them
+            ledger.log_event("demo", "evaluation", {"generation": g, "held_out_reward": reward,
+                                                    "rows": len(base_rewards), "greedy": True})
         png = workdir / "demo-reward.png"
         plot_run(ledger, "demo", png)
 
-    final_rewards, _, final_answer = held_out(cfg, rebuilt)
-    final_reward = _mean(final_rewards)
     change = paired_change(base_rewards, final_rewards)
     weights = sum(f.stat().st_size for f in rebuilt.glob("*.safetensors"))
     figures = {

@@ -115,6 +115,7 @@ def write_model_dir(
         model.save_pretrained(staging)
         AutoTokenizer.from_pretrained(base_dir).save_pretrained(staging)
         (staging / MARKER).write_text(json.dumps(meta, indent=2) + "\n")
+        follow_umask(staging)
         check_output(output, force, keep)  # again: something may have appeared meanwhile
         if output.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{output.name}.old.", dir=output.parent))
@@ -130,6 +131,20 @@ def write_model_dir(
             shutil.rmtree(staging)
         if old is not None and old.exists():
             shutil.rmtree(old)
+
+
+def follow_umask(directory: Path) -> None:
+    """Give `directory` and its files the modes a plain mkdir and open() would have given
+    (mkdtemp makes 0700 and some writers 0600): the output is for sharing, like any file
+    the user writes."""
+    mask = os.umask(0)
+    os.umask(mask)
+    directory.chmod(0o777 & ~mask)
+    for root, dirs, files in os.walk(directory):
+        for name in dirs:
+            Path(root, name).chmod(0o777 & ~mask)
+        for name in files:
+            Path(root, name).chmod(0o666 & ~mask)
 
 
 def _base_for(run, base: str | None, device: str) -> tuple[Path, dict[str, torch.Tensor]]:

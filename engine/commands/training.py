@@ -67,8 +67,10 @@ def resume(
     ledger: LedgerOpt = DEFAULT_LEDGER,
     as_json: JsonOpt = False,
 ):
-    """Continue RUN from its last committed generation towards its config's `generations`
-    (--generations N: N more, past it if need be)."""
+    """Continue RUN from its last committed generation.
+
+    By default towards its config's `generations` (a run already there is an error);
+    --generations N trains N more, past it if need be."""
     from engine import session
     from ledger.errors import SeedLedgerError
 
