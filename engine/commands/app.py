@@ -8,6 +8,7 @@ The commands register themselves on `app` from the modules of engine.commands.
 from __future__ import annotations
 
 import json
+import re
 import sys
 import traceback
 from typing import Annotated, Any
@@ -90,6 +91,9 @@ def _usage_error(exc: UsageError) -> None:
         sys.exit(2)
     message = " ".join(exc.format_message().split())
     where = exc.ctx.command_path if exc.ctx is not None else "seedledger"
+    extra = re.search(r"unexpected extra arguments?(?:\(s\))? \(([^\s)]+=[^\s)]*)", message)
+    if extra:  # `--set a=1 b=2`
+        message += f"; one --set per key, e.g. --set {extra[1]}"
     typer.echo(f"error: {message} (see `{where} --help`)", err=True)
     sys.exit(2)
 

@@ -79,9 +79,11 @@ def _fresh_workdir(workdir: Path) -> None:
     workdir.mkdir(parents=True)
 
 
-def run_demo(workdir: Path, generations: int | None = None, config: Path = CONFIG) -> dict:
+def run_demo(
+    workdir: Path, generations: int | None = None, config: Path = CONFIG, overrides: list[str] = (),
+) -> dict:
     console = Console(stderr=True)
-    overrides = [f"generations={generations}"] if generations is not None else []
+    overrides = [*overrides, *([f"generations={generations}"] if generations is not None else [])]
     _fresh_workdir(workdir)
     cfg = load_config(config, overrides)
 

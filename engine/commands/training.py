@@ -14,7 +14,8 @@ import typer
 from engine.commands.app import DEFAULT_LEDGER, JsonOpt, LedgerOpt, app, emit, open_ledger
 
 Sets = Annotated[
-    list[str] | None, typer.Option("--set", help="Override a config key: key=value (dots for nesting).")
+    list[str] | None,
+    typer.Option("--set", help="Override a config key: key=value (dots for nesting); one --set per key."),
 ]
 Gens = Annotated[int | None, typer.Option("--generations", "-n", help="Generations to train.")]
 
@@ -106,6 +107,7 @@ def fork(
 def demo(
     workdir: Annotated[Path, typer.Option("--workdir", help="Where the demo writes.")] = Path("demo-out"),
     generations: Gens = None,
+    set_: Sets = None,
     as_json: JsonOpt = False,
 ):
     """The end-to-end demo: train SmolLM2 on arithmetic, rebuild, verify, export, report."""
@@ -114,8 +116,8 @@ def demo(
     from engine.commands.demo import run_demo
 
     if not as_json:
-        run_demo(workdir, generations)
+        run_demo(workdir, generations, overrides=set_ or [])
         return
     with contextlib.redirect_stdout(sys.stderr):  # the demo's table; stdout is the JSON alone
-        figures = run_demo(workdir, generations)
+        figures = run_demo(workdir, generations, overrides=set_ or [])
     emit(figures, as_json)
