@@ -2,7 +2,8 @@
 
 Each entry is a name (``"task"``, ``"format"``, ``"length"``, ``"module:function"``,
 ``"file.py:function"``) or a mapping with ``fn`` and optionally ``weight`` (a finite
-number), ``name`` (the component's ledger key) and, for the built-ins, their options.
+number), ``name`` (the component's ledger key; default the reference, a file's
+directories left out) and, for the built-ins, their options.
 `parse_rewards` checks every key and value and names the entry (``rewards[1] (length):
 limit: ...``), so a typo is found when the config loads (exit 2, before a run exists),
 not when the first generation is scored. User functions are only named here; importing
@@ -13,11 +14,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import PurePath
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ledger.errors import SeedLedgerError, did_you_mean
+
+from .loader import is_file_ref
 
 COMMON = ("fn", "name", "weight")
 
@@ -81,7 +85,7 @@ def _entry(i: int, item: Any) -> RewardEntry:
     weight = opts.pop("weight", 1.0)
     if isinstance(weight, bool) or not isinstance(weight, int | float) or not math.isfinite(weight):
         raise SeedLedgerError(f"{where}: weight must be a finite number, not {weight!r}")
-    name = opts.pop("name", ref)
+    name = opts.pop("name", _default_name(ref))
     if not isinstance(name, str) or not name:
         raise SeedLedgerError(f"{where}: name must be a non-empty string, not {name!r}")
     model = BUILTIN.get(ref, NoOptions)
@@ -104,3 +108,12 @@ def _entry(i: int, item: Any) -> RewardEntry:
         field = ".".join(str(p) for p in err["loc"])
         raise SeedLedgerError(f"{where}: {field}: {err['msg']}") from None
     return RewardEntry(ref, name, float(weight), options)
+
+
+def _default_name(ref: str) -> str:
+    """A component's ledger key when the entry names none: the reference, less the
+    directories of a file (made absolute when the config loads, so machine-specific)."""
+    target, sep, attr = ref.rpartition(":")
+    if sep and is_file_ref(target):
+        return f"{PurePath(target).name}:{attr}"
+    return ref
