@@ -47,3 +47,6 @@ def did_you_mean(word: object, choices: Iterable[str]) -> str:
         return ""
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
+class ChainBroken(VerifyMismatch):
+    """A generation row that no longer matches its digest in the hash chain (edited by
+    hand, or damaged); `generation` names the first such generation."""

@@ -143,9 +143,15 @@ def readme_run(tmp_path_factory) -> tuple[Path, list[tuple[str, list[str], str]]
     """The README's block run as printed in a fresh directory: (directory, [(command,
     excerpt, output)])."""
     work = tmp_path_factory.mktemp("readme")
+    return work, run_block(work, _env())
+
+
+def run_block(work: Path, env: dict[str, str]) -> list[tuple[str, list[str], str]]:
+    """Each `$ ` line of the README's block through bash in `work`, the venv's bin first on
+    PATH; each must exit 0. Returns [(command, excerpt, output)]."""
     steps = readme_steps()
     assert steps[0][0] == "source .venv/bin/activate", "the block starts by activating the venv"
-    env = _env(PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    env = env | {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     results = []
     for command, excerpt in steps[1:]:
         started = time.perf_counter()
@@ -156,11 +162,22 @@ def readme_run(tmp_path_factory) -> tuple[Path, list[tuple[str, list[str], str]]
         print(f"{time.perf_counter() - started:6.1f}s  $ {command}\n{proc.stdout}")  # with -s
         assert proc.returncode == 0, f"$ {command}\nexited {proc.returncode}:\n{proc.stdout[-3000:]}"
         results.append((command, excerpt, proc.stdout))
-    return work, results
+    return results
 
 
 def test_readme_walkthrough_runs_as_printed(readme_run):
     _, results = readme_run
+    _check_excerpts(results)
+
+
+@pytest.mark.postgres
+def test_readme_walkthrough_on_postgres(tmp_path: Path, pg_url: str) -> None:
+    """The same block with `$SEEDLEDGER_DB` a PostgreSQL database: the same output, so the
+    same fingerprints, rewards and coefficients, bit for bit."""
+    _check_excerpts(run_block(tmp_path, _env(SEEDLEDGER_DB=pg_url)))
+
+
+def _check_excerpts(results: list[tuple[str, list[str], str]]) -> None:
     for command, excerpt, output in results:
         missing = excerpt_missing(excerpt, output)
         assert not missing, f"$ {command}\nREADME lines not in the output:\n" + "\n".join(
