@@ -7,8 +7,9 @@ so a resume or fork never depends on this file's defaults changing later.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 import yaml
 from pydantic import (
@@ -21,12 +22,12 @@ from pydantic import (
     model_validator,
 )
 
-from ledger.errors import SeedLedgerError
+from ledger.errors import SeedLedgerError, did_you_mean
 from ledger.seedfile import MAX_GENERATIONS, MAX_MEMBERS, MAX_POPULATION
 from replay.perturbation import DEFAULT_TARGETS, Perturbation
 from trainers.optim import OptimizerSpec
 from trainers.schedules import Schedule
-from trainers.tasks.registry import absolute_paths, task_levels
+from trainers.tasks.registry import absolute_paths, check_rewards, task_levels
 
 # Bounds (issue 13 item 7): every number finite, and limits that cohere with what the
 # ledger and a seed file can hold, so a config that cannot work is refused before any run
@@ -180,6 +181,15 @@ class TrainConfig(Strict):
         "chosen when the run is created (engine.batching) and stored with it",
     )
 
+    @field_validator("task")
+    @classmethod
+    def _rewards_are_valid(cls, task: Any) -> Any:
+        """Reward options are config too: a typo is found now, not at the first generation."""
+        try:
+            check_rewards(task)
+        except SeedLedgerError as exc:
+            raise ValueError(str(exc)) from None
+        return task
     @model_validator(mode="after")
     def _kl_needs_hf(self) -> TrainConfig:
         if self.kl is not None and self.backend != "hf":
@@ -265,22 +275,75 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
 
 
 def validate(
-    data: dict[str, Any], source: str = "config", base_dir: str | Path | None = None
+    data: dict[str, Any], source: str = "config", base_dir: str | Path | None = None,
+    overrides: Sequence[str] = (),
 ) -> TrainConfig:
     """The validated config. Relative dataset and reward-file paths in `task` are made
     absolute against `base_dir` (default: the working directory), so the config stored
-    with a run loads the same files from wherever it is resumed."""
+    with a run loads the same files from wherever it is resumed. Every error is reported
+    (one line), each blamed on the `--set` in `overrides` that wrote the key, else on
+    `source`."""
     if isinstance(data, dict) and "task" in data:
         data = {**data, "task": absolute_paths(data["task"], base_dir or Path.cwd())}
     try:
         return TrainConfig.model_validate(data)
     except ValidationError as exc:
-        err = _most_specific(exc.errors())
-        where = ".".join(str(p) for p in err["loc"] if not _is_union_tag(p))
-        reason = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":
-            reason = "unknown key"
-        raise SeedLedgerError(f"{source}: {where}: {reason}" if where else f"{source}: {reason}") from None
+        raise SeedLedgerError(_report(exc.errors(), source, overrides)) from None
+
+
+def _report(errors: list[dict[str, Any]], source: str, overrides: Sequence[str]) -> str:
+    """All of a validation's errors as one line, the most specific one per field."""
+    by_field: dict[tuple, list[dict[str, Any]]] = {}
+    for err in errors:
+        by_field.setdefault(_path(err["loc"])[:1], []).append(err)
+    lines = [_describe(_most_specific(errs), source, overrides) for errs in by_field.values()]
+    return lines[0] if len(lines) == 1 else f"{len(lines)} config errors: " + "; ".join(lines)
+
+
+def _describe(err: dict[str, Any], source: str, overrides: Sequence[str]) -> str:
+    path = _path(err["loc"])
+    where = ".".join(map(str, path))
+    reason = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "extra_forbidden":
+        reason = "unknown key" + did_you_mean(str(path[-1]), _keys_at(path[:-1]))
+    blame = _blame(where, overrides) or source
+    return f"{blame}: {where}: {reason}" if where else f"{blame}: {reason}"
+
+
+def _path(loc: tuple) -> tuple:
+    """A pydantic error location as config keys (union branch names dropped)."""
+    return tuple(p for p in loc if not _is_union_tag(p))
+
+
+def _blame(where: str, overrides: Sequence[str]) -> str | None:
+    """`--set KEY=VALUE`, the last override that wrote `where` or a mapping above or below it."""
+    for item in reversed(overrides):
+        key = item.partition("=")[0].strip()
+        if where and (key == where or where.startswith(key + ".") or key.startswith(where + ".")):
+            return f"--set {item}"
+    return None
+
+
+def _keys_at(path: tuple) -> list[str]:
+    """The config keys allowed at `path` (for "did you mean")."""
+    model: Any = TrainConfig
+    for part in path:
+        fields = getattr(model, "model_fields", {})
+        if part not in fields:
+            return []
+        model = _model_of(fields[part].annotation)
+    return list(getattr(model, "model_fields", {}))
+
+
+def _model_of(annotation: Any) -> Any:
+    """The pydantic model inside an annotation (`X | None`, `Annotated[...]`), if any."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in get_args(annotation):
+        found = _model_of(arg)
+        if found is not None:
+            return found
+    return None
 
 
 def _is_union_tag(part: Any) -> bool:
@@ -290,11 +353,9 @@ def _is_union_tag(part: Any) -> bool:
 
 
 def _most_specific(errors: list[dict[str, Any]]) -> dict[str, Any]:
-    """The error to report: for a union field, the branch that got furthest into the value
-    (a mapping's bad key rather than "should be 'full'")."""
-    first = errors[0]
-    same_field = [e for e in errors if e["loc"][:1] == first["loc"][:1]]
-    return max(same_field, key=lambda e: sum(not _is_union_tag(p) for p in e["loc"]))
+    """The error to report for one field: for a union, the branch that got furthest into
+    the value (a mapping's bad key rather than "should be 'full'")."""
+    return max(errors, key=lambda e: len(_path(e["loc"])))
 
 
 def load_config(path: str | Path | None, overrides: list[str] = ()) -> TrainConfig:
@@ -316,4 +377,4 @@ def load_config(path: str | Path | None, overrides: list[str] = ()) -> TrainConf
         if "task" in data:  # the file's own relative paths are relative to the file
             data["task"] = absolute_paths(data["task"], Path(path).resolve().parent)
     # paths given with --set are relative to the working directory (validate's default)
-    return validate(apply_overrides(data, list(overrides)), source)
+    return validate(apply_overrides(data, list(overrides)), source, overrides=list(overrides))

@@ -144,8 +144,9 @@ class Evaluator:
         samples = None
         if self.cfg.keep_samples:
             samples = [
-                {"row": i, "completion": c, "reward": r}
-                for i, c, r in zip(indices, completions, rewards, strict=True)
+                {"row": i, "prompt": _prompt_text(p), "data": _public_columns(row, p),
+                 "completion": c, "reward": r}
+                for i, p, row, c, r in zip(indices, prompts, rows, completions, rewards, strict=True)
             ]
             if passk is not None:
                 for j, sample in enumerate(samples):
@@ -189,3 +190,24 @@ class Evaluator:
         )
         rewards, _ = self.task.reward(prompts, completions, rows)
         return rewards
+
+
+def _prompt_text(prompt: Any) -> str:
+    """What the model was asked: the last message of a chat prompt (the question)."""
+    if isinstance(prompt, list) and prompt and isinstance(prompt[-1], dict):
+        return str(prompt[-1].get("content", ""))
+    return str(prompt)
+
+
+def _public_columns(row: dict[str, Any], prompt: Any) -> dict[str, Any]:
+    """The row's dataset columns a reward compares against (the expected answer, ...), as
+    JSON: internal `_` columns and the prompt's own text are left out."""
+    text = _prompt_text(prompt)
+    out = {}
+    for key, value in row.items():
+        if key.startswith("_") or value == text:
+            continue
+        if not isinstance(value, str | int | float | bool | type(None) | list):
+            value = str(value)
+        out[key] = value
+    return out

@@ -50,7 +50,40 @@ class Hooks:
     on_generation_start: Callable[[int, int], None] = lambda generation, members: None
     on_member: Callable[[MemberResult], None] = lambda result: None
     on_generation_end: Callable[[GenerationRecord, float], None] = lambda record, seconds: None
-    on_notice: Callable[[str], None] = lambda text: None  # e.g. a lease taken over
+    on_notice: Callable[[str, str], None] = lambda level, message: None  # level: note | warning
+
+
+def no_signal(record: GenerationRecord) -> bool:
+    """Every coefficient is zero: the members' rewards did not differ, so this generation
+    cannot move the weights (momentum and Adam only replay their past)."""
+    return all(m.coefficient == 0.0 for m in record.members)
+
+
+def no_signal_streak(history: list[GenerationRecord]) -> int:
+    """How many generations at the end of `history` had no signal."""
+    streak = 0
+    for record in reversed(history):
+        if not no_signal(record):
+            break
+        streak += 1
+    return streak
+
+
+def no_signal_warning(record: GenerationRecord, streak: int) -> tuple[str, dict]:
+    """The console line and the event payload for a generation without signal."""
+    rewards = [m.reward for m in record.members]
+    unscored = all(v is None for m in record.members for v in m.components.values())
+    why = (
+        "no reward function returned a value for any sample (None and NaN mean 'not applicable')"
+        if unscored and record.members[0].components
+        else f"every member's reward is {rewards[0]:.4g}"
+    )
+    times = "1 generation" if streak == 1 else f"{streak} generations in a row"
+    message = (
+        f"generation {record.index}: no signal ({why}), so the update is zero; {times} without "
+        "signal. Check the reward (answer format, max_new_tokens) or raise sigma"
+    )
+    return message, {"generation": record.index, "reward": rewards[0], "streak": streak, "why": why}
 
 
 def hyperparameters(cfg: TrainConfig, generation: int) -> tuple[float, float]:
@@ -92,6 +125,14 @@ def train(
     start = ledger.latest_generation(run.name)
     history = ledger.records(run.name, upto=start)
     curriculum = restore_curriculum(cfg, pool.task, history)
+    streak = no_signal_streak(history)  # generations in a row without signal, resume included
+    applied = round_coefficient(cfg.sigma)
+    if generations and applied != cfg.sigma:
+        hooks.on_notice(
+            "note",
+            f"sigma {cfg.sigma:g} is applied as {applied:.6g}: rounded to 12 significant bits so "
+            "that every σ·ε is exact in fp32 (`log` and `show` print the applied value)",
+        )
     kl_beta = restore_kl_beta(cfg, history)
     committed = []
     previous_commit: float | None = None  # seconds the last commit of this session took
@@ -183,6 +224,11 @@ def train(
         if loggers is not None:
             loggers.log_generation(generation, generation_metrics(record, seconds, previous_commit))
         hooks.on_generation_end(record, seconds)
+        streak = streak + 1 if no_signal(record) else 0
+        if streak:
+            message, payload = no_signal_warning(record, streak)
+            ledger.log_event(run.name, "no-signal", payload)
+            hooks.on_notice("warning", message)
     return committed
 
 

@@ -36,6 +36,9 @@ QUIET_HF_ENV = {
     "HF_HUB_OFFLINE": "1",
     "HF_HUB_DISABLE_PROGRESS_BARS": "1",
     "TRANSFORMERS_VERBOSITY": "error",
+    # plain tqdm bars (transformers' GGUF dequantization) ignore the hub's switch; a
+    # non-terminal stderr got hundreds of frames. seedledger's own status line remains.
+    "TQDM_DISABLE": "1",
 }
 
 

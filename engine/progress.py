@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 if TYPE_CHECKING:
     from engine.loop import Hooks
@@ -52,13 +53,14 @@ class TrainingProgress:
         self.rows: list[tuple[int, float, float, float, str]] = []
         self._task = None
         self._rewards: list[float] = []
+        self._started = False
 
     def __enter__(self) -> TrainingProgress:
-        self.progress.__enter__()
-        return self
+        return self  # the live display starts with the first generation (_start)
 
     def __exit__(self, *exc) -> None:
-        self.progress.__exit__(*exc)
+        if self._started:  # a session that failed before training leaves stderr to its error line
+            self.progress.stop()
 
     def hooks(self) -> Hooks:
         from engine.loop import Hooks
@@ -66,6 +68,9 @@ class TrainingProgress:
         return Hooks(self._start, self._member, self._end, self._notice)
 
     def _start(self, generation: int, members: int) -> None:
+        if not self._started:
+            self.progress.start()
+            self._started = True
         self._rewards = []
         self._task = self.progress.add_task(
             "", total=members, generation=generation, mean=0.0, best=0.0
@@ -89,8 +94,11 @@ class TrainingProgress:
                 f"{_num(stats['max'])}, {seconds:.1f}s, fingerprint {record.fingerprint[:12]}"
             )
 
-    def _notice(self, text: str) -> None:
-        print(f"note: {text}", file=sys.stderr, flush=True)
+    def _notice(self, level: str, message: str) -> None:
+        """Notes and warnings go to stderr, above the bars, with --json too (stdout stays
+        the JSON)."""
+        style = "yellow" if level == "warning" else "cyan"
+        self.console.print(Text.assemble((f"{level}: ", style), message), soft_wrap=True)
 
     def summary(self) -> Table:
         table = Table(title="generations committed")

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from engine import batching
+from engine import batching, preflight
 from engine.config import TrainConfig, apply_overrides, load_config, validate
 from engine.devices import check_device
 from engine.interrupts import RunInterrupted, signal_of, signals_held
@@ -107,6 +107,30 @@ def _keepalive(lease: WriterLease, every: float = LEASE_TTL / 5):
         thread.join()
 
 
+STATUSES = {
+    "created": "the run exists; no session has trained it yet",
+    "training": "a session holds the run's writer lease and trains it",
+    "stopped": "the last session ended normally before the run reached its target generation",
+    "finished": "the run reached its target generation (the config's `generations`)",
+    "interrupted": "the last session ended by an error or a signal, or its process died",
+    "imported": "made from a seed file and not trained in this ledger since",
+}
+
+
+def target_generation(cfg: TrainConfig) -> int:
+    """The generation a run trains towards: the config's `generations`, counted along the
+    lineage as schedules are (a fork at @g of a 10-generation config trains 10 - g)."""
+    return cfg.generations
+
+
+def settle_status(ledger: Ledger, name: str, cfg: TrainConfig) -> None:
+    """After a session that trained nothing: a run at its target is `finished` (an imported
+    run stays `imported`; anything else is left as it was)."""
+    status = ledger.get_run(name).status
+    if status in ("created", "stopped", "interrupted", "training") and (
+        ledger.latest_generation(name) >= target_generation(cfg)
+    ):
+        ledger.set_status(name, "finished")
 @contextmanager
 def _interruptible(ledger: Ledger, run_name: str):
     """A SIGINT or SIGTERM (engine.interrupts) inside marks the run `interrupted`, records
@@ -145,6 +169,9 @@ def _run_loop(ledger: Ledger, run: RunInfo, cfg: TrainConfig, pool, generations:
 
         loggers = make_loggers(cfg.report_to, run.name, log_dir(ledger), cfg.model_dump())
     try:
+        if generations == 0:  # nothing to train: the status only catches up with the history
+            settle_status(ledger, run.name, cfg)
+            return SessionResult(run, [], pool.fingerprint(), ledger.latest_generation(run.name))
         ledger.set_status(run.name, "training")
         try:
             records = train(
@@ -168,8 +195,7 @@ def _run_loop(ledger: Ledger, run: RunInfo, cfg: TrainConfig, pool, generations:
                     )
             raise
         latest = ledger.latest_generation(run.name)
-        done = latest - run.parent_generation
-        ledger.set_status(run.name, "finished" if done >= cfg.generations else "stopped")
+        ledger.set_status(run.name, "finished" if latest >= target_generation(cfg) else "stopped")
     finally:
         if loggers is not None:
             loggers.close()
@@ -193,6 +219,7 @@ def start(
         raise SeedLedgerError(f"run {name!r} exists: `seedledger resume {name}` or pick another --run")
     try:
         model_dir = resolve_model(cfg.model)
+        preflight.check(cfg, model_dir)  # before the run exists: a setting that cannot work is exit 2
         cfg = cfg.model_copy(update={"members_per_forward": batching.resolve(cfg, model_dir)})
         spec = cfg.perturbation_spec()
         pool = make_pool(cfg, model_dir)
@@ -217,7 +244,7 @@ def start(
         )
         with ledger.lease(run.name, ttl=LEASE_TTL) as lease, _interruptible(ledger, run.name):
             pool.restore(ledger, run.name, 0, None)
-            count = cfg.generations if generations is None else generations
+            count = target_generation(cfg) if generations is None else generations
             return _run_loop(ledger, run, cfg, pool, count, hooks, lease)
     finally:
         pool.close()
@@ -278,14 +305,20 @@ def resume(
     with ledger.lease(run.name, ttl=LEASE_TTL).acquire(force=take_over) as lease, \
             _interruptible(ledger, run.name):
         if lease.takeover is not None:
-            hooks.on_notice(lease.describe_takeover())
+            hooks.on_notice("note", lease.describe_takeover())
         latest = ledger.latest_generation(run_name)  # read under the lease: no one commits now
         if generations is None:
-            generations = max(cfg.generations - (latest - run.parent_generation), 0)
+            generations = max(target_generation(cfg) - latest, 0)
+        if generations == 0:  # nothing to do: no model loaded, no replay
+            settle_status(ledger, run_name, cfg)
+            fp = ledger.generation(run_name, latest).fingerprint if latest else run.base_fingerprint
+            return SessionResult(ledger.get_run(run_name), [], fp, latest)
+        model_dir = resolve_model(cfg.model)
+        preflight.check(cfg, model_dir)
         pool = None
         try:
             with _keepalive(lease):
-                pool = make_pool(cfg, resolve_model(cfg.model))
+                pool = make_pool(cfg, model_dir)
                 _check_base(run, pool.base_fingerprint())
                 pool.restore(ledger, run.name, latest, anchors_dir(ledger))
             ledger.log_event(run.name, "resume", {"from_generation": latest, "generations": generations})
@@ -315,15 +348,17 @@ def fork(
     data = apply_overrides(dict(parent.config), list(overrides))
     inherited = set(stored_code(parent.config))
     check_stored_code([r for r in stored_code(data) if r in inherited], f"run {parent.name}", trust_code)
-    cfg = validate(data, "fork config")
+    cfg = validate(data, "fork config", overrides=overrides)
     check_device(cfg.device)
     if cfg.model != parent.base_model:
         raise SeedLedgerError("a fork keeps its parent's base model; `model` cannot be changed")
     if ledger.has_run(new_name):
         raise SeedLedgerError(f"run {new_name!r} exists; pick another --run")
+    model_dir = resolve_model(cfg.model)
+    preflight.check(cfg, model_dir)
     if _rows_changed(validate(parent.config, f"run {parent.name} config"), cfg, overrides):
         cfg = cfg.model_copy(update={"members_per_forward": None})
-        cfg = cfg.model_copy(update={"members_per_forward": batching.resolve(cfg, resolve_model(cfg.model))})
+        cfg = cfg.model_copy(update={"members_per_forward": batching.resolve(cfg, model_dir)})
     kind = cfg.perturbation_spec()  # a fork may change the kind: each run replays with its own
     spec = replace(  # the parent's base; this fork's perturbation, settings and key
         parent.spec(),
@@ -341,7 +376,7 @@ def fork(
         pool = None
         try:
             with _keepalive(lease):
-                pool = make_pool(cfg, resolve_model(cfg.model))
+                pool = make_pool(cfg, model_dir)
                 _check_base(parent, pool.base_fingerprint())
                 pool.restore(ledger, run.name, gen, anchors_dir(ledger))
         except BaseException as exc:
@@ -355,7 +390,7 @@ def fork(
             raise
         try:
             with _interruptible(ledger, run.name):
-                count = max(cfg.generations - gen, 0) if generations is None else generations
+                count = max(target_generation(cfg) - gen, 0) if generations is None else generations
                 return _run_loop(ledger, run, cfg, pool, count, hooks, lease)
         finally:
             pool.close()

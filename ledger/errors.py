@@ -1,5 +1,9 @@
 """Errors that mean "bad input": the CLI prints them as one line and exits 2 (or 1)."""
 
+from __future__ import annotations
+
+from collections.abc import Iterable
+
 
 class SeedLedgerError(Exception):
     """Bad input or a refused operation; the message is the one line the user sees."""
@@ -34,6 +38,15 @@ class NotVerified(SeedLedgerError):
     exit_code = 1
 
 
+def did_you_mean(word: object, choices: Iterable[str]) -> str:
+    """` (did you mean 'x'?)` when `word` is close to one of `choices`, else ``""``: the
+    hint a mistyped key or name deserves in its one-line error."""
+    import difflib
+
+    if not isinstance(word, str):
+        return ""
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 class ChainBroken(VerifyMismatch):
     """A generation row that no longer matches its digest in the hash chain (edited by
     hand, or damaged); `generation` names the first such generation."""

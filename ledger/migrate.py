@@ -96,12 +96,17 @@ def known_revisions() -> list[str]:
     return [s.revision for s in reversed(list(_script().walk_revisions()))]
 
 
+def revisions() -> list[tuple[str, str]]:
+    """(revision, first docstring line), oldest first."""
+    return [
+        (s.revision, (s.doc or "").strip().splitlines()[0] if (s.doc or "").strip() else "")
+        for s in reversed(list(_script().walk_revisions()))
+    ]
+
+
 def history() -> list[str]:
     """`<revision>  <first docstring line>`, oldest first."""
-    out = []
-    for s in reversed(list(_script().walk_revisions())):
-        out.append(f"{s.revision}  {(s.doc or '').strip().splitlines()[0] if s.doc else ''}")
-    return out
+    return [f"{rev}  {title}" for rev, title in revisions()]
 
 
 def current(location: str) -> str | None:

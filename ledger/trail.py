@@ -58,6 +58,11 @@ class TrailMixin(LedgerBase):
                 out += [rows.anchor_info(run, x) for x in conn.execute(q)]
             return sorted(out, key=lambda x: x.generation)
 
+    def anchor_shas(self) -> set[str]:
+        """The sha256 of every anchor any run records (files still in use)."""
+        with self._read() as conn:
+            return set(conn.execute(select(Anchor.sha256)).scalars())
+
     def log_event(self, name: str | None, kind: str, payload: dict[str, Any]) -> None:
         """Append to the audit trail (resume, verify results, errors...)."""
         with self.transaction() as conn:

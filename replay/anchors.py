@@ -186,3 +186,19 @@ def _metadata(raw: bytes) -> dict:
     """The safetensors header's __metadata__ (load() does not return it)."""
     n = int.from_bytes(raw[:8], "little")
     return json.loads(json.loads(raw[8 : 8 + n])["__metadata__"]["seedledger"])
+
+
+def remove_unused(ledger, shas: list[str], directory: str | os.PathLike[str]) -> list[Path]:
+    """Delete the anchor files named by `shas` from `directory` when no anchor row of the
+    ledger uses them any more (after `delete_run`). Only `<sha256>.safetensors.zst` inside
+    `directory` is ever removed, never a path a ledger row names: rows may be hostile."""
+    in_use = ledger.anchor_shas()
+    removed = []
+    for sha in shas:
+        if sha in in_use or len(sha) != 64 or any(c not in "0123456789abcdef" for c in sha):
+            continue
+        path = Path(directory) / f"{sha}{SUFFIX}"
+        if path.is_file() and not path.is_symlink():
+            path.unlink()
+            removed.append(path)
+    return removed

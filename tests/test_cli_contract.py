@@ -211,13 +211,16 @@ def test_demo_json_prints_only_the_figures(monkeypatch, tmp_path):
 
     seen = {}
 
-    def fake_demo(workdir, generations=None):
+    def fake_demo(workdir, generations=None, overrides=()):
         seen["args"] = (workdir, generations)
+        seen["overrides"] = list(overrides)
         print("a table the demo prints")  # must not reach stdout under --json
         return {"generations": generations, "verified": True}
 
     monkeypatch.setattr(engine.commands.demo, "run_demo", fake_demo)
-    result = CliRunner().invoke(app, ["demo", "--workdir", str(tmp_path), "-n", "3", "--json"])
+    result = CliRunner().invoke(
+        app, ["demo", "--workdir", str(tmp_path), "-n", "3", "--set", "population=30", "--json"]
+    )
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout) == {"generations": 3, "verified": True}
-    assert seen["args"] == (tmp_path, 3)
+    assert seen["args"] == (tmp_path, 3) and seen["overrides"] == ["population=30"]

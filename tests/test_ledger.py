@@ -151,7 +151,8 @@ def test_lineage(led):
     led.delete_run("grandkid")
     led.delete_run("kid")
     assert [r.name for r in led.list_runs()] == ["root"]
-    assert led.events(kind="run-deleted")[-1].payload == {"run": "kid"}
+    assert led.events(kind="run-deleted")[-1].payload == {
+        "run": "kid", "status": "created", "generations": 3, "anchors": [], "parent": "root@3"}
 
 
 def test_replay_steps_carry_each_runs_perturbation(led):

@@ -8,6 +8,7 @@ The commands register themselves on `app` from the modules of engine.commands.
 from __future__ import annotations
 
 import json
+import re
 import sys
 import traceback
 from typing import Annotated, Any
@@ -26,6 +27,7 @@ DEFAULT_LEDGER = "seedledger.db"  # typer reads $SEEDLEDGER_DB first
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
+    rich_markup_mode=None,  # plain help: typer's rich panels label every flag `<bool>`
     help="ES fine-tuning of language models whose training history is a SQL ledger of seeds.",
 )
 
@@ -91,6 +93,9 @@ def _usage_error(exc: UsageError) -> None:
         sys.exit(2)
     message = " ".join(exc.format_message().split())
     where = exc.ctx.command_path if exc.ctx is not None else "seedledger"
+    extra = re.search(r"unexpected extra arguments?(?:\(s\))? \(([^\s)]+=[^\s)]*)", message)
+    if extra:  # `--set a=1 b=2`
+        message += f"; one --set per key, e.g. --set {extra[1]}"
     say(f"error: {message} (see `{where} --help`)")
     sys.exit(2)
 

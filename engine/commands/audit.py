@@ -39,6 +39,14 @@ def _own_range(ledger: Ledger, run: RunInfo) -> range:
     return range(run.parent_generation + 1, ledger.latest_generation(run.name) + 1)
 
 
+def status(ledger: Ledger, run: RunInfo) -> str:
+    """The run's status (engine.session.STATUSES); `training` only while a live process
+    holds its writer lease: a killed session's run reads `interrupted`."""
+    if run.status == "training" and ledger.live_writer(run.name) is None:
+        return "interrupted"
+    return run.status
+
+
 def run_summary(ledger: Ledger, run: RunInfo, summaries: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """One row of `log`: identity, size, status, best population-mean reward, parent
     (`summaries`: the run's `Ledger.summaries`, when the caller has them)."""
@@ -53,7 +61,7 @@ def run_summary(ledger: Ledger, run: RunInfo, summaries: list[dict[str, Any]] | 
         "base_model": run.base_model,
         "generations": ledger.latest_generation(run.name),
         "own_generations": len(own),
-        "status": run.status,
+        "status": status(ledger, run),
         "best_reward": best[0] if best else None,
         "best_generation": best[1] if best else None,
         "parent": f"{run.parent[0]}@{run.parent[1]}" if run.parent else None,
@@ -88,11 +96,14 @@ def summary_row(s: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def run_log(ledger: Ledger, run: str) -> dict[str, Any]:
-    """A run's whole lineage generation by generation (inherited ones name their run),
-    read from the generation rows alone (`Ledger.summaries`)."""
-    info = ledger.get_run(run)
-    summaries = ledger.summaries(run)
+def run_log(ledger: Ledger, ref: str) -> dict[str, Any]:
+    """A run's lineage generation by generation (inherited ones name their run), up to G
+    for `RUN@G`, read from the generation rows alone (`Ledger.summaries`)."""
+    from engine.refs import resolve_ref
+
+    info, upto = resolve_ref(ledger, ref)
+    run = info.name
+    summaries = ledger.summaries(run, upto)
     rows = [summary_row(s) for s in summaries]
     events = [
         {"at": e.at.isoformat(), "kind": e.kind, "payload": _strict(e.payload)}
@@ -109,7 +120,7 @@ def fork_graph(ledger: Ledger) -> list[dict[str, Any]]:
             "name": r.name,
             "forked_at": r.parent[1] if r.parent else None,
             "generations": ledger.latest_generation(r.name),
-            "status": r.status,
+            "status": status(ledger, r),
             "children": [],
         }
         for r in runs
@@ -124,7 +135,7 @@ def fork_graph(ledger: Ledger) -> list[dict[str, Any]]:
 def _member(m, with_samples: bool) -> dict[str, Any]:
     out = {
         "index": m.index,
-        "key": m.key,
+        "key": f"{m.key:016x}",  # a string, as tables print it: JSON numbers lose 64-bit precision
         "sign": m.sign,
         "reward": _num(m.reward),
         "components": {k: _num(v) for k, v in m.components.items()},

@@ -11,6 +11,9 @@ from rich.tree import Tree
 
 from engine.commands.audit import FP_PREFIX
 
+# σ as applied: rounded to 12 significant bits (≈ 3.6 digits), so 6 show that 0.001 became
+# 0.000999928; `log` and `show` print it alike
+SIGMA = ".6g"
 MAX_ROWS = 100  # generations (log RUN) and members (show) a table lists; --json lists all
 
 
@@ -42,10 +45,6 @@ def _fp(fp: str | None) -> str:
     return (fp or "–")[:FP_PREFIX]
 
 
-def _key(key: int) -> str:
-    return f"{key:016x}"
-
-
 def runs_table(rows: list[dict[str, Any]]) -> RenderableType:
     if not rows:
         return Text("no runs in this ledger; start one with `seedledger train CONFIG.yaml`")
@@ -71,7 +70,7 @@ def run_log_view(data: dict[str, Any]) -> RenderableType:
     gens = data["generations"]
     for g in gens[-MAX_ROWS:]:  # the latest ones: where a long run is now
         t.add_row(str(g["generation"]), g["run"], _f(g["reward_mean"]), _f(g["reward_max"]),
-                  _f(g["lr"], ".3g"), _f(g["sigma"], ".3g"), _fp(g["fingerprint"]),
+                  _f(g["lr"], ".4g"), _f(g["sigma"], SIGMA), _fp(g["fingerprint"]),
                   _f(g["seconds"], ".1f"))
     parts: list[RenderableType] = [t]
     if len(gens) > MAX_ROWS:
@@ -113,7 +112,7 @@ def show_view(data: dict[str, Any]) -> RenderableType:
     head = Table.grid(padding=(0, 2))
     head.add_row("generation", Text.assemble((f"{data['run']}@{data['generation']}", "bold"), where))
     head.add_row("fingerprint", data["fingerprint"] or "–")
-    head.add_row("lr / σ / N", f"{hp['lr']:.4g} / {hp['sigma']:.4g} / {hp['population']}")
+    head.add_row("lr / σ / N", f"{hp['lr']:.4g} / {hp['sigma']:{SIGMA}} / {hp['population']}")
     head.add_row("optimizer", ", ".join(f"{k}={v}" for k, v in hp["optimizer"].items()))
     head.add_row("schedule step", str(hp["schedule_step"]))
     head.add_row("batch", " ".join(map(str, data["batch_indices"])))
@@ -128,7 +127,7 @@ def show_view(data: dict[str, Any]) -> RenderableType:
     for col in ["#", "key", "sign", "reward", *comps, "coefficient"]:
         t.add_column(col, justify="left" if col == "key" else "right")
     for m in data["members"][:MAX_ROWS]:
-        t.add_row(str(m["index"]), _key(m["key"]), "+" if m["sign"] > 0 else "−",
+        t.add_row(str(m["index"]), m["key"], "+" if m["sign"] > 0 else "−",
                   _f(m["reward"]), *[_component(c, m["components"].get(c)) for c in comps],
                   repr(m["coefficient"]))
     parts: list[RenderableType] = [head, t]
@@ -152,14 +151,16 @@ def _samples_view(member: dict[str, Any]) -> RenderableType:
         return Text(f"member {member['index']}: no stored outputs (train with keep_samples: true)")
     t = Table(title=f"member {member['index']} outputs", title_justify="left", show_lines=True)
     cols = list(dict.fromkeys(k for s in member["samples"] for k in s))
-    for col in cols:
-        t.add_column(col, overflow="fold")
+    for col in cols:  # `data`: the dataset columns the reward compared with
+        t.add_column("expected" if col == "data" else col, overflow="fold")
     for s in member["samples"]:
         t.add_row(*[_cell(s.get(c)) for c in cols])
     return t
 
 
 def _cell(v: Any) -> str:
+    if isinstance(v, dict):
+        return ", ".join(f"{k}={_cell(x)}" for k, x in v.items())
     return format(v, ".3f") if isinstance(v, float) else str(v)
 
 
@@ -168,8 +169,9 @@ def diff_view(data: dict[str, Any], top: int | None = None) -> RenderableType:
     title = (f"{b['run']}@{b['generation']} − {a['run']}@{a['generation']}  "
              f"(shared generations 1..{data['shared_generations']})")
     t = Table(title=title, title_justify="left")
-    for col in ["tensor", "shape", "L2", "max |Δ|", "changed"]:
-        t.add_column(col, justify="left" if col in ("tensor", "shape") else "right", overflow="fold")
+    for col in ["tensor", "shape", "L2", "max |Δ|", "changed"]:  # numbers never wrap; names fold
+        t.add_column(col, justify="left" if col in ("tensor", "shape") else "right",
+                     overflow="fold", no_wrap=col != "tensor")
     rows = data["tensors"] if top is None else data["tensors"][:top]
     for r in rows:
         t.add_row(r["tensor"], "×".join(map(str, r["shape"])), f"{r['l2']:.4g}",

@@ -15,7 +15,9 @@ from engine.commands.app import DEFAULT_LEDGER, JsonOpt, LedgerOpt, app, emit, o
 
 @app.command()
 def log(
-    run: Annotated[str | None, typer.Argument(help="Run whose generations to list (omit: all runs).")] = None,
+    run: Annotated[
+        str | None, typer.Argument(help="RUN (or RUN@G: up to G) whose generations to list; omit: all runs.")
+    ] = None,
     graph: Annotated[bool, typer.Option("--graph", help="Draw the fork tree.")] = False,
     ledger: LedgerOpt = DEFAULT_LEDGER,
     as_json: JsonOpt = False,
@@ -83,15 +85,19 @@ def diff(
 
 @app.command()
 def plot(
-    run: Annotated[str, typer.Argument(help="Run whose reward curve to draw.")],
+    runs: Annotated[list[str], typer.Argument(help="Runs whose reward curves to draw on one axis.")],
     output: Annotated[Path, typer.Option("-o", "--output", help="PNG file to write.")],
+    forks: Annotated[bool, typer.Option("--forks", help="Add every run forked from them.")] = False,
     ledger: LedgerOpt = DEFAULT_LEDGER,
     as_json: JsonOpt = False,
 ):
-    """Draw RUN's reward curve (from the ledger alone) to a PNG."""
-    from engine.commands.plot import plot_run
+    """Draw reward curves (from the ledger alone) to a PNG: forks marked where they fork,
+    held-out rewards where recorded."""
+    from engine.commands.plot import plot_runs, with_forks
 
     with open_ledger(ledger) as led:
-        led.get_run(run)
-        payload = plot_run(led, run, output)
-    emit(payload, as_json, f"wrote {output}")
+        for run in runs:
+            led.get_run(run)
+        payload = plot_runs(led, with_forks(led, runs) if forks else runs, output)
+    skipped = f" ({', '.join(payload['skipped'])}: no generations, not drawn)" if payload["skipped"] else ""
+    emit(payload, as_json, f"wrote {output}: {', '.join(r['run'] for r in payload['runs'])}{skipped}")

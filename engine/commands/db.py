@@ -6,13 +6,13 @@ import typer
 
 from engine.commands.app import DEFAULT_LEDGER, JsonOpt, LedgerOpt, app, emit
 
-db_app = typer.Typer(help="Ledger schema: upgrade | current | history.", no_args_is_help=True)
+db_app = typer.Typer(help="Ledger schema: upgrade | current | history.", no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(db_app, name="db")
 
 
 @db_app.command("upgrade")
 def db_upgrade(ledger: LedgerOpt = DEFAULT_LEDGER, as_json: JsonOpt = False):
-    """Upgrade the ledger's schema to this version's head."""
+    """Upgrade the ledger's schema to this version's head (creates a missing ledger)."""
     from ledger import migrate
 
     url = ledger or DEFAULT_LEDGER
@@ -29,17 +29,29 @@ def db_upgrade(ledger: LedgerOpt = DEFAULT_LEDGER, as_json: JsonOpt = False):
 
 @db_app.command("current")
 def db_current(ledger: LedgerOpt = DEFAULT_LEDGER, as_json: JsonOpt = False):
-    """Print the ledger's schema revision."""
+    """Print the ledger's schema revision (a missing ledger is an error, as for every reader)."""
     from ledger import migrate
+    from ledger.db import sqlite_path, to_url
+    from ledger.errors import SeedLedgerError
 
-    rev = migrate.current(ledger or DEFAULT_LEDGER)
-    emit({"revision": rev}, as_json, str(rev))
+    location = ledger or DEFAULT_LEDGER
+    path = sqlite_path(to_url(location))
+    if path is not None and not path.exists():
+        raise SeedLedgerError(f"no ledger at {location}")
+    rev, head = migrate.current(location), migrate.head()
+    payload = {"revision": rev, "head": head, "up_to_date": rev == head}
+    if rev is None:
+        human = f"empty: no schema yet (`seedledger db upgrade --ledger {location}` creates it)"
+    else:
+        human = rev if rev == head else f"{rev} (this seedledger's head is {head}: `seedledger db upgrade`)"
+    emit(payload, as_json, human)
 
 
 @db_app.command("history")
 def db_history(as_json: JsonOpt = False):
-    """List the schema revisions this version knows."""
+    """List the schema revisions this version knows, oldest first."""
     from ledger import migrate
 
-    revs = migrate.history()
-    emit({"revisions": revs}, as_json, "\n".join(revs))
+    revs = [{"revision": rev, "title": title} for rev, title in migrate.revisions()]
+    emit({"revisions": revs, "head": migrate.head()}, as_json,
+         "\n".join(f"{r['revision']}  {r['title']}" for r in revs))

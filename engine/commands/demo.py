@@ -10,6 +10,7 @@ import math
 import shutil
 import statistics
 import time
+from importlib.resources import files
 from pathlib import Path
 
 from rich.console import Console
@@ -28,7 +29,7 @@ from ledger.errors import SeedLedgerError
 from ledger.seedio import export_seedfile
 from replay.noise import member_key
 
-CONFIG = Path(__file__).resolve().parent.parent / "configs" / "demo.yaml"
+CONFIG = Path(str(files("engine") / "configs" / "demo.yaml"))  # package data: works when installed
 
 
 def held_out(cfg, model_dir: Path) -> tuple[list[float | None], str, str]:
@@ -78,9 +79,11 @@ def _fresh_workdir(workdir: Path) -> None:
     workdir.mkdir(parents=True)
 
 
-def run_demo(workdir: Path, generations: int | None = None, config: Path = CONFIG) -> dict:
+def run_demo(
+    workdir: Path, generations: int | None = None, config: Path = CONFIG, overrides: list[str] = (),
+) -> dict:
     console = Console(stderr=True)
-    overrides = [f"generations={generations}"] if generations is not None else []
+    overrides = [*overrides, *([f"generations={generations}"] if generations is not None else [])]
     _fresh_workdir(workdir)
     cfg = load_config(config, overrides)
 
@@ -106,11 +109,14 @@ def run_demo(workdir: Path, generations: int | None = None, config: Path = CONFI
         verified = verify_ref(ledger, f"demo@{latest}")
         seeds = workdir / "demo.seeds"
         export_seedfile(ledger, "demo", latest, seeds, key_fn=member_key)
+        final_rewards, _, final_answer = held_out(cfg, rebuilt)
+        final_reward = _mean(final_rewards)
+        for g, reward in ((0, base_reward), (latest, final_reward)):  # `plot` draws them
+            ledger.log_event("demo", "evaluation", {"generation": g, "held_out_reward": reward,
+                                                    "rows": len(base_rewards), "greedy": True})
         png = workdir / "demo-reward.png"
         plot_run(ledger, "demo", png)
 
-    final_rewards, _, final_answer = held_out(cfg, rebuilt)
-    final_reward = _mean(final_rewards)
     change = paired_change(base_rewards, final_rewards)
     weights = sum(f.stat().st_size for f in rebuilt.glob("*.safetensors"))
     figures = {

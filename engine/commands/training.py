@@ -17,7 +17,8 @@ from engine.commands.app import DEFAULT_LEDGER, JsonOpt, LedgerOpt, app, emit, o
 from ledger.db import display_location
 
 Sets = Annotated[
-    list[str] | None, typer.Option("--set", help="Override a config key: key=value (dots for nesting).")
+    list[str] | None,
+    typer.Option("--set", help="Override a config key: key=value (dots for nesting); one --set per key."),
 ]
 Gens = Annotated[int | None, typer.Option("--generations", "-n", help="Generations to train.")]
 TrustCode = Annotated[
@@ -94,11 +95,24 @@ def resume(
     ledger: LedgerOpt = DEFAULT_LEDGER,
     as_json: JsonOpt = False,
 ):
-    """Continue RUN from its last committed generation."""
-    from engine import session
+    """Continue RUN from its last committed generation.
 
-    _session(ledger, as_json, lambda led, hooks: session.resume(
-        led, run, generations, hooks, take_over, trust_code=trust_code))
+    By default towards its config's `generations` (a run already there is an error);
+    --generations N trains N more, past it if need be."""
+    from engine import session
+    from ledger.errors import SeedLedgerError
+
+    def body(led, hooks):
+        result = session.resume(led, run, generations, hooks, take_over, trust_code=trust_code)
+        if generations is None and not result.records:  # at its target: say so, not exit 0 silently
+            raise SeedLedgerError(
+                f"run {run} is at its target generation {result.latest_generation} "
+                f"({led.get_run(run).status}): nothing to resume; `seedledger resume {run} "
+                "--generations N` trains N more"
+            )
+        return result
+
+    _session(ledger, as_json, body)
 
 
 @app.command()
@@ -122,6 +136,7 @@ def fork(
 def demo(
     workdir: Annotated[Path, typer.Option("--workdir", help="Where the demo writes.")] = Path("demo-out"),
     generations: Gens = None,
+    set_: Sets = None,
     as_json: JsonOpt = False,
 ):
     """The end-to-end demo: train SmolLM2 on arithmetic, rebuild, verify, export, report."""
@@ -130,8 +145,8 @@ def demo(
     from engine.commands.demo import run_demo
 
     if not as_json:
-        run_demo(workdir, generations)
+        run_demo(workdir, generations, overrides=set_ or [])
         return
     with contextlib.redirect_stdout(sys.stderr):  # the demo's table; stdout is the JSON alone
-        figures = run_demo(workdir, generations)
+        figures = run_demo(workdir, generations, overrides=set_ or [])
     emit(figures, as_json)

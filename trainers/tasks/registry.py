@@ -12,7 +12,7 @@ Spec forms (YAML or ``--set task=...``):
 own reward), ``"format"``, ``"length"`` or a user function ``"module:function"`` /
 ``"file.py:function"``, as a string or a mapping with ``fn``, ``weight``, ``name`` and, for
 the built-ins, their options (``format``: think_start, think_end, answer_start,
-answer_end, partial; ``length``: limit, unit, scale).
+answer_end, partial; ``length``: limit, unit, scale); ``trainers.rewards.spec`` checks them.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from trainers.rewards.combine import WeightedReward
 from trainers.rewards.format import format_reward
 from trainers.rewards.length import length_penalty
 from trainers.rewards.loader import is_file_ref, load_reward_fn
+from trainers.rewards.spec import parse_rewards
 
 from . import arithmetic, code_task, countdown, jsonl_task, math_task, reasoning_gym_task
 from .base import Task
@@ -180,45 +181,41 @@ def _load_mix(items: Any, seed: int) -> Task:
 
 
 def build_rewards(spec: Any, task_rewards: list[WeightedReward]) -> list[WeightedReward]:
-    """The reward list named by a config (see the module docstring)."""
-    if not isinstance(spec, list) or not spec:
-        raise SeedLedgerError("rewards: expected a non-empty list")
+    """The reward list named by a config (see the module docstring), checked by
+    `trainers.rewards.spec.parse_rewards` first."""
     out: list[WeightedReward] = []
-    for item in spec:
-        opts = {"fn": item} if isinstance(item, str) else dict(item) if isinstance(item, dict) else None
-        if opts is None or not isinstance(opts.get("fn"), str):
-            raise SeedLedgerError(f"rewards: bad entry {item!r} (expected a name or {{fn: ...}})")
-        ref = opts.pop("fn")
-        weight = opts.pop("weight", 1.0)
-        name = opts.pop("name", None)
-        if isinstance(weight, bool) or not isinstance(weight, int | float) or not math.isfinite(weight):
-            raise SeedLedgerError(f"rewards: weight of {ref!r} is not a finite number: {weight!r}")
-        for key, value in opts.items():  # NaN or inf options train nothing, or fail mid-run
-            if isinstance(value, float) and not math.isfinite(value):
-                raise SeedLedgerError(f"rewards: {ref!r}: {key} {value!r} is not a finite number")
-        try:
-            if ref == "task":
-                _no_options(ref, opts)
-                out.extend(WeightedReward(r.name, r.fn, r.weight * weight) for r in task_rewards)
-                continue
-            if ref == "format":
-                fn = format_reward(**opts)
-            elif ref == "length":
-                fn = length_penalty(**opts)
-            else:
-                _no_options(ref, opts)
-                fn = load_reward_fn(ref)  # a file path is absolute by now (``absolute_paths``)
-        except TypeError as exc:
-            raise SeedLedgerError(f"rewards: {ref!r}: {exc}") from None
-        except ValueError as exc:
-            raise SeedLedgerError(f"rewards: {ref!r}: {exc}") from None
-        out.append(WeightedReward(name or ref, fn, float(weight)))
+    for entry in parse_rewards(spec):
+        if entry.ref == "task":
+            out.extend(WeightedReward(r.name, r.fn, r.weight * entry.weight) for r in task_rewards)
+            continue
+        if entry.ref == "format":
+            fn = format_reward(**entry.options)
+        elif entry.ref == "length":
+            fn = length_penalty(**entry.options)
+        else:
+            fn = load_reward_fn(entry.ref)  # a file path is absolute by now (``absolute_paths``)
+        out.append(WeightedReward(entry.name, fn, entry.weight))
     names = [r.name for r in out]
     if len(set(names)) != len(names):
         raise SeedLedgerError(f"rewards: component names repeat: {names} (give each a 'name')")
     return out
 
 
-def _no_options(ref: str, opts: dict) -> None:
-    if opts:
-        raise SeedLedgerError(f"rewards: {ref!r} takes no options, got {sorted(opts)}")
+def reward_lists(spec: Any) -> list[Any]:
+    """Every `rewards` list a task spec holds (a mix's parts included), unvalidated."""
+    if isinstance(spec, list):
+        return [r for item in spec for r in reward_lists(item)]
+    if not isinstance(spec, dict):
+        return []
+    if "mix" in spec:
+        return reward_lists(spec["mix"])
+    if "task" in spec:  # a mix item {task: SPEC, weight: W}
+        return reward_lists(spec["task"])
+    return [spec["rewards"]] if "rewards" in spec else []
+
+
+def check_rewards(spec: Any) -> None:
+    """Validate every `rewards` list of a task spec without importing any code
+    (SeedLedgerError naming the entry): the config's check, before a run exists."""
+    for rewards in reward_lists(spec):
+        parse_rewards(rewards)
