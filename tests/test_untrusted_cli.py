@@ -316,7 +316,8 @@ def test_environment_errors_are_one_line_and_exit_2(cli):
 
 def test_an_anchor_that_cannot_be_written_names_its_committed_generation(tmp_path):
     cli = Cli(tmp_path)
-    (tmp_path / "c.yaml").write_text(tiny_config(generations=1, anchor_every=1))
+    # σ = 2⁻¹⁰ is applied as given (no rounding note), so stderr holds the error line alone
+    (tmp_path / "c.yaml").write_text(tiny_config(generations=1, anchor_every=1, sigma=2**-10))
     (tmp_path / "ledger.db.anchors").write_text("a file where the anchors directory goes")
     line = cli.bad("train", "c.yaml", "--run", "a", "--json")
     assert "a@1 is committed, but its anchor could not be written" in line, line
