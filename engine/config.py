@@ -15,6 +15,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 
 from ledger.errors import SeedLedgerError
 from replay.perturbation import DEFAULT_TARGETS, Perturbation
+from trainers.adaptation import AdaptationSpec
 from trainers.optim import OptimizerSpec
 from trainers.schedules import Schedule
 from trainers.tasks.registry import absolute_paths, task_levels
@@ -121,6 +122,9 @@ class TrainConfig(Strict):
     lr: float = Field(5e-4, gt=0.0)
     optimizer: OptimizerSpec = OptimizerSpec()
     schedule: Schedules = Schedules()
+    adaptation: AdaptationSpec | None = Field(
+        None, description="adapt σ (and lr) during the run from the rewards (trainers.adaptation)"
+    )
     shaping: Literal["zscore", "centered_rank"] = "zscore"
     generations: int = Field(10, ge=0)
     batch_size: int = Field(16, ge=1)
@@ -156,6 +160,12 @@ class TrainConfig(Strict):
     def _mirrored_needs_pairs(self) -> TrainConfig:
         if self.mirrored and self.population % 2:
             raise ValueError(f"population must be even when mirrored (got {self.population})")
+        return self
+
+    @model_validator(mode="after")
+    def _adaptation_needs_pairs(self) -> TrainConfig:
+        if self.adaptation and self.adaptation.sigma and (not self.mirrored or self.population < 4):
+            raise ValueError("adaptation.sigma: needs mirrored pairs, at least two (population >= 4)")
         return self
 
     @model_validator(mode="after")

@@ -37,7 +37,6 @@ from engine.evaluator import MemberResult
 from engine.failpoints import failpoint
 from ledger import GenerationRecord, Ledger, MemberRecord, ReplayStep, RunInfo
 from replay.anchors import save_anchor
-from replay.noise import round_coefficient
 from trainers.policy import make_policy
 from trainers.rewards.curriculum import Curriculum
 
@@ -49,13 +48,14 @@ class Hooks:
     on_generation_start: Callable[[int, int], None] = lambda generation, members: None
     on_member: Callable[[MemberResult], None] = lambda result: None
     on_generation_end: Callable[[GenerationRecord, float], None] = lambda record, seconds: None
+    # asked after each committed generation: True ends the session there (a pruned trial)
+    should_stop: Callable[[], bool] = lambda: False
 
 
 def hyperparameters(cfg: TrainConfig, generation: int) -> tuple[float, float]:
-    """(lr, σ) in force at `generation`; σ is rounded so σ·ε is exact in fp32."""
-    lr = cfg.lr * cfg.schedule.lr.factor(generation, cfg.generations)
-    sigma = round_coefficient(cfg.sigma * cfg.schedule.sigma.factor(generation, cfg.generations))
-    return lr, sigma
+    """(lr, σ) in force at `generation` of a run without adaptation (benchmarks); σ is
+    rounded so σ·ε is exact in fp32. The loop asks its policy, which may adapt them."""
+    return make_policy(cfg).hyperparameters(generation)[:2]
 
 
 def record_to_step(run: RunInfo, record: GenerationRecord) -> ReplayStep:
@@ -88,12 +88,14 @@ def train(
     hooks = hooks or Hooks()
     policy = make_policy(cfg)
     start = ledger.latest_generation(run.name)
-    curriculum = restore_curriculum(cfg, pool.task, ledger.records(run.name, upto=start))
+    history = ledger.records(run.name, upto=start)
+    policy.restore(history)  # state across generations is a pure function of the records
+    curriculum = restore_curriculum(cfg, pool.task, history)
     committed = []
     previous_commit: float | None = None  # seconds the last commit of this session took
     for generation in range(start + 1, start + generations + 1):
         started = time.perf_counter()
-        lr, sigma = hyperparameters(cfg, generation)
+        lr, sigma, policy_extra = policy.hyperparameters(generation)
         members = policy.ask(run.run_key, generation)
         hooks.on_generation_start(generation, len(members))
 
@@ -113,10 +115,10 @@ def train(
         rewards = [r.reward for r in results]
         coefficients = policy.tell(members, rewards, lr=lr, optimizer=cfg.optimizer)
         batch_indices, _ = pool_batch(pool, cfg, generation, level)
-        extra = {}
+        extra = dict(policy_extra)  # e.g. the adapted lr/σ in force (trainers.adaptation)
         if curriculum:
             rate = sum(r.success for r in results) / len(results)
-            extra = {"level": level, "success_rate": rate}
+            extra |= {"level": level, "success_rate": rate}
             change = curriculum.observe(generation, rate)
             if change:
                 extra["curriculum"] = change  # commits with the generation: the level's audit trail
@@ -160,6 +162,7 @@ def train(
         ledger.commit_generation(run.name, record)
         done = time.perf_counter()
         failpoint("committed", generation)
+        policy.observe(record)
         previous_commit = done - committing
         committed.append(record)
         seconds = done - started
@@ -170,6 +173,8 @@ def train(
         if loggers is not None:
             loggers.log_generation(generation, generation_metrics(record, seconds, previous_commit))
         hooks.on_generation_end(record, seconds)
+        if hooks.should_stop():
+            break
     return committed
 
 

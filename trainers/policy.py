@@ -6,15 +6,17 @@ replay applies (θ ← rule(θ, Σᵢ cᵢ·εᵢ)). The loop stays algorithm-ag
 evaluates, tells, records and applies, and never scales a reward itself.
 
     policy = make_policy(cfg)
+    policy.restore(history)                            # the lineage's records so far
+    lr, sigma, extra = policy.hyperparameters(generation)   # extra commits with the record
     members = policy.ask(run_key, generation)          # list[Member], member order
     coeffs = policy.tell(members, rewards, lr=lr, optimizer=cfg.optimizer)
     # coeffs: one per member, already rounded by replay.noise.round_coefficient
+    policy.observe(record)                             # after the record commits
 
-A policy must be a pure function of its constructor arguments and of what `ask`/`tell`
-are given (no hidden state carried across generations), so that `resume` and `fork`,
-which build a fresh policy, reach the same bits as an uninterrupted run. A future policy
-that needs state across generations (CMA-ES's covariance, a GA's elite) must rebuild it
-from the ledger's records, as the curriculum does.
+State that spans generations (ES's adapted σ/lr, later CMA-ES's covariance or a GA's
+elite) is a pure function of the ledger's records: `restore` rebuilds it from the
+lineage's records and `observe` advances it past each committed one, so `resume` and
+`fork`, which build a fresh policy, reach the same bits as an uninterrupted run.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from __future__ import annotations
 from typing import Any, Protocol, runtime_checkable
 
 from ledger.errors import SeedLedgerError
+from trainers.adaptation import Hyperparameters
 from trainers.es import ES, Member
 from trainers.optim import OptimizerSpec
 
@@ -43,9 +46,27 @@ class Policy(Protocol):
         it (momentum, Adam) or the coefficients must carry it (`optimizer.folds_lr`, SGD)."""
         ...
 
+    def hyperparameters(self, generation: int) -> tuple[float, float, dict]:
+        """(lr, σ, extra): the values in force (what the record stores and replay uses) and
+        what the generation's record carries about the policy's state."""
+        ...
+
+    def restore(self, history: list) -> None:
+        """Rebuild the state from the lineage's records up to the starting generation."""
+        ...
+
+    def observe(self, record) -> None:
+        """Advance the state past one committed record."""
+        ...
+
 
 def _es(cfg: Any) -> ES:
-    return ES(cfg.population, mirrored=cfg.mirrored, shaping=cfg.shaping)
+    hyper = None
+    if hasattr(cfg, "lr"):  # the engine's TrainConfig (a bare namespace may omit the schedule)
+        hyper = Hyperparameters(
+            cfg.lr, cfg.sigma, cfg.schedule, cfg.generations, getattr(cfg, "adaptation", None)
+        )
+    return ES(cfg.population, mirrored=cfg.mirrored, shaping=cfg.shaping, hyperparameters=hyper)
 
 
 # algorithm name -> factory(cfg). A new algorithm adds an entry here and a value to the
