@@ -117,7 +117,7 @@ def test_adapted_values_are_recorded_and_a_killed_run_resumes_to_the_same_bits(a
 
 def test_a_fork_continues_the_adaptation_unless_it_sets_new_values(adapted):
     _, db = adapted
-    seedledger("fork", "whole@2", "--run", "same", "--generations", "2", "--ledger", db)
+    seedledger("fork", "whole@2", "--run", "same", "--generations", "1", "--ledger", db)
     seedledger("fork", "whole@2", "--run", "reset", "--set", "sigma=0.02", "--generations", "1", "--ledger", db)
     with Ledger.open(db, create=False) as led:
         whole, same, reset = led.records("whole"), led.records("same"), led.records("reset")
