@@ -118,8 +118,8 @@ def test_adapted_values_are_recorded_and_a_killed_run_resumes_to_the_same_bits(a
 def test_a_fork_continues_the_adaptation_unless_it_sets_new_values(adapted):
     _, db = adapted
     seedledger("fork", "whole@2", "--run", "same", "--generations", "1", "--ledger", db)
-    seedledger("fork", "whole@2", "--run", "reset", "--set", "sigma=0.02", "--generations", "1", "--ledger", db)
+    seedledger("fork", "whole@2", "--run", "reset", "--set", "sigma=0.03", "--generations", "1", "--ledger", db)
     with Ledger.open(db, create=False) as led:
         whole, same, reset = led.records("whole"), led.records("same"), led.records("reset")
     assert [r.fingerprint for r in same] == [r.fingerprint for r in whole]
-    assert reset[2].sigma == round_coefficient(0.02) and reset[2].extra["adaptation"]["base"]["sigma"] == 0.02
+    assert reset[2].sigma == round_coefficient(0.03) and reset[2].extra["adaptation"]["base"]["sigma"] == 0.03
