@@ -6,6 +6,7 @@ The study file (YAML):
     study: lr-sigma                  # default: the file's stem; trial n is run `<study>-t<nnn>`
     trials: 6                        # the study's total (`--trials` overrides)
     set: [generations=4]             # fixed overrides for every trial
+    budget: 2048                     # optional: generations = budget // (population × batch_size)
     objective: {rows: 64, skip: 0, every: 2}   # held-out reward of test rows skip..skip+rows-1,
                                      # reported every `every` generations (0: only at the end)
     sampler: {name: tpe, seed: 0, startup_trials: 10}    # or random
@@ -120,6 +121,10 @@ class StudySpec(_Strict):
     study: str | None = None
     trials: int | None = Field(None, ge=1)
     set: list[str] = []
+    budget: int | None = Field(
+        None, ge=1, description="population × batch_size × generations per trial: when set, each "
+        "trial's generations are derived from its population and batch size (a search within a budget)",
+    )
     objective: Objective = Objective()
     sampler: SamplerSpec = SamplerSpec()
     pruner: PrunerSpec = PrunerSpec()
@@ -281,6 +286,9 @@ def run_trial(
     name = trial_run(study_name, number)
     params = {key: param.suggest(trial, key) for key, param in spec.space.items()}
     overrides = [*spec.set, *(override(k, v) for k, v in params.items())]
+    if spec.budget is not None:
+        cfg = load_config(config, overrides)
+        overrides.append(f"generations={max(1, spec.budget // (cfg.population * cfg.batch_size))}")
     if not ledger.has_run(name):
         session.start(ledger, str(config), name, overrides, 0)
     elif _trial_event(ledger, name) is None and ledger.latest_generation(name) > 0:
