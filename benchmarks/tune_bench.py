@@ -31,18 +31,18 @@ from ledger import Ledger
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--workdir", type=Path, default=Path("tune-bench-out"))
-    p.add_argument("--small", action="store_true", help="population 4, batch 8, 16 tokens, 32/48 rows")
+    p.add_argument("--small", action="store_true", help="population 4, batch 4, 12 tokens, 24/48 rows")
     p.add_argument("--trials", type=int, default=6)
     p.add_argument("--generations", type=int, default=None, help="per trial (default 4; --small 3)")
     p.add_argument("--pbt", default="4x3", help="KxR")
     args = p.parse_args()
     small = args.small
     gens = args.generations or (3 if small else 4)
-    search_rows, report_rows = (32, 48) if small else (64, 100)
+    search_rows, report_rows = (24, 48) if small else (64, 100)
     base = {
         "model": "smollm2-135m-instruct", "task": "arithmetic", "population": 4 if small else 8,
-        "sigma": 1e-3, "lr": 5e-4, "generations": gens, "batch_size": 8 if small else 16,
-        "max_new_tokens": 16 if small else 24, "seed": 0, "evaluation": {"rows": report_rows},
+        "sigma": 1e-3, "lr": 5e-4, "generations": gens, "batch_size": 4 if small else 16,
+        "max_new_tokens": 12 if small else 24, "seed": 0, "evaluation": {"rows": report_rows},
     }
     shutil.rmtree(args.workdir, ignore_errors=True)
     args.workdir.mkdir(parents=True)

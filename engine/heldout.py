@@ -4,7 +4,8 @@ A `HeldOut` keeps its own replica, rebuilt from the ledger (the source of truth)
 training pool's weights: the trained run stays an ordinary run and the score is a function
 of the ledger alone, so a resumed tuner scores exactly what an uninterrupted one did.
 Scoring the next generation of the same run replays only the new records (each checked
-against its recorded fingerprint); anything else is a rebuild (anchors used when present).
+against its recorded fingerprint); anything else is a rebuild from a kept copy of the base
+(anchors used when present).
 Decoding is greedy (`Evaluator.held_out_rewards`); rows are `rows` test rows after `skip`.
 """
 
@@ -16,6 +17,7 @@ from engine.models import resolve_model
 from engine.session import anchors_dir
 from ledger import Ledger
 from ledger.errors import SeedLedgerError, VerifyMismatch
+from replay import update
 
 
 class HeldOut:
@@ -28,6 +30,7 @@ class HeldOut:
                 "test rows (raise the task's test_size or lower rows/skip)"
             )
         self.rows, self.skip = rows, skip
+        self._base = {k: v.clone() for k, v in self.evaluator.master.items()}
         self._at: tuple[str, int] | None = None  # the (run, generation) the replica holds
 
     def score(self, ledger: Ledger, run: str, generation: int) -> float:
@@ -48,7 +51,8 @@ class HeldOut:
                 if fp != expected.get(step.index):
                     raise VerifyMismatch(f"{run}@{step.index} does not replay to its fingerprint", step.index)
         else:
-            if generation == 0 and self._at is not None and self._at[1] > 0:  # back to the base
-                self.evaluator = Evaluator(self.evaluator.cfg, resolve_model(self.evaluator.cfg.model))
+            if self._at is not None:  # restore replays onto the base: start from a copy of it
+                self.evaluator.master = {k: v.clone() for k, v in self._base.items()}
+                self.evaluator.state = update.OptimizerState()
             self.evaluator.restore(ledger, run, generation, anchors_dir(ledger))
         self._at = (run, generation)
