@@ -309,15 +309,17 @@ def run_trial(
         session.resume(ledger, name, None, reporter.hooks())
     latest = ledger.latest_generation(name)
     if reporter.pruned_at is not None:
-        study.tell(number, state=TrialState.PRUNED)
         outcome = {"state": "pruned", "value": reporter.reported().get(latest), "generation": latest}
     else:
         value = reporter.reported().get(latest)
-        if value is None:
-            value = held_out.score(ledger, name, latest)
-        study.tell(number, value)
-        outcome = {"state": "complete", "value": value, "generation": latest}
-    ledger.log_event(name, "tune-result", {"study": study_name, "trial": number, **outcome})
+        outcome = {"state": "complete", "generation": latest,
+                   "value": held_out.score(ledger, name, latest) if value is None else value}
+    if not ledger.events(name, kind="tune-result"):  # the event first: a kill before `tell`
+        ledger.log_event(name, "tune-result", {"study": study_name, "trial": number, **outcome})
+    if outcome["state"] == "pruned":  # leaves the trial RUNNING, and the rerun tells it again
+        study.tell(number, state=TrialState.PRUNED)
+    else:
+        study.tell(number, outcome["value"])
     return {"trial": number, "run": name, "params": params, **outcome}
 
 
