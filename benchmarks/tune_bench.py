@@ -35,12 +35,13 @@ def main() -> None:
     p.add_argument("--trials", type=int, default=6)
     p.add_argument("--generations", type=int, default=None, help="per trial (default 4; --small 3)")
     p.add_argument("--pbt", default="4x3", help="KxR")
+    p.add_argument("--model", default="smollm2-135m-instruct", help="tiny: a smoke test of this script")
     args = p.parse_args()
     small = args.small
     gens = args.generations or (3 if small else 4)
     search_rows, report_rows = (24, 48) if small else (64, 100)
     base = {
-        "model": "smollm2-135m-instruct", "task": "arithmetic", "population": 4 if small else 8,
+        "model": args.model, "task": "arithmetic", "population": 4 if small else 8,
         "sigma": 1e-3, "lr": 5e-4, "generations": gens, "batch_size": 4 if small else 16,
         "max_new_tokens": 12 if small else 24, "seed": 0, "evaluation": {"rows": report_rows},
     }
