@@ -2,6 +2,8 @@
 
     .venv/bin/python benchmarks/task_baseline.py --rows 64
     .venv/bin/python benchmarks/task_baseline.py --tasks countdown --max-new-tokens 128 --show 3
+    .venv/bin/python benchmarks/task_baseline.py --tasks reasoning_gym:knights_knaves,code:humaneval \
+        --task '{name: math, path: tests/data/math_competition.jsonl, test_path: tests/data/math_competition.jsonl}'
 
 Uses the engine's model provisioning and HF backend (chat template, left padding, greedy),
 i.e. exactly what training evaluates. Prints one line per task: mean reward, the share of
@@ -19,6 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
+import yaml  # noqa: E402
 
 from engine.backends.hf import HFBackend  # noqa: E402
 from engine.models import resolve_model  # noqa: E402
@@ -38,7 +41,9 @@ def summarize(rewards: list[float | None]) -> tuple[float, str]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="smollm2-135m-instruct")
-    ap.add_argument("--tasks", default="arithmetic,countdown")
+    ap.add_argument("--tasks", default="arithmetic,countdown", help="task specs, comma-separated")
+    ap.add_argument("--task", action="append", default=[],
+                    help="one more task spec as YAML (a mapping with options); repeatable")
     ap.add_argument("--rows", type=int, default=64, help="test rows per task")
     ap.add_argument("--max-new-tokens", type=int, default=None, help="default: the task's own")
     ap.add_argument("--batch-size", type=int, default=16)
@@ -48,7 +53,8 @@ def main() -> None:
     torch.set_num_threads(args.threads)
 
     backend = HFBackend(resolve_model(args.model), batch_size=args.batch_size)
-    for spec in args.tasks.split(","):
+    specs: list = [t for t in args.tasks.split(",") if t] + [yaml.safe_load(t) for t in args.task]
+    for spec in specs:
         task = load_task(spec, seed=0)
         rows = task.test_rows()[: args.rows]
         max_new = args.max_new_tokens or task.max_new_tokens or 32
@@ -56,10 +62,12 @@ def main() -> None:
         started = time.perf_counter()
         completions = backend.generate(prompts, max_new, seed=None)
         seconds = time.perf_counter() - started
-        rewards, _ = task.reward(prompts, completions, rows)
+        rewards, components = task.reward(prompts, completions, rows)
         mean, dist = summarize(rewards)
+        extra = "".join(f"; {name} {summarize(values)[0]:.3f}" for name, values in components.items()
+                        if len(components) > 1)
         print(f"{task.name}: mean reward {mean:.3f} over {len(rows)} test rows "
-              f"(greedy, max_new_tokens={max_new}, level={task.level}; {dist}) in {seconds:.0f} s")
+              f"(greedy, max_new_tokens={max_new}, level={task.level}; {dist}{extra}) in {seconds:.0f} s")
         for r, c, rw in list(zip(rows, completions, rewards, strict=True))[: args.show]:
             print(f"  {'-' if rw is None else f'{rw:.1f}'}  {r}  ->  {c!r}")
 

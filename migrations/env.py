@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from alembic import context
 
-from ledger.db import foreign_key_violations, make_engine, to_url
+from ledger.db import foreign_key_violations, lock_for_migration, make_engine, to_url
 from ledger.errors import SeedLedgerError
 from ledger.schema import Base
 
@@ -60,6 +60,7 @@ def _run(connection) -> None:
         include_name=_ours,
     )
     with context.begin_transaction():
+        lock_for_migration(connection)  # concurrent creators/upgraders take turns
         context.run_migrations()
         bad = [(t, r) for t, r in foreign_key_violations(connection) if t in target_metadata.tables]
         if bad:  # raising here rolls the whole upgrade back

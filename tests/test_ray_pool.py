@@ -308,3 +308,17 @@ def test_a_workers_error_reaches_the_driver_as_one_line(cluster, tmp_path):
         pool.close()
     assert type(err.value) is SeedLedgerError  # not Ray's wrapper with a remote traceback
     assert "cannot open the ledger" in str(err.value) and "\n" not in str(err.value)
+
+
+LOWRANK = ["perturbation={kind: lowrank, rank: 1}", "population=6", "members_per_forward=2"]
+
+
+@pytest.mark.ray
+def test_lowrank_two_workers_equal_local_bit_for_bit(cluster, tmp_path):
+    """Six low-rank members in groups of two: worker 0 decodes groups 0-1, worker 1 group 2;
+    the rows sharing a forward are the local pool's, so rewards and fingerprints are too."""
+    (tmp_path / "local").mkdir()
+    (tmp_path / "ray").mkdir()
+    local = _train(tmp_path / "local", LOWRANK)
+    assert _train(tmp_path / "ray", LOWRANK + RAY) == local
+    assert len(set(local[0])) == GENERATIONS

@@ -13,14 +13,17 @@ so what the ledger stores is exactly what is applied. The loop reaches this clas
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
 from replay.noise import member_key, round_coefficient
 from trainers.adaptation import Hyperparameters
 from trainers.optim import OptimizerSpec
+from trainers.shaping import FRONT, objective_vectors, pareto_shape
 
-Shaping = Literal["zscore", "centered_rank"]
+Shaping = Literal["zscore", "centered_rank", "pareto"]
+Components = list[dict[str, float | None]]
 
 
 @dataclass(frozen=True)
@@ -102,23 +105,44 @@ class ES:
             members += [Member(2 * pair, key, 1), Member(2 * pair + 1, key, -1)]
         return members
 
-    def shape(self, rewards: list[float]) -> list[float]:
-        return zscore(rewards) if self.shaping == "zscore" else centered_ranks(rewards)
+    def shape(
+        self, rewards: list[float], components: Components | None = None,
+        objectives: Mapping[str, float] | None = None,
+    ) -> list[float]:
+        """Shaped rewards. `pareto` ranks the `components` as objectives (`trainers.shaping`;
+        `objectives` maps each component to its weight, default 1 for every component) and
+        writes each member's front into its components dict as `pareto_front`."""
+        if self.shaping == "zscore":
+            return zscore(rewards)
+        if self.shaping == "centered_rank":
+            return centered_ranks(rewards)
+        if components is None or len(components) != len(rewards):
+            raise ValueError("pareto shaping needs each member's reward components")
+        if objectives is None:
+            objectives = {n: 1.0 for c in components for n in c if n != FRONT}
+        shaped, front = pareto_shape(objective_vectors(components, objectives))
+        for comp, f in zip(components, front, strict=True):
+            comp[FRONT] = float(f)
+        return shaped
 
     def tell(
-        self, members: list[Member], rewards: list[float], *, lr: float, optimizer: OptimizerSpec
+        self, members: list[Member], rewards: list[float], *, lr: float, optimizer: OptimizerSpec,
+        components: Components | None = None, objectives: Mapping[str, float] | None = None,
     ) -> list[float]:
         """Coefficients in member order: shaped rewards times α/N when the optimizer folds the
         learning rate into the coefficients (SGD), times 1/N when its rule applies α itself."""
         scale = (lr if optimizer.folds_lr else 1.0) / len(members)
-        return self.coefficients(members, rewards, scale)
+        return self.coefficients(members, rewards, scale, components, objectives)
 
-    def coefficients(self, members: list[Member], rewards: list[float], scale: float) -> list[float]:
+    def coefficients(
+        self, members: list[Member], rewards: list[float], scale: float,
+        components: Components | None = None, objectives: Mapping[str, float] | None = None,
+    ) -> list[float]:
         """`scale`·(shaped reward) per member, mirrored pairs folded onto the pair's first
         member, each rounded; `tell` chooses `scale`."""
         if len(rewards) != len(members):
             raise ValueError("one reward per member")
-        z = self.shape(rewards)
+        z = self.shape(rewards, components, objectives)
         if not self.mirrored:
             return [round_coefficient(scale * m.sign * zi) for m, zi in zip(members, z, strict=True)]
         coefficients = []

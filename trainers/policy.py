@@ -9,7 +9,8 @@ evaluates, tells, records and applies, and never scales a reward itself.
     policy.restore(history)                            # the lineage's records so far
     lr, sigma, extra = policy.hyperparameters(generation)   # extra commits with the record
     members = policy.ask(run_key, generation)          # list[Member], member order
-    coeffs = policy.tell(members, rewards, lr=lr, optimizer=cfg.optimizer)
+    coeffs = policy.tell(members, rewards, lr=lr, optimizer=cfg.optimizer,
+                         components=components, objectives=task.objectives())
     # coeffs: one per member, already rounded by replay.noise.round_coefficient
     policy.observe(record)                             # after the record commits
 
@@ -38,12 +39,18 @@ class Policy(Protocol):
         ...
 
     def tell(
-        self, members: list[Member], rewards: list[float], *, lr: float, optimizer: OptimizerSpec
+        self, members: list[Member], rewards: list[float], *, lr: float, optimizer: OptimizerSpec,
+        components: list[dict[str, float | None]] | None = None,
+        objectives: dict[str, float] | None = None,
     ) -> list[float]:
         """The coefficients to record and apply, in member order, each already rounded.
 
         `lr` is the learning rate in force; `optimizer` says whether the update rule applies
-        it (momentum, Adam) or the coefficients must carry it (`optimizer.folds_lr`, SGD)."""
+        it (momentum, Adam) or the coefficients must carry it (`optimizer.folds_lr`, SGD).
+        `components` are the members' reward components and `objectives` the task's reward
+        weights (`Task.objectives`), for shapings that rank components (ES's `pareto`); such
+        a shaping may add what it derived to the components dicts (`pareto_front`), and
+        the loop records the dicts as they are after `tell`."""
         ...
 
     def hyperparameters(self, generation: int) -> tuple[float, float, dict]:

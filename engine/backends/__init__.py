@@ -26,7 +26,7 @@ def make_backend(cfg: Any, model_dir: Path) -> Backend:
     if cfg.backend == "hf":
         from engine.backends.hf import HFBackend
 
-        return HFBackend(model_dir, **kwargs)
+        return HFBackend(model_dir, kl_reference=cfg.kl is not None, **kwargs)
     if cfg.backend == "vllm":
         from engine.backends.vllm import VLLMBackend
 

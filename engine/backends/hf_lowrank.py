@@ -46,6 +46,7 @@ class RowLowRank:
             )
         self._factors: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
         self._scale: torch.Tensor | None = None
+        self._rows: torch.Tensor | None = None
         for name, module in self.targets.items():
             module.register_forward_hook(self._hook(name))
 
@@ -55,6 +56,10 @@ class RowLowRank:
                 return None  # the master alone (held-out evaluation)
             a, b = self._factors[name]  # [G, out, r], [G, in, r]
             x = inputs[0]
+            if self._rows is not None:  # an explicit member per row (a slice of the rows)
+                low = torch.bmm(x.reshape(x.shape[0], -1, x.shape[-1]), b[self._rows])
+                low = low * self._scale[self._rows]
+                return out + torch.bmm(low, a[self._rows].transpose(1, 2)).reshape(out.shape)
             members = a.shape[0]
             xg = x.reshape(members, -1, x.shape[-1])  # rows are member-major
             low = torch.bmm(xg, b) * self._scale  # [G, rows·seq, r]
@@ -80,3 +85,15 @@ class RowLowRank:
         finally:
             self._factors.clear()
             self._scale = None
+            self._rows = None
+
+    @contextmanager
+    def rows(self, member_of_row: Sequence[int]) -> Iterator[None]:
+        """Within `members(...)`, forwards over any rows: row i belongs to member
+        `member_of_row[i]` (a gather per call, for row slices such as token scoring)."""
+        device = next(iter(self.targets.values())).weight.device
+        self._rows = torch.tensor(list(member_of_row), device=device)
+        try:
+            yield
+        finally:
+            self._rows = None

@@ -118,6 +118,10 @@ class Task:
         convo = [as_conversation(c) for c in completions]
         return combine(self.rewards, prompts, convo, columns_of(rows))
 
+    def objectives(self) -> dict[str, float]:
+        """Component name → weight of every reward function (Pareto shaping's objectives)."""
+        return {r.name: r.weight for r in self.rewards}
+
     def describe(self) -> dict[str, Any]:
         """JSON-able identity of the task, written to the ledger with the run."""
         return {

@@ -117,6 +117,14 @@ class MixtureTask(Task):
                     column[j] = values[k]
         return total, components
 
+    def objectives(self) -> dict[str, float]:
+        """Every task's reward weights (a name two tasks share keeps the first task's)."""
+        out: dict[str, float] = {}
+        for task in self.tasks:
+            for name, weight in task.objectives().items():
+                out.setdefault(name, weight)
+        return out
+
     def describe(self) -> dict[str, Any]:
         return {
             "name": self.name,

@@ -2,7 +2,8 @@
 
 Spec forms (YAML or ``--set task=...``):
 - ``"arithmetic"``, ``"countdown"`` — generated tasks;
-- ``"countdown:PATH"``, ``"math:PATH"``, ``"jsonl:PATH"`` — local files;
+- ``"countdown:PATH"``, ``"math:PATH"``, ``"jsonl:PATH"``, ``"code:PATH"`` — local files;
+- ``"reasoning_gym:NAME"`` — a reasoning-gym generator; ``"code:humaneval"`` — HumanEval;
 - a mapping ``{name: countdown, path: ..., test_size: 100, level: 2, rewards: [...]}``;
 - a mix: ``{mix: [{task: arithmetic, weight: 0.7}, {task: "math:gsm8k.jsonl", weight: 0.3}]}``
   or the same list alone.
@@ -17,6 +18,7 @@ answer_end, partial; ``length``: limit, unit, scale).
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,7 +29,7 @@ from trainers.rewards.format import format_reward
 from trainers.rewards.length import length_penalty
 from trainers.rewards.loader import is_file_ref, load_reward_fn
 
-from . import arithmetic, countdown, jsonl_task, math_task
+from . import arithmetic, code_task, countdown, jsonl_task, math_task, reasoning_gym_task
 from .base import Task
 from .mixture import MixtureTask
 
@@ -36,7 +38,11 @@ LOADERS: dict[str, Callable[..., Task]] = {
     "countdown": countdown.load,
     "math": math_task.load,
     "jsonl": jsonl_task.load,
+    "code": code_task.load,
+    "reasoning_gym": reasoning_gym_task.load,
 }
+_NOT_PATHS = {"reasoning_gym": None, "code": "humaneval"}
+"""Tasks whose ``name:X`` names no file: every X (None), or this one X."""
 _COMMON = {"name", "rewards", "weight"}
 _BUILTIN_REWARDS = {"task", "format", "length"}
 _LEVELED = {"arithmetic": len(arithmetic.LEVELS), "countdown": len(countdown.LEVELS)}
@@ -49,8 +55,10 @@ def absolute_paths(spec: Any, base_dir: str | Path) -> Any:
     references and anything not understood are left as they are (``load_task`` judges)."""
     base = Path(base_dir)
 
-    def fix(path: Any) -> Any:
+    def fix(path: Any, task: Any = None) -> Any:
         if not isinstance(path, str) or not path or Path(path).is_absolute():
+            return path
+        if task in _NOT_PATHS and _NOT_PATHS[task] in (None, path):
             return path
         return str((base / path).resolve())
 
@@ -58,7 +66,7 @@ def absolute_paths(spec: Any, base_dir: str | Path) -> Any:
         return [absolute_paths(item, base_dir) for item in spec]
     if isinstance(spec, str):
         name, sep, path = spec.partition(":")
-        return f"{name}:{fix(path)}" if sep and name in LOADERS and path else spec
+        return f"{name}:{fix(path, name)}" if sep and name in LOADERS and path else spec
     if not isinstance(spec, dict):
         return spec
     out = dict(spec)
@@ -68,7 +76,7 @@ def absolute_paths(spec: Any, base_dir: str | Path) -> Any:
         out["task"] = absolute_paths(out["task"], base_dir)
     for key in ("path", "test_path"):
         if key in out:
-            out[key] = fix(out[key])
+            out[key] = fix(out[key], out.get("name") if key == "path" else None)
     if isinstance(out.get("rewards"), list):
         out["rewards"] = [_absolute_reward(item, fix) for item in out["rewards"]]
     return out
@@ -83,6 +91,23 @@ def _absolute_reward(item: Any, fix: Callable[[Any], Any]) -> Any:
         return item
     fixed = f"{fix(target)}:{attr}"
     return {**item, "fn": fixed} if isinstance(item, dict) else fixed
+
+
+def code_refs(spec: Any) -> list[str]:
+    """Every reward reference in task ``spec`` that imports code (``module:function`` or
+    ``file.py:function``; built-ins are not code), in order, without loading anything:
+    what a stored config would make `resume` or `fork` import."""
+    if isinstance(spec, list):
+        return [r for item in spec for r in code_refs(item)]
+    if not isinstance(spec, dict):
+        return []
+    out = code_refs(spec.get("mix")) + code_refs(spec.get("task"))
+    rewards = spec.get("rewards")
+    for item in rewards if isinstance(rewards, list) else []:
+        ref = item.get("fn") if isinstance(item, dict) else item
+        if isinstance(ref, str) and ref not in _BUILTIN_REWARDS:
+            out.append(ref)
+    return out
 
 
 def task_levels(spec: Any) -> int:
@@ -147,8 +172,8 @@ def _load_mix(items: Any, seed: int) -> Task:
             sub, weight = item, item.get("weight", 1.0)
         else:
             sub, weight = item, 1.0
-        if isinstance(weight, bool) or not isinstance(weight, int | float):
-            raise SeedLedgerError(f"task mix: weight {weight!r} is not a number")
+        if isinstance(weight, bool) or not isinstance(weight, int | float) or not 0 < weight < math.inf:
+            raise SeedLedgerError(f"task mix: weight {weight!r} is not a finite positive number")
         tasks.append(load_task(sub, seed))
         weights.append(float(weight))
     return MixtureTask(tasks, weights, seed=seed)
@@ -166,8 +191,11 @@ def build_rewards(spec: Any, task_rewards: list[WeightedReward]) -> list[Weighte
         ref = opts.pop("fn")
         weight = opts.pop("weight", 1.0)
         name = opts.pop("name", None)
-        if isinstance(weight, bool) or not isinstance(weight, int | float):
-            raise SeedLedgerError(f"rewards: weight of {ref!r} is not a number: {weight!r}")
+        if isinstance(weight, bool) or not isinstance(weight, int | float) or not math.isfinite(weight):
+            raise SeedLedgerError(f"rewards: weight of {ref!r} is not a finite number: {weight!r}")
+        for key, value in opts.items():  # NaN or inf options train nothing, or fail mid-run
+            if isinstance(value, float) and not math.isfinite(value):
+                raise SeedLedgerError(f"rewards: {ref!r}: {key} {value!r} is not a finite number")
         try:
             if ref == "task":
                 _no_options(ref, opts)

@@ -1,0 +1,309 @@
+"""Running hostile work (model-written code, library scorers that ``eval`` model answers)
+in a bubblewrap sandbox, never in a training process.
+
+One launcher process (``trainers/sandbox_child.py``) per training process, started on first
+use and restarted if it dies, runs inside ``bwrap``: new PID, network, IPC, UTS and cgroup
+namespaces (no network at all), a new session, killed with its parent; the filesystem is
+read-only binds of ``/usr`` and the Python installation only (no home, no ledger, no
+work tree), a small tmpfs ``/tmp``, a fresh ``/proc`` and ``/dev``, an empty environment
+but for a fixed ``PYTHONHASHSEED`` (set order must not change a reward). Started as root it
+has no user namespace and drops to a uid of its own, so ``RLIMIT_NPROC`` holds.
+
+Each item of a request runs in its own fork of the launcher with the ``Limits`` below,
+bounded by CPU seconds (deterministic: the same work times out on every run), not by
+the clock; the clock is only a safety net for programs that block without using CPU,
+and it is reported as its own outcome (``wall_timeout``). What an item did comes back
+as an ``Outcome``; callers turn outcomes into rewards (0 unless ``ok``), so a reward
+never raises. A sandbox that cannot start at all is a broken machine, not a reward: that
+raises ``SeedLedgerError`` (no unsandboxed fallback).
+"""
+
+from __future__ import annotations
+
+import atexit
+import itertools
+import json
+import os
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from ledger.errors import SeedLedgerError
+
+INSTALL_HINT = "install the 'bubblewrap' package (apt-get install bubblewrap)"
+STATUSES = ("ok", "failed", "memory", "timeout", "output_limit", "wall_timeout", "crashed", "died")
+_START_SECONDS = 60.0
+_uids = itertools.count()
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-item resource limits, applied in the item's own process."""
+
+    cpu_seconds: int = 2
+    memory_mb: int = 512  # address space beyond what the launcher already maps
+    processes: int = 4  # alive at once, threads included
+    file_mb: int = 8  # largest file written
+    output_kb: int = 256  # stdout + stderr read before the item is stopped
+    wall_seconds: float | None = None  # safety net for sleepers; default 10 × cpu + 20 (a loaded host must not trip it)
+
+    def as_request(self) -> dict[str, Any]:
+        out = asdict(self)
+        if self.wall_seconds is None:
+            out["wall_seconds"] = 10.0 * self.cpu_seconds + 20.0
+        return out
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one item did: ``status`` (one of ``STATUSES``), its value when ``ok``, and an
+    error name when it failed (an exception's type, a signal's name)."""
+
+    status: str
+    value: Any = None
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+def bwrap_path() -> str:
+    """The ``bwrap`` binary, or a one-line error naming the package to install."""
+    path = shutil.which("bwrap")
+    if path is None:
+        raise SeedLedgerError(f"the sandbox needs bubblewrap, which is missing: {INSTALL_HINT}")
+    return path
+
+
+def _binds() -> list[str]:
+    """Read-only binds: /usr (and the /lib, /bin links of a merged /usr) and the Python
+    installation this process runs (base prefix and virtual environment)."""
+    args = ["--ro-bind", "/usr", "/usr"]
+    for name in ("lib", "lib64", "lib32", "bin", "sbin"):
+        path = Path("/") / name
+        if path.is_symlink():
+            args += ["--symlink", os.readlink(path), str(path)]
+        elif path.is_dir():
+            args += ["--ro-bind", str(path), str(path)]
+    seen: list[str] = []
+    for prefix in (sys.base_prefix, sys.prefix, str(Path(sys.executable).resolve().parent.parent)):
+        for path in dict.fromkeys((str(Path(prefix).resolve()), prefix)):
+            if path == "/usr" or path.startswith("/usr/") or path in seen:
+                continue
+            seen.append(path)
+            # bwrap would copy a private parent's mode (/root is 0700): make them passable
+            for parent in reversed(Path(path).parents[:-1]):
+                args += ["--perms", "0755", "--dir", str(parent)]
+            args += ["--ro-bind", str(Path(path).resolve()), path]
+    return args
+
+
+class Sandbox:
+    """A launcher process in bwrap, fed one request at a time (thread-safe)."""
+
+    def __init__(self, tmp_mb: int = 32) -> None:
+        self.tmp_mb = tmp_mb
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._stderr: Any = None
+        self._buffer = b""
+        self._eof = False
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+        self.starts = 0
+
+    # -- process ---------------------------------------------------------------------
+    def _command(self, launcher_fd: int) -> list[str]:
+        root = os.geteuid() == 0
+        if root:  # no user namespace: the launcher switches uid itself (RLIMIT_NPROC holds)
+            isolation = ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
+                         "--unshare-cgroup-try", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+        else:
+            isolation = ["--unshare-all"]
+        uid = 1_000_000 + (os.getpid() * 64 + next(_uids) % 64) % 2_000_000_000 if root else 0
+        env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8",
+               "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1",
+               "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        setenv = [a for k, v in env.items() for a in ("--setenv", k, v)]
+        return [
+            bwrap_path(), "--die-with-parent", "--new-session", *isolation, *_binds(),
+            "--proc", "/proc", "--dev", "/dev",
+            "--perms", "1777", "--size", str(self.tmp_mb << 20), "--tmpfs", "/tmp",
+            "--dir", "/sandbox", "--ro-bind-data", str(launcher_fd), "/sandbox/launcher.py",
+            "--chdir", "/tmp", "--clearenv", *setenv,
+            sys.executable, "-s", "-P", "-B", "/sandbox/launcher.py", str(uid),
+        ]
+
+    def _start(self) -> None:
+        self._stop()
+        source = (Path(__file__).with_name("sandbox_child.py")).read_bytes()
+        read_fd, write_fd = os.pipe()
+        self._stderr = tempfile.TemporaryFile()
+        try:
+            self._proc = subprocess.Popen(
+                self._command(read_fd), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                stderr=self._stderr, pass_fds=[read_fd], start_new_session=True,
+            )
+        except OSError as exc:
+            raise SeedLedgerError(f"the sandbox could not start bwrap: {exc.strerror}") from None
+        finally:
+            os.close(read_fd)
+        try:
+            with os.fdopen(write_fd, "wb") as f:
+                f.write(source)
+        except BrokenPipeError:
+            pass  # bwrap exited at once: its stderr says why (below)
+        self._buffer = b""
+        self._eof = False
+        self.starts += 1
+        ready = self._read_line(time.monotonic() + _START_SECONDS)
+        if ready is None or not ready.get("ready"):
+            reason = self._stderr_head() or "no answer from the launcher"
+            self._stop()
+            raise SeedLedgerError(f"the sandbox (bwrap) failed to start: {reason}")
+
+    def _stderr_head(self) -> str:
+        if self._stderr is None:
+            return ""
+        self._stderr.seek(0)
+        lines = [ln for ln in self._stderr.read(4096).decode("utf-8", "replace").splitlines() if ln.strip()]
+        return lines[0].strip() if lines else ""
+
+    def _stop(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            proc.wait()
+            for stream in (proc.stdin, proc.stdout):
+                if stream is not None:
+                    stream.close()
+        if self._stderr is not None:
+            self._stderr.close()
+            self._stderr = None
+
+    def close(self) -> None:
+        with self._lock:
+            self._stop()
+
+    def _alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def _read_line(self, deadline: float, cap: int = 512 << 20) -> dict[str, Any] | None:
+        """The launcher's next JSON line, or None if it died or ``deadline`` passed."""
+        assert self._proc is not None and self._proc.stdout is not None
+        fd = self._proc.stdout.fileno()
+        with selectors.DefaultSelector() as sel:
+            sel.register(fd, selectors.EVENT_READ)
+            while b"\n" not in self._buffer:
+                left = deadline - time.monotonic()
+                if left <= 0 or len(self._buffer) > cap or not sel.select(left):
+                    return None
+                data = os.read(fd, 1 << 20)
+                if not data:
+                    self._eof = True
+                    return None
+                self._buffer += data
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return json.loads(line)  # written by our launcher; children cannot reach its stdout
+
+    def _send(self, request: dict[str, Any]) -> None:
+        assert self._proc is not None and self._proc.stdin is not None
+        self._proc.stdin.write((json.dumps(request) + "\n").encode())
+        self._proc.stdin.flush()
+
+    # -- requests --------------------------------------------------------------------
+    def run(
+        self, job: str, items: list[dict[str, Any]], *, limits: Limits = Limits(),
+        setup: dict[str, Any] | None = None, item_seconds: float | None = None,
+    ) -> list[Outcome]:
+        """Run ``job`` on every item, in order, each in its own limited process.
+
+        If the launcher dies on an item (a program killed it), that item is ``died`` and
+        the rest run in a fresh launcher; if no answer comes within the item's wall limit
+        plus a margin, the item is ``wall_timeout``. Raises SeedLedgerError only when
+        the sandbox cannot start or the request itself is refused (a bad setup)."""
+        lim = limits.as_request()
+        per_item = item_seconds if item_seconds is not None else lim["wall_seconds"] + 10.0
+        out: list[Outcome] = []
+        if not items:
+            return out
+        with self._lock:
+            while len(out) < len(items):
+                if not self._alive():
+                    self._start()
+                rid = next(self._ids)
+                rest = items[len(out):]
+                self._send({"id": rid, "job": job, "items": rest, "limits": lim, "setup": setup})
+                # the first answer of a request may wait for its set-up: imports, and for
+                # reasoning-gym the rows a fresh launcher must make again (~0.5 s a puzzle)
+                setup_seconds = _START_SECONDS + (4.0 * len(rest) if job.startswith("rg_") else 0.0)
+                first = True
+                while True:
+                    deadline = time.monotonic() + per_item + (setup_seconds if first else 0.0)
+                    msg = self._read_line(deadline)
+                    first = False
+                    if msg is None:
+                        status = "died" if self._eof or not self._alive() else "wall_timeout"
+                        self._stop()
+                        if len(out) < len(items):
+                            out.append(Outcome(status))
+                        break
+                    if msg.get("id") != rid:
+                        continue
+                    if "refused" in msg:
+                        raise SeedLedgerError(f"sandbox {job}: {msg['refused']}")
+                    if msg.get("done"):
+                        break
+                    out.append(Outcome(str(msg.get("status")), msg.get("value"), str(msg.get("error", ""))))
+        return out
+
+    def ping(self) -> int:
+        """Start the sandbox if needed and check it answers; the uid it runs as."""
+        with self._lock:
+            if not self._alive():
+                self._start()
+            self._send({"id": 0, "job": "ping"})
+            msg = self._read_line(time.monotonic() + _START_SECONDS)
+            if msg is None:
+                raise SeedLedgerError(f"the sandbox (bwrap) stopped: {self._stderr_head() or 'no answer'}")
+            return int(msg["uid"])
+
+
+_shared: dict[int, Sandbox] = {}
+
+
+def shared_sandbox() -> Sandbox:
+    """This process's sandbox (one per process; a forked child gets its own)."""
+    pid = os.getpid()
+    if pid not in _shared:
+        _shared.clear()
+        _shared[pid] = Sandbox()
+    return _shared[pid]
+
+
+def require_sandbox(what: str) -> Sandbox:
+    """The shared sandbox, started and answering, or a one-line error for ``what``."""
+    try:
+        box = shared_sandbox()
+        box.ping()
+    except SeedLedgerError as exc:
+        raise SeedLedgerError(f"{what}: {exc}") from None
+    return box
+
+
+@atexit.register
+def _close_all() -> None:
+    for box in _shared.values():
+        box.close()
