@@ -25,6 +25,8 @@ from ledger.errors import SeedLedgerError
 from ledger.seedfile import MAX_GENERATIONS, MAX_MEMBERS, MAX_POPULATION
 from replay.perturbation import DEFAULT_TARGETS, Perturbation
 from trainers.adaptation import AdaptationSpec
+from trainers.cmaes import CMAESSpec
+from trainers.ga import GASpec
 from trainers.optim import OptimizerSpec
 from trainers.schedules import Schedule
 from trainers.tasks.registry import absolute_paths, task_levels
@@ -147,7 +149,9 @@ def _perturbation_shorthand(value: Any) -> Any:
 
 class TrainConfig(Strict):
     model: str = "smollm2-135m-instruct"
-    algorithm: Literal["es"] = Field("es", description="the policy (trainers.policy.ALGORITHMS)")
+    algorithm: Literal["es", "ga", "cmaes"] = Field("es", description="the policy (trainers.policy.ALGORITHMS)")
+    ga: GASpec | None = Field(None, description="the GA's settings (algorithm: ga; trainers.ga)")
+    cmaes: CMAESSpec | None = Field(None, description="CMA-ES settings (algorithm: cmaes; trainers.cmaes)")
     task: str | dict[str, Any] = "arithmetic"
     population: int = Field(8, ge=1, le=MAX_POPULATION, description="at most what a seed file holds")
     mirrored: bool = True
@@ -210,6 +214,23 @@ class TrainConfig(Strict):
                 f"population × generations = {self.population * self.generations:,} members, more "
                 f"than a seed file holds ({MAX_MEMBERS:,}): such a run could not be exported"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _algorithm_settings(self) -> TrainConfig:
+        if self.algorithm != "es" and self.optimizer.name != "sgd":
+            raise ValueError(f"algorithm {self.algorithm}: its update is applied as is, so optimizer must be sgd")
+        if self.algorithm == "ga":
+            if self.mirrored:
+                raise ValueError("algorithm ga: genomes are single mutations; set mirrored: false")
+            if (self.ga or GASpec()).parents > self.population:
+                raise ValueError("ga.parents: more parents than the population holds")
+        if self.ga is not None and self.algorithm != "ga":
+            raise ValueError("ga: settings given but algorithm is not ga")
+        if self.cmaes is not None and self.algorithm != "cmaes":
+            raise ValueError("cmaes: settings given but algorithm is not cmaes")
+        if self.algorithm == "cmaes" and self.cmaes and self.cmaes.mu and self.cmaes.mu > self.population:
+            raise ValueError("cmaes.mu: more parents than the population holds")
         return self
 
     @model_validator(mode="after")

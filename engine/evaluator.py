@@ -48,6 +48,7 @@ class MemberResult:
     seconds: dict[str, float] = field(default_factory=dict)
     success: float = 0.0  # share of the batch's samples at reward >= the curriculum threshold
     kl: float | None = None  # mean KL(member ‖ base) per completion, with the `kl` penalty
+    sample_rewards: list[float] | None = None  # per completion (a GA's speciation compares them)
 
 
 def _mean(values: list[float | None]) -> float | None:
@@ -163,6 +164,7 @@ class Evaluator:
             samples=samples,
             seconds=dict(seconds),
             success=success_rate(scores, self._threshold),
+            sample_rewards=scores,
         )
 
     def apply(self, step: ReplayStep) -> str:

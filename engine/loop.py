@@ -1,7 +1,7 @@
 """The generation loop: the ledger's one writer.
 
 Per generation: the schedule's lr and σ; the policy (`trainers.policy`, chosen by the
-config; ES today) names the members; the pool scores every member on the generation's
+config: ES, GA or CMA-ES) names the members; the pool scores every member on the generation's
 deterministic batch; the policy turns rewards into coefficients; the generation record
 is built; *that record* is applied through replay's update (the function `rebuild` and
 `verify` use) and the fingerprint of the result taken; the record, fingerprint included,
@@ -126,7 +126,9 @@ def train(
         rewards = [r.reward for r in results]
         coefficients = policy.tell(members, rewards, lr=lr, optimizer=cfg.optimizer,
                                    components=[r.components for r in results],
-                                   objectives=objectives)
+                                   objectives=objectives,
+                                   sample_rewards=[r.sample_rewards for r in results])
+        extra |= policy.told()  # e.g. a GA's parents, crossover key and species
         batch_indices, _ = pool_batch(pool, cfg, generation, level)
         if curriculum:
             rate = sum(r.success for r in results) / len(results)

@@ -128,11 +128,16 @@ class ES:
     def tell(
         self, members: list[Member], rewards: list[float], *, lr: float, optimizer: OptimizerSpec,
         components: Components | None = None, objectives: Mapping[str, float] | None = None,
+        sample_rewards: list[list[float] | None] | None = None,
     ) -> list[float]:
         """Coefficients in member order: shaped rewards times α/N when the optimizer folds the
         learning rate into the coefficients (SGD), times 1/N when its rule applies α itself."""
         scale = (lr if optimizer.folds_lr else 1.0) / len(members)
         return self.coefficients(members, rewards, scale, components, objectives)
+
+    def told(self) -> dict:
+        """ES records nothing beyond its coefficients."""
+        return {}
 
     def coefficients(
         self, members: list[Member], rewards: list[float], scale: float,
