@@ -25,6 +25,9 @@ from pydantic import (
 from ledger.errors import SeedLedgerError, did_you_mean
 from ledger.seedfile import MAX_GENERATIONS, MAX_MEMBERS, MAX_POPULATION
 from replay.perturbation import DEFAULT_TARGETS, Perturbation
+from trainers.adaptation import AdaptationSpec
+from trainers.cmaes import CMAESSpec
+from trainers.ga import GASpec
 from trainers.optim import OptimizerSpec
 from trainers.schedules import Schedule
 from trainers.tasks.registry import absolute_paths, check_rewards, task_levels
@@ -147,7 +150,9 @@ def _perturbation_shorthand(value: Any) -> Any:
 
 class TrainConfig(Strict):
     model: str = "smollm2-135m-instruct"
-    algorithm: Literal["es"] = Field("es", description="the policy (trainers.policy.ALGORITHMS)")
+    algorithm: Literal["es", "ga", "cmaes"] = Field("es", description="the policy (trainers.policy.ALGORITHMS)")
+    ga: GASpec | None = Field(None, description="the GA's settings (algorithm: ga; trainers.ga)")
+    cmaes: CMAESSpec | None = Field(None, description="CMA-ES settings (algorithm: cmaes; trainers.cmaes)")
     task: str | dict[str, Any] = "arithmetic"
     population: int = Field(8, ge=1, le=MAX_POPULATION, description="at most what a seed file holds")
     mirrored: bool = True
@@ -155,6 +160,9 @@ class TrainConfig(Strict):
     lr: float = Field(5e-4, gt=0.0, le=MAX_SCALE)
     optimizer: OptimizerSpec = OptimizerSpec()
     schedule: Schedules = Schedules()
+    adaptation: AdaptationSpec | None = Field(
+        None, description="adapt σ (and lr) during the run from the rewards (trainers.adaptation)"
+    )
     shaping: Literal["zscore", "centered_rank", "pareto"] = "zscore"
     generations: int = Field(10, ge=0, le=MAX_GENERATIONS)
     batch_size: int = Field(16, ge=1, le=MAX_BATCH)
@@ -219,9 +227,32 @@ class TrainConfig(Strict):
         return self
 
     @model_validator(mode="after")
+    def _algorithm_settings(self) -> TrainConfig:
+        if self.algorithm != "es" and self.optimizer.name != "sgd":
+            raise ValueError(f"algorithm {self.algorithm}: its update is applied as is, so optimizer must be sgd")
+        if self.algorithm == "ga":
+            if self.mirrored:
+                raise ValueError("algorithm ga: genomes are single mutations; set mirrored: false")
+            if (self.ga or GASpec()).parents > self.population:
+                raise ValueError("ga.parents: more parents than the population holds")
+        if self.ga is not None and self.algorithm != "ga":
+            raise ValueError("ga: settings given but algorithm is not ga")
+        if self.cmaes is not None and self.algorithm != "cmaes":
+            raise ValueError("cmaes: settings given but algorithm is not cmaes")
+        if self.algorithm == "cmaes" and self.cmaes and self.cmaes.mu and self.cmaes.mu > self.population:
+            raise ValueError("cmaes.mu: more parents than the population holds")
+        return self
+
+    @model_validator(mode="after")
     def _mirrored_needs_pairs(self) -> TrainConfig:
         if self.mirrored and self.population % 2:
             raise ValueError(f"population must be even when mirrored (got {self.population})")
+        return self
+
+    @model_validator(mode="after")
+    def _adaptation_needs_pairs(self) -> TrainConfig:
+        if self.adaptation and self.adaptation.sigma and (not self.mirrored or self.population < 4):
+            raise ValueError("adaptation.sigma: needs mirrored pairs, at least two (population >= 4)")
         return self
 
     @model_validator(mode="after")

@@ -48,6 +48,7 @@ class MemberResult:
     seconds: dict[str, float] = field(default_factory=dict)
     success: float = 0.0  # share of the batch's samples at reward >= the curriculum threshold
     kl: float | None = None  # mean KL(member ‖ base) per completion, with the `kl` penalty
+    sample_rewards: list[float] | None = None  # per completion (a GA's speciation compares them)
 
 
 def _mean(values: list[float | None]) -> float | None:
@@ -164,6 +165,7 @@ class Evaluator:
             samples=samples,
             seconds=dict(seconds),
             success=success_rate(scores, self._threshold),
+            sample_rewards=scores,
         )
 
     def apply(self, step: ReplayStep) -> str:
@@ -178,11 +180,11 @@ class Evaluator:
         """Mean reward of the current master on the task's test split (greedy)."""
         return _mean(self.held_out_rewards(limit)) or 0.0
 
-    def held_out_rewards(self, limit: int) -> list[float | None]:
-        """Per-row rewards of the current master on the first `limit` test rows, so two
-        models can be compared row by row. Always greedy (temperature 0), whatever the
-        training's `sampling`: held-out figures are deterministic and need no seed."""
-        rows = self.task.test_rows()[:limit]
+    def held_out_rewards(self, limit: int, skip: int = 0) -> list[float | None]:
+        """Per-row rewards of the current master on `limit` test rows after the first `skip`,
+        so two models can be compared row by row. Always greedy (temperature 0), whatever
+        the training's `sampling`: held-out figures are deterministic and need no seed."""
+        rows = self.task.test_rows()[skip : skip + limit]
         self.backend.load_master(self.master)
         prompts = [self.task.prompt(row) for row in rows]
         completions = self.backend.generate(

@@ -1,7 +1,7 @@
 """The generation loop: the ledger's one writer.
 
 Per generation: the schedule's lr and σ; the policy (`trainers.policy`, chosen by the
-config; ES today) names the members; the pool scores every member on the generation's
+config: ES, GA or CMA-ES) names the members; the pool scores every member on the generation's
 deterministic batch; the policy turns rewards into coefficients; the generation record
 is built; *that record* is applied through replay's update (the function `rebuild` and
 `verify` use) and the fingerprint of the result taken; the record, fingerprint included,
@@ -51,6 +51,8 @@ class Hooks:
     on_member: Callable[[MemberResult], None] = lambda result: None
     on_generation_end: Callable[[GenerationRecord, float], None] = lambda record, seconds: None
     on_notice: Callable[[str, str], None] = lambda level, message: None  # level: note | warning
+    # asked after each committed generation: True ends the session there (a pruned trial)
+    should_stop: Callable[[], bool] = lambda: False
 
 
 def no_signal(record: GenerationRecord) -> bool:
@@ -87,10 +89,9 @@ def no_signal_warning(record: GenerationRecord, streak: int) -> tuple[str, dict]
 
 
 def hyperparameters(cfg: TrainConfig, generation: int) -> tuple[float, float]:
-    """(lr, σ) in force at `generation`; σ is rounded so σ·ε is exact in fp32."""
-    lr = cfg.lr * cfg.schedule.lr.factor(generation, cfg.generations)
-    sigma = round_coefficient(cfg.sigma * cfg.schedule.sigma.factor(generation, cfg.generations))
-    return lr, sigma
+    """(lr, σ) in force at `generation` of a run without adaptation (benchmarks); σ is
+    rounded so σ·ε is exact in fp32. The loop asks its policy, which may adapt them."""
+    return make_policy(cfg).hyperparameters(generation)[:2]
 
 
 def record_to_step(run: RunInfo, record: GenerationRecord) -> ReplayStep:
@@ -124,6 +125,7 @@ def train(
     policy = make_policy(cfg)
     start = ledger.latest_generation(run.name)
     history = ledger.records(run.name, upto=start)
+    policy.restore(history)  # state across generations is a pure function of the records
     curriculum = restore_curriculum(cfg, pool.task, history)
     streak = no_signal_streak(history)  # generations in a row without signal, resume included
     applied = round_coefficient(cfg.sigma)
@@ -138,7 +140,7 @@ def train(
     previous_commit: float | None = None  # seconds the last commit of this session took
     for generation in range(start + 1, start + generations + 1):
         started = time.perf_counter()
-        lr, sigma = hyperparameters(cfg, generation)
+        lr, sigma, policy_extra = policy.hyperparameters(generation)
         members = policy.ask(run.run_key, generation)
         hooks.on_generation_start(generation, len(members))
 
@@ -156,7 +158,7 @@ def train(
         evaluated = time.perf_counter()
 
         objectives = dict(pool.task.objectives())
-        extra = {}
+        extra = dict(policy_extra)  # e.g. the adapted lr/σ in force (trainers.adaptation)
         if cfg.kl is not None:
             extra["kl"] = penalise_kl(results, kl_beta)
             objectives["kl"] = -kl_beta  # Pareto shaping: a smaller KL is better
@@ -166,7 +168,9 @@ def train(
         rewards = [r.reward for r in results]
         coefficients = policy.tell(members, rewards, lr=lr, optimizer=cfg.optimizer,
                                    components=[r.components for r in results],
-                                   objectives=objectives)
+                                   objectives=objectives,
+                                   sample_rewards=[r.sample_rewards for r in results])
+        extra |= policy.told()  # e.g. a GA's parents, crossover key and species
         batch_indices, _ = pool_batch(pool, cfg, generation, level)
         if curriculum:
             rate = sum(r.success for r in results) / len(results)
@@ -214,6 +218,7 @@ def train(
         ledger.commit_generation(run.name, record)
         done = time.perf_counter()
         failpoint("committed", generation)
+        policy.observe(record)
         previous_commit = done - committing
         committed.append(record)
         seconds = done - started
@@ -229,6 +234,8 @@ def train(
             message, payload = no_signal_warning(record, streak)
             ledger.log_event(run.name, "no-signal", payload)
             hooks.on_notice("warning", message)
+        if hooks.should_stop():
+            break
     return committed
 
 

@@ -65,7 +65,7 @@ class TrainingProgress:
     def hooks(self) -> Hooks:
         from engine.loop import Hooks
 
-        return Hooks(self._start, self._member, self._end, self._notice)
+        return Hooks(self._start, self._member, self._end, on_notice=self._notice)
 
     def _start(self, generation: int, members: int) -> None:
         if not self._started:

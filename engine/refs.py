@@ -28,3 +28,27 @@ def resolve_ref(ledger: Ledger, ref: str) -> tuple[RunInfo, int]:
     if gen > latest:
         raise RunNotFound(f"{name}@{gen} does not exist; the latest generation is {name}@{latest}")
     return run, gen
+
+
+def split_member(ref: str) -> tuple[str, int | None]:
+    """`RUN@G#M` → (`RUN@G`, M): member M of generation G, i.e. `RUN@G-1` plus that member's
+    perturbation (a GA genome, an ES or CMA-ES sample); a ref without `#` → (ref, None)."""
+    head, sep, member = ref.partition("#")
+    if not sep:
+        return ref, None
+    name, gen = parse_ref(head)
+    if gen is None or gen < 1 or not member.isdigit():
+        raise SeedLedgerError(f"{ref!r}: a member is named RUN@G#M, with G >= 1 and M a member index")
+    return head, int(member)
+
+
+def resolve_member(ledger: Ledger, ref: str) -> tuple[RunInfo, int, int | None]:
+    """The run, generation and member (None for a plain `RUN@G`) that `ref` names; exit 2
+    for a member the generation does not have."""
+    head, member = split_member(ref)
+    run, gen = resolve_ref(ledger, head)
+    if member is not None:
+        population = ledger.generation(run.name, gen).population
+        if member >= population:
+            raise SeedLedgerError(f"{ref!r}: {head} has members 0..{population - 1}")
+    return run, gen, member

@@ -61,8 +61,8 @@ def _check_record(rec: GenerationRecord) -> None:
                 f"generation {rec.index}: members must be in order 0..N-1 (member {pos} has "
                 f"index {m.index})"
             )
-        if m.sign not in (-1, 1):
-            raise SeedLedgerError(f"generation {rec.index}: member {pos} sign must be ±1")
+        if m.sign not in (-1, 0, 1):  # 0: the unperturbed master (a GA's elite)
+            raise SeedLedgerError(f"generation {rec.index}: member {pos} sign must be -1, 0 or 1")
     if rec.population != len(rec.members):
         raise SeedLedgerError(
             f"generation {rec.index}: population {rec.population} but {len(rec.members)} members"

@@ -99,7 +99,7 @@ def unpack(
     M = sum(pops)
     kw = KEY_WIDTH[key_mode]
     signs = np.frombuffer(body, dtype="<i1", count=M, offset=pos)
-    need(bool(np.isin(signs, (-1, 1)).all()), "bad member sign")
+    need(bool(np.isin(signs, (-1, 0, 1)).all()), "bad member sign")
     pos += M
     if key_mode == "raw-u64":
         keys = np.frombuffer(body, dtype="<u8", count=M, offset=pos)

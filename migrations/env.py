@@ -34,13 +34,19 @@ config = context.config
 target_metadata = Base.metadata
 
 
+def _ours(name, type_, parent_names) -> bool:
+    """Tables the ledger does not own (Optuna's, from `seedledger tune`, live in the same
+    database) are invisible to migrations: never compared, altered or dropped."""
+    return type_ != "table" or name in target_metadata.tables
+
+
 def _url() -> str:
     x = context.get_x_argument(as_dictionary=True)
     return to_url(x.get("url") or config.get_main_option("sqlalchemy.url"))
 
 
 def run_offline() -> None:
-    context.configure(url=_url(), target_metadata=target_metadata, literal_binds=True)
+    context.configure(url=_url(), target_metadata=target_metadata, literal_binds=True, include_name=_ours)
     with context.begin_transaction():
         context.run_migrations()
 
@@ -51,11 +57,12 @@ def _run(connection) -> None:
         target_metadata=target_metadata,
         transactional_ddl=True,
         render_as_batch=connection.dialect.name == "sqlite",
+        include_name=_ours,
     )
     with context.begin_transaction():
         lock_for_migration(connection)  # concurrent creators/upgraders take turns
         context.run_migrations()
-        bad = foreign_key_violations(connection)
+        bad = [(t, r) for t, r in foreign_key_violations(connection) if t in target_metadata.tables]
         if bad:  # raising here rolls the whole upgrade back
             tables = sorted({t for t, _ in bad})
             raise SeedLedgerError(

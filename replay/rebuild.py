@@ -8,6 +8,7 @@ fingerprints with the ledger's.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import warnings
@@ -22,6 +23,7 @@ from ledger.records import RunInfo
 
 from .anchors import AnchorError, load_anchor, max_anchor_bytes
 from .fingerprint import fingerprint
+from .noise import round_coefficient
 from .perturbation import check_spec
 from .update import OptimizerState, apply_step
 
@@ -149,3 +151,15 @@ def verify(
     """
     master, _ = rebuild(ledger, run, g, base, verify="every", anchors_dir=anchors_dir, progress=progress)
     return fingerprint(master)
+
+
+def apply_member(master: dict[str, torch.Tensor], step: Any, key: int, sign: int) -> None:
+    """``master`` (the generation's starting master, in place) → the member's genome
+    ``master + sign·σ·ε(key)`` in ``step``'s perturbation kind: the fp32 weights the member
+    was evaluated with. Built by ``apply_step`` as a one-term SGD step (the same code every
+    update runs); a sign-0 member (a GA's elite) is the master itself, untouched."""
+    scale = round_coefficient(sign * step.sigma)
+    if scale == 0.0:
+        return
+    one = dataclasses.replace(step, keys=[key], coefficients=[scale], optimizer={"name": "sgd", "lr": 1.0})
+    apply_step(master, OptimizerState(), one)

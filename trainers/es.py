@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from replay.noise import member_key, round_coefficient
+from trainers.adaptation import Hyperparameters
 from trainers.optim import OptimizerSpec
 from trainers.shaping import FRONT, objective_vectors, pareto_shape
 
@@ -63,9 +64,15 @@ def centered_ranks(rewards: list[float]) -> list[float]:
 
 class ES:
     """The ES policy (`trainers.policy.Policy`): `ask(run_key, generation)` names the members,
-    `tell(members, rewards, lr=, optimizer=)` returns their rounded coefficients."""
+    `tell(members, rewards, lr=, optimizer=)` returns their rounded coefficients;
+    `hyperparameters(generation)` gives the lr and σ in force (schedules, and the optional
+    σ/lr adaptation of `trainers.adaptation`, whose state `restore` rebuilds from the
+    lineage's records and `observe` advances past each committed one)."""
 
-    def __init__(self, population: int, mirrored: bool = True, shaping: Shaping = "zscore"):
+    def __init__(
+        self, population: int, mirrored: bool = True, shaping: Shaping = "zscore",
+        hyperparameters: Hyperparameters | None = None,
+    ):
         if population < 1 or (mirrored and population % 2):
             raise ValueError(
                 f"population must be a positive{' even' if mirrored else ''} number, got {population}"
@@ -73,6 +80,21 @@ class ES:
         self.population = population
         self.mirrored = mirrored
         self.shaping = shaping
+        self.hyper = hyperparameters
+
+    def hyperparameters(self, generation: int) -> tuple[float, float, dict]:
+        """(lr, σ, extra for the record) in force at `generation`."""
+        if self.hyper is None:
+            raise ValueError("this ES policy was built without lr/σ settings")
+        return self.hyper.at(generation)
+
+    def restore(self, history: list) -> None:
+        if self.hyper is not None:
+            self.hyper.restore(history)
+
+    def observe(self, record) -> None:
+        if self.hyper is not None:
+            self.hyper.observe(record)
 
     def ask(self, run_key: int, generation: int) -> list[Member]:
         if not self.mirrored:
@@ -106,11 +128,16 @@ class ES:
     def tell(
         self, members: list[Member], rewards: list[float], *, lr: float, optimizer: OptimizerSpec,
         components: Components | None = None, objectives: Mapping[str, float] | None = None,
+        sample_rewards: list[list[float] | None] | None = None,
     ) -> list[float]:
         """Coefficients in member order: shaped rewards times α/N when the optimizer folds the
         learning rate into the coefficients (SGD), times 1/N when its rule applies α itself."""
         scale = (lr if optimizer.folds_lr else 1.0) / len(members)
         return self.coefficients(members, rewards, scale, components, objectives)
+
+    def told(self) -> dict:
+        """ES records nothing beyond its coefficients."""
+        return {}
 
     def coefficients(
         self, members: list[Member], rewards: list[float], scale: float,

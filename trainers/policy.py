@@ -6,16 +6,19 @@ replay applies (θ ← rule(θ, Σᵢ cᵢ·εᵢ)). The loop stays algorithm-ag
 evaluates, tells, records and applies, and never scales a reward itself.
 
     policy = make_policy(cfg)
+    policy.restore(history)                            # the lineage's records so far
+    lr, sigma, extra = policy.hyperparameters(generation)   # extra commits with the record
     members = policy.ask(run_key, generation)          # list[Member], member order
     coeffs = policy.tell(members, rewards, lr=lr, optimizer=cfg.optimizer,
                          components=components, objectives=task.objectives())
     # coeffs: one per member, already rounded by replay.noise.round_coefficient
+    extra |= policy.told()                             # what tell decided, for the record
+    policy.observe(record)                             # after the record commits
 
-A policy must be a pure function of its constructor arguments and of what `ask`/`tell`
-are given (no hidden state carried across generations), so that `resume` and `fork`,
-which build a fresh policy, reach the same bits as an uninterrupted run. A future policy
-that needs state across generations (CMA-ES's covariance, a GA's elite) must rebuild it
-from the ledger's records, as the curriculum does.
+State that spans generations (ES's adapted σ/lr, later CMA-ES's covariance or a GA's
+elite) is a pure function of the ledger's records: `restore` rebuilds it from the
+lineage's records and `observe` advances it past each committed one, so `resume` and
+`fork`, which build a fresh policy, reach the same bits as an uninterrupted run.
 """
 
 from __future__ import annotations
@@ -23,7 +26,10 @@ from __future__ import annotations
 from typing import Any, Protocol, runtime_checkable
 
 from ledger.errors import SeedLedgerError
+from trainers.adaptation import Hyperparameters
+from trainers.cmaes import CMAES, CMAESSpec
 from trainers.es import ES, Member
+from trainers.ga import GA, GASpec
 from trainers.optim import OptimizerSpec
 
 __all__ = ["ALGORITHMS", "Member", "Policy", "make_policy"]
@@ -39,6 +45,7 @@ class Policy(Protocol):
         self, members: list[Member], rewards: list[float], *, lr: float, optimizer: OptimizerSpec,
         components: list[dict[str, float | None]] | None = None,
         objectives: dict[str, float] | None = None,
+        sample_rewards: list[list[float] | None] | None = None,
     ) -> list[float]:
         """The coefficients to record and apply, in member order, each already rounded.
 
@@ -47,17 +54,54 @@ class Policy(Protocol):
         `components` are the members' reward components and `objectives` the task's reward
         weights (`Task.objectives`), for shapings that rank components (ES's `pareto`); such
         a shaping may add what it derived to the components dicts (`pareto_front`), and
-        the loop records the dicts as they are after `tell`."""
+        the loop records the dicts as they are after `tell`. `sample_rewards` are each
+        member's per-sample rewards (a GA's speciation compares them)."""
+        ...
+
+    def told(self) -> dict:
+        """What the last `tell` decided that the generation's record should carry in its
+        `extra` (a GA's parents and crossover key); {} when nothing."""
+        ...
+
+    def hyperparameters(self, generation: int) -> tuple[float, float, dict]:
+        """(lr, σ, extra): the values in force (what the record stores and replay uses) and
+        what the generation's record carries about the policy's state."""
+        ...
+
+    def restore(self, history: list) -> None:
+        """Rebuild the state from the lineage's records up to the starting generation."""
+        ...
+
+    def observe(self, record) -> None:
+        """Advance the state past one committed record."""
         ...
 
 
 def _es(cfg: Any) -> ES:
-    return ES(cfg.population, mirrored=cfg.mirrored, shaping=cfg.shaping)
+    hyper = None
+    if hasattr(cfg, "lr"):  # the engine's TrainConfig (a bare namespace may omit the schedule)
+        hyper = Hyperparameters(
+            cfg.lr, cfg.sigma, cfg.schedule, cfg.generations, getattr(cfg, "adaptation", None)
+        )
+    return ES(cfg.population, mirrored=cfg.mirrored, shaping=cfg.shaping, hyperparameters=hyper)
+
+
+def _hyper(cfg: Any) -> Hyperparameters:
+    return Hyperparameters(cfg.lr, cfg.sigma, cfg.schedule, cfg.generations, getattr(cfg, "adaptation", None))
+
+
+def _ga(cfg: Any) -> GA:
+    return GA(cfg.population, getattr(cfg, "ga", None) or GASpec(), hyperparameters=_hyper(cfg))
+
+
+def _cmaes(cfg: Any) -> CMAES:
+    spec = getattr(cfg, "cmaes", None) or CMAESSpec()
+    return CMAES(cfg.population, spec, mirrored=cfg.mirrored, hyperparameters=_hyper(cfg))
 
 
 # algorithm name -> factory(cfg). A new algorithm adds an entry here and a value to the
 # config's `algorithm` field; the loop does not change.
-ALGORITHMS = {"es": _es}
+ALGORITHMS = {"es": _es, "ga": _ga, "cmaes": _cmaes}
 
 
 def make_policy(cfg: Any) -> Policy:

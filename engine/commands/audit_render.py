@@ -127,7 +127,7 @@ def show_view(data: dict[str, Any]) -> RenderableType:
     for col in ["#", "key", "sign", "reward", *comps, "coefficient"]:
         t.add_column(col, justify="left" if col == "key" else "right")
     for m in data["members"][:MAX_ROWS]:
-        t.add_row(str(m["index"]), m["key"], "+" if m["sign"] > 0 else "−",
+        t.add_row(str(m["index"]), m["key"], {1: "+", 0: "0", -1: "−"}[m["sign"]],
                   _f(m["reward"]), *[_component(c, m["components"].get(c)) for c in comps],
                   repr(m["coefficient"]))
     parts: list[RenderableType] = [head, t]

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from engine.models import resolve_model
-from engine.refs import parse_ref, resolve_ref
+from engine.refs import parse_ref, resolve_member, resolve_ref, split_member
 from engine.session import anchors_dir
 from ledger import Ledger
 from ledger.db import sqlite_path, to_url
@@ -24,7 +24,7 @@ from ledger.errors import NotVerified, SeedLedgerError, VerifyMismatch
 from ledger.records import missing_fingerprint
 from replay.fingerprint import fingerprint
 from replay.noise import member_key
-from replay.rebuild import rebuild, replay_steps
+from replay.rebuild import apply_member, rebuild, replay_steps
 
 
 def load_base_master(model_dir: Path, device: str = "cpu") -> dict[str, torch.Tensor]:
@@ -236,16 +236,24 @@ def rebuild_ref(
     ledger: Ledger, ref: str, output: Path, base: str | None, device: str,
     *, verify: str = "end", force: bool = False, allow_unverified: bool = False,
 ) -> dict:
-    run, gen = resolve_ref(ledger, ref)
+    """`RUN@G`, or `RUN@G#M`: `RUN@G-1` (checked against its fingerprint) plus member M's
+    perturbation, the weights that member was evaluated with (`replay.rebuild.apply_member`)."""
+    run, gen, member = resolve_member(ledger, ref)
+    upto = gen if member is None else gen - 1
     keep = sqlite_path(to_url(ledger.location))
     check_output(output, force, keep)
-    fps = ledger.fingerprints(run.name, gen)
-    wanted = fps if verify == "every" else {g: fp for g, fp in fps.items() if g == gen}
-    checked = _unchecked(missing_fingerprint(run.base_fingerprint, wanted), f"{run.name}@{gen}", allow_unverified)
+    fps = ledger.fingerprints(run.name, upto)
+    wanted = fps if verify == "every" else {g: fp for g, fp in fps.items() if g == upto}
+    checked = _unchecked(missing_fingerprint(run.base_fingerprint, wanted), f"{run.name}@{upto}", allow_unverified)
     model_dir, master = _base_for(run, base, device)
-    master, _ = rebuild(ledger, run.name, gen, master, verify=verify, anchors_dir=anchors_dir(ledger))
+    master, _ = rebuild(ledger, run.name, upto, master, verify=verify, anchors_dir=anchors_dir(ledger))
+    meta: dict = {"run": run.name, "generation": gen}
+    if member is not None:
+        m = ledger.generation(run.name, gen).members[member]
+        apply_member(master, ledger.replay_history(run.name, upto=gen)[-1], m.key, m.sign)
+        meta |= {"member": member, "parent_fingerprint": fps[upto] if upto else run.base_fingerprint}
     fp = fingerprint(master)
-    meta = {"run": run.name, "generation": gen, "fingerprint": fp, "base_model": run.base_model}
+    meta |= {"fingerprint": fp, "base_model": run.base_model}
     write_model_dir(model_dir, master, output, meta, force, keep)
     return {**meta, "output": str(output), "verify": verify, **checked}
 
@@ -293,6 +301,8 @@ def rebuild_source(
     ledger_file = sqlite_path(to_url(ledger_location))
     has_ledger = ledger_file is None or ledger_file.exists()
     is_file = Path(source).is_file()
+    if "#" in source and not is_file:
+        split_member(source)  # a malformed RUN@G#M: say what is wrong with it
     run_name = _run_part(source)
     led = None
     if has_ledger and (run_name is not None or not is_file):
@@ -328,7 +338,7 @@ def rebuild_source(
 def _run_part(source: str) -> str | None:
     """The run name of `source` read as RUN or RUN@G; None when it cannot be one."""
     try:
-        name, _ = parse_ref(source)
+        name, _ = parse_ref(split_member(source)[0])
     except SeedLedgerError:
         return None
     return name
