@@ -11,6 +11,7 @@ into exit 130 (SIGINT) or 143 (SIGTERM), the shell's 128 + signal number.
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -41,21 +42,50 @@ def signal_of(exc: BaseException) -> int | None:
     return None
 
 
-def _raise_terminated(signum, frame) -> None:
-    raise Terminated()
+_pending: int | None = None  # the signal received inside `sigterm_raises`, until it leaves
+
+
+def _interrupt(signum: int) -> BaseException:
+    return Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+
+
+def _raise(signum, frame) -> None:
+    global _pending
+    _pending = signum
+    raise _interrupt(signum)
+
+
+def raise_pending() -> None:
+    """Raise again a signal whose exception was swallowed: a handler's exception raised
+    inside a finalizer (`__del__`, e.g. llvmlite's during numba's JIT) is printed and
+    dropped by Python, so the training loop calls this at safe points to stop anyway."""
+    if _pending is not None:
+        raise _interrupt(_pending)
 
 
 @contextmanager
 def sigterm_raises() -> Iterator[None]:
-    """While inside, SIGTERM raises Terminated in the main thread (elsewhere: a no-op)."""
+    """While inside, SIGINT and SIGTERM raise KeyboardInterrupt / Terminated in the main
+    thread (elsewhere: a no-op), and are remembered for `raise_pending`."""
+    global _pending
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    old = signal.signal(signal.SIGTERM, _raise_terminated)
+    old = {s: signal.signal(s, _raise) for s in (signal.SIGINT, signal.SIGTERM)}
+    hook = sys.unraisablehook
+
+    def unraisable(info) -> None:  # our own interrupt, dropped by a finalizer: raise_pending has it
+        if not isinstance(info.exc_value, KeyboardInterrupt | Terminated):
+            hook(info)
+
+    sys.unraisablehook = unraisable
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, old)
+        for s, handler in old.items():
+            signal.signal(s, handler)
+        sys.unraisablehook = hook
+        _pending = None
 
 
 @contextmanager

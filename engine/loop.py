@@ -35,6 +35,7 @@ from pathlib import Path
 from engine.config import TrainConfig
 from engine.evaluator import MemberResult
 from engine.failpoints import failpoint
+from engine.interrupts import raise_pending
 from ledger import GenerationRecord, Ledger, MemberRecord, ReplayStep, RunInfo
 from replay.anchors import save_anchor
 from replay.noise import round_coefficient
@@ -144,7 +145,10 @@ def train(
         members = policy.ask(run.run_key, generation)
         hooks.on_generation_start(generation, len(members))
 
+        raise_pending()  # an interrupt a finalizer swallowed still stops the session
+
         def on_member(result: MemberResult, generation: int = generation) -> None:
+            raise_pending()
             hooks.on_member(result)
             if heartbeat is not None:
                 heartbeat()  # keep the writer lease while a long generation evaluates

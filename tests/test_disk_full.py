@@ -55,7 +55,7 @@ def _fill(path) -> None:
 def reference(tmp_path_factory):
     """An uninterrupted 2-generation run on an ordinary disk: its ledger and fingerprint."""
     d = tmp_path_factory.mktemp("ref")
-    (d / "c.yaml").write_text(tiny_config(generations=2))
+    (d / "c.yaml").write_text(tiny_config(generations=2, sigma=2**-10))  # exact σ: no rounding note on stderr
     out = Cli(d).json("train", "c.yaml", "--run", "r")
     return d, out["fingerprint"]
 
@@ -76,7 +76,7 @@ def test_commit_hitting_enospc_exits_2_and_the_run_is_taken_over(tmp_path, small
     fs = small_fs("16m")
     cli = Cli(tmp_path)
     cli.env["SEEDLEDGER_DB"] = str(fs / "ledger.db")
-    (tmp_path / "c.yaml").write_text(tiny_config(generations=2))
+    (tmp_path / "c.yaml").write_text(tiny_config(generations=2, sigma=2**-10))  # exact σ: no rounding note on stderr
     assert cli.json("train", "c.yaml", "--run", "r", "--generations", "1")["generations_committed"] == [1]
 
     # generation 2: the disk fills just before its commit (a failpoint writes a filler file)

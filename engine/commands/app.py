@@ -130,8 +130,8 @@ def main() -> None:
         code = app(standalone_mode=False)
     except RunInterrupted as exc:  # SIGINT / SIGTERM during train, resume or fork
         say(str(exc))
-        # a signal that landed inside numba's JIT leaves llvmlite objects whose finalizers
-        # complain at exit; the run is recorded and the one line said: nothing else to say
+        # objects the interrupt left half-built (llvmlite's, inside numba's JIT) complain in
+        # their finalizers at exit; the run is recorded and the one line said
         sys.unraisablehook = lambda _unraisable: None
         sys.exit(exc.exit_code)
     except SeedLedgerError as exc:
