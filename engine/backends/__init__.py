@@ -26,7 +26,8 @@ def make_backend(cfg: Any, model_dir: Path) -> Backend:
     if cfg.backend == "hf":
         from engine.backends.hf import HFBackend
 
-        return HFBackend(model_dir, **kwargs)
+        init = cfg.train.init if cfg.train != "full" else None
+        return HFBackend(model_dir, base_quantization=cfg.base_quantization, adapter_init=init, **kwargs)
     if cfg.backend == "vllm":
         from engine.backends.vllm import VLLMBackend
 
