@@ -19,7 +19,14 @@ from engine import session
 from ledger import Ledger
 from ledger.errors import SeedLedgerError
 from replay import noise
-from replay.adapter import LoraSpec, init_key, init_scale, initial_adapter, parse_selection, start_fingerprint
+from replay.adapter import (
+    LoraSpec,
+    init_key,
+    init_scale,
+    initial_adapter,
+    parse_selection,
+    start_fingerprint,
+)
 from replay.perturbation import Perturbation
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -31,7 +38,7 @@ PROMPTS = [
 ]
 LORA = {
     "model": "tiny",
-    "task": {"name": "arithmetic", "rewards": ["task", {"fn": "length", "limit": 12}]},
+    "task": {"name": "arithmetic", "rewards": ["task", {"fn": "length", "limit": 30}]},
     "train": {"kind": "lora", "rank": 4, "target_modules": ["q_proj", "v_proj", "down_proj"]},
     "population": 4,
     "sigma": 0.05,
