@@ -33,6 +33,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
+from engine.models import quiet_hf_env  # noqa: E402
+
+quiet_hf_env()  # torchao's import chatter (transformers imports it when installed)
+
 MODEL = "smollm2-135m-instruct"
 KINDS = {  # config overrides per kind (the rest: configs/demo.yaml)
     "full": [],

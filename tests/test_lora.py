@@ -176,6 +176,21 @@ def test_members_in_one_forward_equal_each_members_adapter_alone(lora_backends):
     assert batched.generate(PROMPTS, max_new_tokens=8) == single.generate(PROMPTS, max_new_tokens=8)
 
 
+def test_rows_may_name_their_member(lora_backends):
+    """Any row order (token scoring slices rows): row i gets member `of_row[i]`'s adapter."""
+    batched, _, master = lora_backends
+    order = [(m, q) for m in (3, 0, 2) for q in (1, 0)]
+    with torch.inference_mode(), batched.members(master, KEYS, SIGNS, SIGMA):
+        together = batched.model(**batched._encode([q for _ in KEYS for q in PROMPTS])).logits
+        with batched._rows.rows([m for m, _ in order]):
+            enc = batched._encode([PROMPTS[q] for _, q in order])
+            picked = batched.model(**enc).logits
+    for i, (m, q) in enumerate(order):
+        want = together[m * len(PROMPTS) + q]
+        width = int(enc["attention_mask"][i].sum())  # left padding differs between batches
+        assert (picked[i, -width:] - want[-width:]).abs().max().item() < 1e-4
+
+
 def test_member_adapters_are_perturb_bits(lora_backends):
     batched, _, master = lora_backends
     terms = batched._rows.adapters(SPEC, master, [11], [-1], SIGMA)
@@ -298,6 +313,11 @@ def test_fork_continues_the_adapter_and_refuses_another(reference, tmp_path):
 
         assert verify_ref(led, "lower-lr")["fingerprint"] == child.fingerprint
         assert child.fingerprint not in fps
+        from engine.commands.audit import diff
+
+        report = diff(led, "ref@3", "lower-lr@3")  # the adapters, replayed from their shared @2
+        assert report["shared_generations"] == 2 and report["total"]["tensors"] == 2 * 3 * 2
+        assert all(".lora_" in t["tensor"] for t in report["tensors"]) and report["total"]["changed"]
         for i, change in enumerate(("train.rank=8", "train=full", "perturbation=lowrank")):
             with pytest.raises(SeedLedgerError) as info:
                 session.fork(led, "ref@2", f"bad{i}", [change], 1)

@@ -56,6 +56,7 @@ class RowTerms:
             raise ValueError(f"no linear layer of the model matches the {what}")
         self._active: dict[str, Term] = {}  # the members in flight
         self._resident: dict[str, Term] = {}  # the master adapter, when no member is
+        self._rows: torch.Tensor | None = None  # member of each row, when rows are not member-major
         for name, module in self.targets.items():
             module.register_forward_hook(self._hook(name))
 
@@ -65,10 +66,14 @@ class RowTerms:
             if term is None:
                 return None  # the loaded weights alone
             x = inputs[0]
-            h = torch.bmm(x.reshape(term.down.shape[0], -1, x.shape[-1]), term.down)
-            if term.mid is not None:
-                h = h * term.mid
-            y = torch.bmm(h, term.up)
+            down, up, mid = term.down, term.up, term.mid
+            if self._rows is not None and self._active:  # row i is member _rows[i]: a gather
+                down, up = down[self._rows], up[self._rows]
+                mid = None if mid is None else mid[self._rows]
+            h = torch.bmm(x.reshape(down.shape[0], -1, x.shape[-1]), down)
+            if mid is not None:
+                h = h * mid
+            y = torch.bmm(h, up)
             if term.post is not None:
                 y = y * term.post
             return out + y.reshape(out.shape)
@@ -92,6 +97,16 @@ class RowTerms:
             yield
         finally:
             self._active = {}
+
+    @contextmanager
+    def rows(self, member_of_row: Sequence[int]) -> Iterator[None]:
+        """Within `active(...)`, forwards over any rows: row i belongs to member
+        `member_of_row[i]` (a gather per call, for row slices such as token scoring)."""
+        self._rows = torch.tensor(list(member_of_row), device=self._like.device)
+        try:
+            yield
+        finally:
+            self._rows = None
 
     # ------------------------------------------------------------------ low-rank ES
 
