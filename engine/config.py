@@ -11,23 +11,43 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from ledger.errors import SeedLedgerError
+from ledger.seedfile import MAX_GENERATIONS, MAX_MEMBERS, MAX_POPULATION
 from replay.adapter import LoraSpec
 from replay.perturbation import DEFAULT_TARGETS, Perturbation
 from trainers.optim import OptimizerSpec
 from trainers.schedules import Schedule
 from trainers.tasks.registry import absolute_paths, task_levels
 
+# Bounds (issue 13 item 7): every number finite, and limits that cohere with what the
+# ledger and a seed file can hold, so a config that cannot work is refused before any run
+# exists. A seed file holds at most MAX_POPULATION members per generation, MAX_MEMBERS in
+# all; σ and lr outside [MIN_SCALE, MAX_SCALE] are typos (1e308) or train nothing (1e-320
+# rounds to 0); batch and token counts beyond these are memory bombs, not experiments.
+MIN_SCALE, MAX_SCALE = 1e-12, 10.0
+MAX_BATCH = 4096
+MAX_NEW_TOKENS = 32768
+MAX_WORKERS = 1024
+MAX_ROWS = 1_000_000
+
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class Workers(Strict):
     pool: Literal["local", "ray"] = "local"
-    count: int = Field(1, ge=1)
+    count: int = Field(1, ge=1, le=MAX_WORKERS)
     address: str | None = Field(None, description="Ray cluster address; default $RAY_ADDRESS or local")
 
 
@@ -37,14 +57,14 @@ class Schedules(Strict):
 
 
 class Sampling(Strict):
-    temperature: float = Field(0.0, ge=0.0, description="0 = greedy")
+    temperature: float = Field(0.0, ge=0.0, le=100.0, description="0 = greedy")
     top_p: float = Field(1.0, gt=0.0, le=1.0)
 
 
 class CurriculumConfig(Strict):
     """Move the task's difficulty level by the recent success rate (trainers.rewards.curriculum)."""
 
-    window: int = Field(5, ge=1, description="generations averaged before a change")
+    window: int = Field(5, ge=1, le=MAX_GENERATIONS, description="generations averaged before a change")
     raise_above: float = Field(0.7, ge=0.0, le=1.0)
     lower_below: float = Field(0.2, ge=0.0, le=1.0)
     threshold: float = Field(1.0, description="a sample counts as a success at reward >= this")
@@ -81,7 +101,20 @@ class Evaluation(Strict):
     """Held-out evaluation (`evaluate`, the demo) decodes greedily whatever `sampling` says,
     so its figures are deterministic and comparable between runs."""
 
-    rows: int = Field(64, ge=1, description="held-out rows scored by `evaluate`")
+    rows: int = Field(64, ge=1, le=MAX_ROWS, description="held-out rows scored by `evaluate`")
+
+
+class KLConfig(Strict):
+    """reward − β·KL(member ‖ base) from each completion's token log-probabilities under
+    the member and the frozen base model (trainers.rewards.kl)."""
+
+    beta: float = Field(0.05, ge=0.0, le=100.0, allow_inf_nan=False, description="β, or its start when adapted")
+    estimator: Literal["k1", "k3"] = "k3"
+    target: float | None = Field(
+        None, gt=0.0, allow_inf_nan=False,
+        description="a KL per completion to steer β toward (adaptive controller); none: β fixed",
+    )
+    horizon: float = Field(10_000.0, gt=0.0, allow_inf_nan=False, description="completions over which β may move ~20%")
 
 
 class LowRank(Strict):
@@ -142,23 +175,23 @@ class TrainConfig(Strict):
     model: str = "smollm2-135m-instruct"
     algorithm: Literal["es"] = Field("es", description="the policy (trainers.policy.ALGORITHMS)")
     task: str | dict[str, Any] = "arithmetic"
-    population: int = Field(8, ge=1)
+    population: int = Field(8, ge=1, le=MAX_POPULATION, description="at most what a seed file holds")
     mirrored: bool = True
-    sigma: float = Field(1e-3, gt=0.0)
-    lr: float = Field(5e-4, gt=0.0)
+    sigma: float = Field(1e-3, gt=0.0, le=MAX_SCALE)
+    lr: float = Field(5e-4, gt=0.0, le=MAX_SCALE)
     optimizer: OptimizerSpec = OptimizerSpec()
     schedule: Schedules = Schedules()
     shaping: Literal["zscore", "centered_rank", "pareto"] = "zscore"
-    generations: int = Field(10, ge=0)
-    batch_size: int = Field(16, ge=1)
-    max_new_tokens: int = Field(32, ge=1)
+    generations: int = Field(10, ge=0, le=MAX_GENERATIONS)
+    batch_size: int = Field(16, ge=1, le=MAX_BATCH)
+    max_new_tokens: int = Field(32, ge=1, le=MAX_NEW_TOKENS)
     sampling: Sampling = Sampling()
     seed: int = Field(0, ge=0, lt=2**63)
     backend: Literal["hf", "vllm"] = "hf"
     device: str = "cpu"
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     workers: Workers = Workers()
-    anchor_every: int = Field(0, ge=0, description="save an anchor every K generations; 0 = never")
+    anchor_every: int = Field(0, ge=0, le=MAX_GENERATIONS, description="save an anchor every K generations; 0 = never")
     report_to: list[Literal["tensorboard", "mlflow", "wandb"]] = []
     keep_samples: bool = Field(False, description="store every completion in the ledger (audit)")
     evaluation: Evaluation = Evaluation()
@@ -173,11 +206,18 @@ class TrainConfig(Strict):
     base_quantization: Literal["none", "int8"] = Field(
         "none", description="an adapter run's frozen base: as stored, or int8 weight-only (torchao)"
     )
+    kl: KLConfig | None = None
     members_per_forward: int | None = Field(
-        None, ge=1,
+        None, ge=1, le=MAX_POPULATION,
         description="members evaluated together in one batched forward (low-rank); omitted: "
         "chosen when the run is created (engine.batching) and stored with it",
     )
+
+    @model_validator(mode="after")
+    def _kl_needs_hf(self) -> TrainConfig:
+        if self.kl is not None and self.backend != "hf":
+            raise ValueError("kl: the KL-to-base penalty needs backend: hf (it scores tokens under a frozen base model)")
+        return self
 
     def perturbation_spec(self) -> Perturbation:
         """The replay-side description of `perturbation`."""
@@ -186,6 +226,22 @@ class TrainConfig(Strict):
         if self.perturbation == "full":
             return Perturbation()
         return Perturbation.lowrank(self.perturbation.rank, self.perturbation.targets)
+
+    @field_validator("sigma", "lr")
+    @classmethod
+    def _not_vanishing(cls, value: float) -> float:
+        if value < MIN_SCALE:
+            raise ValueError(f"{value!r} is below {MIN_SCALE}: so small a value trains nothing")
+        return value
+
+    @model_validator(mode="after")
+    def _exportable(self) -> TrainConfig:
+        if self.population * self.generations > MAX_MEMBERS:
+            raise ValueError(
+                f"population × generations = {self.population * self.generations:,} members, more "
+                f"than a seed file holds ({MAX_MEMBERS:,}): such a run could not be exported"
+            )
+        return self
 
     @model_validator(mode="after")
     def _adapters_and_quantization(self) -> TrainConfig:

@@ -36,6 +36,7 @@ from replay.noise import member_key
 from replay.rebuild import rebuild
 from trainers.es import Member
 from trainers.rewards.curriculum import success_rate
+from trainers.rewards.kl import sequence_kl
 from trainers.rewards.passk import pass_at_k_rewards
 from trainers.tasks import load_task
 
@@ -47,6 +48,7 @@ class MemberResult:
     samples: list[dict[str, Any]] | None = field(default=None)
     seconds: dict[str, float] = field(default_factory=dict)
     success: float = 0.0  # share of the batch's samples at reward >= the curriculum threshold
+    kl: float | None = None  # mean KL(member ‖ base) per completion, with the `kl` penalty
 
 
 def _mean(values: list[float | None]) -> float | None:
@@ -127,8 +129,11 @@ class Evaluator:
                 self.master, population, prompts, self.cfg.max_new_tokens, samples=samples
             )
             seconds = {k: v / len(chunk) for k, v in out.seconds.items()}
-            for completions in out.completions:
+            for m, completions in enumerate(out.completions):
                 results.append(self._result(prompts, rows, indices, completions, seconds))
+                if out.logprobs is not None and self.cfg.kl is not None:
+                    kls = [sequence_kl(mine, base, self.cfg.kl.estimator) for mine, base in out.logprobs[m]]
+                    results[-1].kl = sum(kls) / len(kls)
                 if on_member is not None:
                     on_member(results[-1])
         return results

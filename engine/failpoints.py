@@ -1,7 +1,9 @@
 """Fault injection for crash tests: a real SIGKILL at a named point of the loop.
 
 `SEEDLEDGER_FAILPOINT=name@generation` kills this process with SIGKILL when it reaches
-`name` in that generation. `name@generation+SECONDS` instead starts a timer there that
+`name` in that generation. `name@generation:fill=PATH` instead fills the filesystem that
+holds PATH (a file it creates) until it is full, and carries on: the next write fails
+with ENOSPC (disk-full tests, on a small filesystem). `name@generation+SECONDS` instead starts a timer there that
 kills the process SECONDS later, wherever it then is: a few milliseconds after `update`
 or `commit` that is usually inside replay's update or the ledger's transaction, which no
 named point can reach (replay and ledger do not import engine). Unset (always, outside
@@ -28,9 +30,30 @@ def _kill() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+def _fill(path: str) -> None:
+    """Write zeros to `path` until the filesystem has no space left."""
+    chunk = bytes(1 << 16)
+    with open(path, "wb", buffering=0) as fh:
+        try:
+            while True:
+                fh.write(chunk)
+        except OSError:
+            pass
+        try:
+            while True:  # the last partial chunk's worth
+                fh.write(b"\0")
+        except OSError:
+            pass
+
+
 def failpoint(name: str, generation: int) -> None:
     spec = os.environ.get("SEEDLEDGER_FAILPOINT")
     if not spec:
+        return
+    spec, _, fill = spec.partition(":fill=")
+    if fill:
+        if spec == f"{name}@{generation}":
+            _fill(fill)
         return
     point, _, delay = spec.partition("+")
     if point != f"{name}@{generation}":

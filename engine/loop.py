@@ -40,6 +40,7 @@ from replay.anchors import save_anchor
 from replay.noise import round_coefficient
 from trainers.policy import make_policy
 from trainers.rewards.curriculum import Curriculum
+from trainers.rewards.kl import next_beta
 
 
 @dataclass
@@ -49,6 +50,7 @@ class Hooks:
     on_generation_start: Callable[[int, int], None] = lambda generation, members: None
     on_member: Callable[[MemberResult], None] = lambda result: None
     on_generation_end: Callable[[GenerationRecord, float], None] = lambda record, seconds: None
+    on_notice: Callable[[str], None] = lambda text: None  # e.g. a lease taken over
 
 
 def hyperparameters(cfg: TrainConfig, generation: int) -> tuple[float, float]:
@@ -88,7 +90,9 @@ def train(
     hooks = hooks or Hooks()
     policy = make_policy(cfg)
     start = ledger.latest_generation(run.name)
-    curriculum = restore_curriculum(cfg, pool.task, ledger.records(run.name, upto=start))
+    history = ledger.records(run.name, upto=start)
+    curriculum = restore_curriculum(cfg, pool.task, history)
+    kl_beta = restore_kl_beta(cfg, history)
     committed = []
     previous_commit: float | None = None  # seconds the last commit of this session took
     for generation in range(start + 1, start + generations + 1):
@@ -110,15 +114,22 @@ def train(
         failpoint("evaluated", generation)
         evaluated = time.perf_counter()
 
+        objectives = dict(pool.task.objectives())
+        extra = {}
+        if cfg.kl is not None:
+            extra["kl"] = penalise_kl(results, kl_beta)
+            objectives["kl"] = -kl_beta  # Pareto shaping: a smaller KL is better
+            completions = len(results) * cfg.batch_size * (cfg.passk.n if cfg.passk else 1)
+            k = cfg.kl
+            kl_beta = next_beta(kl_beta, extra["kl"]["mean"], k.target, completions, k.horizon)
         rewards = [r.reward for r in results]
         coefficients = policy.tell(members, rewards, lr=lr, optimizer=cfg.optimizer,
                                    components=[r.components for r in results],
-                                   objectives=pool.task.objectives())
+                                   objectives=objectives)
         batch_indices, _ = pool_batch(pool, cfg, generation, level)
-        extra = {}
         if curriculum:
             rate = sum(r.success for r in results) / len(results)
-            extra = {"level": level, "success_rate": rate}
+            extra |= {"level": level, "success_rate": rate}
             change = curriculum.observe(generation, rate)
             if change:
                 extra["curriculum"] = change  # commits with the generation: the level's audit trail
@@ -182,6 +193,29 @@ def pool_batch(pool, cfg: TrainConfig, generation: int, level: int | None) -> tu
     return pool.task.train_batch(cfg.seed, generation, cfg.batch_size)
 
 
+def penalise_kl(results: list[MemberResult], beta: float) -> dict[str, float]:
+    """reward − β·KL for every member, in place: the penalised reward is what the policy
+    ranks and the ledger records; the task's own reward and the KL stay as components."""
+    for r in results:
+        r.components = {**r.components, "task_reward": r.reward, "kl": r.kl}
+        r.reward = r.reward - beta * r.kl
+    return {"beta": beta, "mean": sum(r.kl for r in results) / len(results)}
+
+
+def restore_kl_beta(cfg: TrainConfig, history: list[GenerationRecord]) -> float:
+    """The β in force for the next generation: `kl.beta` when fixed; with a `kl.target`,
+    the controller's next step from the last recorded (β, mean KL), so a resumed or
+    forked run continues where it left off."""
+    if cfg.kl is None:
+        return 0.0
+    last = next((r for r in reversed(history) if "kl" in r.extra), None)
+    if cfg.kl.target is None or last is None:
+        return cfg.kl.beta
+    k = cfg.kl
+    completions = last.population * len(last.batch_indices) * (cfg.passk.n if cfg.passk else 1)
+    return next_beta(last.extra["kl"]["beta"], last.extra["kl"]["mean"], k.target, completions, k.horizon)
+
+
 def restore_curriculum(cfg: TrainConfig, task, history: list[GenerationRecord]) -> Curriculum | None:
     """The curriculum as of the end of `history`: it is a pure function of the success rates
     recorded there, so a resumed or forked run continues at the level it left."""
@@ -209,6 +243,9 @@ def generation_metrics(
         "sigma": record.sigma,
         "seconds": seconds,
     }
+    if "kl" in record.extra:
+        metrics["kl/mean"] = record.extra["kl"]["mean"]
+        metrics["kl/beta"] = record.extra["kl"]["beta"]
     if commit_seconds is not None:
         metrics["commit_seconds"] = commit_seconds  # this generation's commit, part of `seconds`
     return metrics

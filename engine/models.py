@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ledger.durable import fsync_dir
+from ledger.durable import as_umask_allows, fsync_dir
 from ledger.errors import SeedLedgerError
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never touch the hub, whoever imports us first
@@ -138,6 +138,7 @@ def _build_smollm2(dest: Path) -> None:
     model.config._name_or_path = "HuggingFaceTB/SmolLM2-135M-Instruct"
     log.info("saving fp32 safetensors")
     model.save_pretrained(str(dest))
+    log.info("saving the tokenizer")
     _save_smollm2_tokenizer(dest)
 
 
@@ -154,7 +155,9 @@ def _build_tiny(dest: Path) -> None:
     import torch
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
+    log.info("saving the tokenizer")
     _save_smollm2_tokenizer(dest)
+    log.info("making seeded random weights")
     config = LlamaConfig(
         vocab_size=49152,
         hidden_size=64,
@@ -179,6 +182,7 @@ def _build_tiny(dest: Path) -> None:
             else:
                 p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float32) * TINY_STD)
     model.generation_config = GenerationConfig(bos_token_id=1, eos_token_id=2, pad_token_id=2)
+    log.info("saving fp32 safetensors")
     model.save_pretrained(str(dest))
 
 
@@ -302,12 +306,25 @@ def _provision(alias: Alias, entry: Path) -> None:
     """Build the alias into a temp dir beside `entry`, write the manifest, rename into place."""
     from rich.console import Console
 
+    from engine import progress
+
     console = Console(stderr=True)
     t0 = time.perf_counter()
     tmp = Path(tempfile.mkdtemp(prefix=f".{alias.name}.tmp-", dir=entry.parent))
+    title = f"provisioning model {alias.name!r} into {entry} (once)"
+    if progress.interactive():  # a spinner whose text follows the steps
+        status = console.status(title)
+        steps = _StepHandler(lambda msg: status.update(f"{title}: {msg}"))
+    else:  # a log: one line per step
+        progress.line(title)
+        status = contextlib.nullcontext()
+        steps = _StepHandler(lambda msg: progress.line(f"provisioning {alias.name!r}: {msg}"))
+    log.addHandler(steps)
+    log.setLevel(logging.INFO)
     try:
-        with console.status(f"provisioning model {alias.name!r} into {entry} (once)"):
+        with status:
             alias.build(tmp)
+            log.info("writing the manifest and syncing to disk")
             weights = tmp / WEIGHTS
             size = weights.stat().st_size
             _, params = _safetensors_tensor_bytes(weights)
@@ -325,7 +342,7 @@ def _provision(alias: Alias, entry: Path) -> None:
                 with f.open("rb") as fh:
                     os.fsync(fh.fileno())
             fsync_dir(tmp)  # ... and the entry's own file names
-        tmp.chmod(0o755)  # mkdtemp makes it private; the cache is shared like any other
+        as_umask_allows(tmp)  # mkdtemp (0700) and safetensors (0600) make it private; the cache is shared
         if entry.exists():  # a corrupt entry: move aside first, then drop it
             old = Path(tempfile.mkdtemp(prefix=f".{alias.name}.old-", dir=entry.parent))
             entry.rename(old / "entry")
@@ -333,11 +350,23 @@ def _provision(alias: Alias, entry: Path) -> None:
         tmp.rename(entry)
         fsync_dir(entry.parent)  # the rename itself survives a power loss
     finally:
+        log.removeHandler(steps)
         shutil.rmtree(tmp, ignore_errors=True)
     console.print(
         f"provisioned {alias.name!r}: {params:,} parameters, {size / 1e6:.0f} MB, "
         f"{time.perf_counter() - t0:.1f}s"
     )
+
+
+class _StepHandler(logging.Handler):
+    """Shows this module's INFO messages (the build's steps) while a model is provisioned."""
+
+    def __init__(self, show: Callable[[str], None]):
+        super().__init__(logging.INFO)
+        self.show = show
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.show(record.getMessage())
 
 
 def _resolve_alias(alias: Alias, verify: bool) -> Path:
@@ -403,6 +432,8 @@ def load_causal_lm(
     model_dir: str | os.PathLike[str], device: str = "cpu", dtype: Any = None, quantization: str = "none",
 ) -> Any:
     """Load a causal LM from a local directory (never the hub), in eval mode on `device`.
+    Only safetensors weights are read: a directory a ledger or seed file names may hold a
+    pickled `pytorch_model.bin`, and nothing seedledger reads is unpickled.
 
     `quantization` "int8": every linear weight int8 weight-only (per-row scales), through
     torchao's `Int8WeightOnlyConfig` in transformers, quantized from the checkpoint as it
@@ -417,7 +448,7 @@ def load_causal_lm(
     elif quantization != "none":
         raise SeedLedgerError(f"unknown base quantization {quantization!r} (known: {', '.join(QUANTIZATIONS)})")
     model = AutoModelForCausalLM.from_pretrained(
-        str(model_dir), dtype=dtype or torch.float32, local_files_only=True, **kwargs
+        str(model_dir), dtype=dtype or torch.float32, local_files_only=True, use_safetensors=True, **kwargs
     )
     return model.to(device).eval()
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
+import signal
 import socket
 import threading
 from contextlib import contextmanager
@@ -19,6 +20,8 @@ from pathlib import Path
 
 from engine import adapters, batching
 from engine.config import TrainConfig, apply_overrides, load_config, validate
+from engine.devices import check_device
+from engine.interrupts import RunInterrupted, signal_of, signals_held
 from engine.loop import Hooks, train
 from engine.models import model_revision, resolve_model
 from engine.pools import make_pool
@@ -27,7 +30,10 @@ from ledger import GenerationRecord, Ledger, RunInfo
 from ledger.db import sqlite_path, to_url
 from ledger.errors import SeedLedgerError
 from ledger.lease import WriterLease
+from ledger.names import check_run_name
 from replay.noise import run_key
+from trainers.rewards.loader import is_file_ref
+from trainers.tasks.registry import code_refs
 
 LEASE_TTL = 300.0  # seconds; the loop renews it after every member
 
@@ -101,6 +107,36 @@ def _keepalive(lease: WriterLease, every: float = LEASE_TTL / 5):
         thread.join()
 
 
+@contextmanager
+def _interruptible(ledger: Ledger, run_name: str):
+    """A SIGINT or SIGTERM (engine.interrupts) inside marks the run `interrupted`, records
+    an `interrupted` event naming the signal and the last committed generation, and leaves
+    as RunInterrupted. Used inside the writer lease, which is released after it."""
+    try:
+        yield
+    except BaseException as exc:
+        signum = signal_of(exc)
+        if signum is None:
+            raise
+        name = signal.Signals(signum).name
+        with signals_held():
+            latest = ledger.latest_generation(run_name)
+            ledger.set_status(run_name, "interrupted")
+            ledger.log_event(run_name, "interrupted", {"signal": name, "generation": latest})
+        raise RunInterrupted(
+            f"interrupted by {name}: run {run_name} stopped at generation {latest}", signum, run_name
+        ) from None
+
+
+def _not_started(exc: BaseException, what: str) -> None:
+    """Re-raise an interrupt that came before a run was kept as RunInterrupted (no run)."""
+    signum = signal_of(exc)
+    if signum is not None:
+        raise RunInterrupted(
+            f"interrupted by {signal.Signals(signum).name} {what}; nothing was kept", signum
+        ) from None
+
+
 def _run_loop(ledger: Ledger, run: RunInfo, cfg: TrainConfig, pool, generations: int, hooks, lease):
     """Train under `lease` (held by the caller since before any work)."""
     loggers = None
@@ -117,13 +153,18 @@ def _run_loop(ledger: Ledger, run: RunInfo, cfg: TrainConfig, pool, generations:
                 heartbeat=lease.heartbeat,
             )
         except BaseException as exc:
-            ledger.set_status(run.name, "interrupted")
+            # Clean-up writes may fail too (a full disk, a lost server): they never mask the
+            # error. Then the run stays `training` under this process's lease, which the next
+            # `resume` takes over (at once on this host, with --take-over on another).
+            with contextlib.suppress(Exception):
+                ledger.set_status(run.name, "interrupted")
             if isinstance(exc, Exception):
                 with contextlib.suppress(Exception):  # the audit trail; never mask the error
+                    failed = getattr(exc, "generation", None)  # an anchor's: committed
                     ledger.log_event(
                         run.name, "error",
                         {"error": type(exc).__name__, "message": str(exc),
-                         "generation": ledger.latest_generation(run.name) + 1},
+                         "generation": failed or ledger.latest_generation(run.name) + 1},
                     )
             raise
         latest = ledger.latest_generation(run.name)
@@ -146,14 +187,19 @@ def start(
     hooks: Hooks | None = None,
 ) -> SessionResult:
     cfg = load_config(config_path, overrides)
-    name = run_name or (Path(config_path).stem if config_path else "run")
+    name = check_run_name(run_name or (Path(config_path).stem if config_path else "run"))
+    check_device(cfg.device)
     if ledger.has_run(name):
         raise SeedLedgerError(f"run {name!r} exists: `seedledger resume {name}` or pick another --run")
-    model_dir = resolve_model(cfg.model)
-    cfg = adapters.resolve(cfg)
-    cfg = cfg.model_copy(update={"members_per_forward": batching.resolve(cfg, model_dir)})
-    spec = cfg.perturbation_spec()
-    pool = make_pool(cfg, model_dir)
+    try:
+        model_dir = resolve_model(cfg.model)
+        cfg = adapters.resolve(cfg)
+        cfg = cfg.model_copy(update={"members_per_forward": batching.resolve(cfg, model_dir)})
+        spec = cfg.perturbation_spec()
+        pool = make_pool(cfg, model_dir)
+    except BaseException as exc:
+        _not_started(exc, f"before run {name} was created")
+        raise
     try:
         run = ledger.create_run(
             name=name,
@@ -170,7 +216,7 @@ def start(
             software=software_versions(),
             host=socket.gethostname(),
         )
-        with ledger.lease(run.name, ttl=LEASE_TTL) as lease:
+        with ledger.lease(run.name, ttl=LEASE_TTL) as lease, _interruptible(ledger, run.name):
             pool.restore(ledger, run.name, 0, None)
             count = cfg.generations if generations is None else generations
             return _run_loop(ledger, run, cfg, pool, count, hooks, lease)
@@ -178,13 +224,62 @@ def start(
         pool.close()
 
 
-def resume(ledger: Ledger, run_name: str, generations: int | None, hooks: Hooks | None = None):
+def stored_code(config: dict) -> list[str]:
+    """What a stored config would make this process run that the user did not write: the
+    reward code its task names, and a Ray cluster to join (`workers.address`: a cluster
+    sends back pickled results, so joining one is running its code)."""
+    refs = code_refs(config.get("task"))
+    workers = config.get("workers")
+    if isinstance(workers, dict) and workers.get("address"):
+        refs.append(f"workers.address={workers['address']}")
+    return refs
+
+
+def check_stored_code(refs: list[str], owner: str, trust_code: bool) -> None:
+    """Refuse to import reward code that a stored config names, or join the Ray cluster it
+    names (a ledger or seed file may come from anyone), unless the user passed
+    --trust-code; a relative file reference is refused even then, since it would be
+    resolved against the working directory."""
+    if not refs:
+        return
+    relative = [
+        r for r in refs
+        if not r.startswith("workers.address=")
+        and is_file_ref(r.rpartition(":")[0]) and not Path(r.rpartition(":")[0]).is_absolute()
+    ]
+    if relative:
+        raise SeedLedgerError(
+            f"{owner}'s stored config names reward code by a relative path ({relative[0]!r}); "
+            "stored configs name files absolutely, and this one is not resolved against the "
+            "working directory"
+        )
+    if not trust_code:
+        named = ", ".join(repr(r) for r in dict.fromkeys(refs))
+        raise SeedLedgerError(
+            f"{owner}'s stored config names code to run: {named}; code named by a ledger or "
+            "seed file runs only with --trust-code (read it first)"
+        )
+
+
+def resume(
+    ledger: Ledger, run_name: str, generations: int | None, hooks: Hooks | None = None,
+    take_over: bool = False, *, trust_code: bool = False,
+):
     """Continue `run_name`. The writer lease is taken first: a second `resume` of a run
     being trained is refused (naming the holder) before it loads or replays anything,
-    and leaves no `resume` event."""
+    and leaves no `resume` event. A lease left by a dead session is taken over: at once
+    when its holder was on this host, with `take_over` when it was on another (whose
+    process this host cannot see); `hooks.on_notice` says so. Reward code the stored
+    config names is imported only with `trust_code`."""
     run = ledger.get_run(run_name)
+    check_stored_code(stored_code(run.config), f"run {run_name}", trust_code)
     cfg = validate(run.config, f"run {run_name} config")
-    with ledger.lease(run.name, ttl=LEASE_TTL) as lease:
+    check_device(cfg.device)
+    hooks = hooks or Hooks()
+    with ledger.lease(run.name, ttl=LEASE_TTL).acquire(force=take_over) as lease, \
+            _interruptible(ledger, run.name):
+        if lease.takeover is not None:
+            hooks.on_notice(lease.describe_takeover())
         latest = ledger.latest_generation(run_name)  # read under the lease: no one commits now
         if generations is None:
             generations = max(cfg.generations - (latest - run.parent_generation), 0)
@@ -208,13 +303,21 @@ def fork(
     overrides: list[str],
     generations: int | None,
     hooks: Hooks | None = None,
+    *,
+    trust_code: bool = False,
 ) -> SessionResult:
     """Start `new_name` at `ref`. The child run is created and leased before the model is
     loaded (a racing fork of the same name fails at once); if setup then fails, before
-    anything trained, the empty child is deleted so that its name stays free."""
+    anything trained, the empty child is deleted so that its name stays free. Reward code
+    the parent's stored config names is imported only with `trust_code` (code the
+    overrides name is the user's own)."""
+    check_run_name(new_name)
     parent, gen = resolve_ref(ledger, ref)
     data = apply_overrides(dict(parent.config), list(overrides))
+    inherited = set(stored_code(parent.config))
+    check_stored_code([r for r in stored_code(data) if r in inherited], f"run {parent.name}", trust_code)
     cfg = validate(data, "fork config")
+    check_device(cfg.device)
     if cfg.model != parent.base_model:
         raise SeedLedgerError("a fork keeps its parent's base model; `model` cannot be changed")
     if cfg.train != validate(parent.config, f"run {parent.name} config").train:
@@ -244,16 +347,19 @@ def fork(
                 pool = make_pool(cfg, resolve_model(cfg.model))
                 _check_base(parent, pool.base_fingerprint(), cfg)
                 pool.restore(ledger, run.name, gen, anchors_dir(ledger))
-        except BaseException:
-            if pool is not None:
-                pool.close()
-            lease.release()
-            with contextlib.suppress(Exception):
-                ledger.delete_run(run.name)
+        except BaseException as exc:
+            with signals_held():
+                if pool is not None:
+                    pool.close()
+                lease.release()
+                with contextlib.suppress(Exception):
+                    ledger.delete_run(run.name)
+            _not_started(exc, f"while fork {run.name} was set up")
             raise
         try:
-            count = max(cfg.generations - gen, 0) if generations is None else generations
-            return _run_loop(ledger, run, cfg, pool, count, hooks, lease)
+            with _interruptible(ledger, run.name):
+                count = max(cfg.generations - gen, 0) if generations is None else generations
+                return _run_loop(ledger, run, cfg, pool, count, hooks, lease)
         finally:
             pool.close()
 

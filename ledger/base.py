@@ -17,8 +17,10 @@ from sqlalchemy import Connection, Engine, func, insert, select
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from ledger import codec, migrate, rows
+from ledger.db import display_location
 from ledger.errors import RunNotFound, SeedLedgerError
 from ledger.lease import WriterLease
+from ledger.names import check_run_name
 from ledger.records import RunInfo, RunSpec
 from ledger.schema import Event, Generation, Run
 
@@ -32,16 +34,21 @@ class LedgerBase:
     def __init__(self, engine: Engine, location: str = ""):
         self.engine = engine
         self.location = location or str(engine.url)
+        self.display = display_location(self.location)  # for messages: the password masked
         self._ids: dict[str, int] = {}
         self.held_leases: dict[int, WriterLease] = {}  # by run id: the leases this object holds
         # set by open() when it upgraded an old schema: before/after revision and the
         # backup file (show `upgraded.describe()` to the user: it names the backup)
         self.upgraded: migrate.UpgradeResult | None = None
+        # why the ledger is open read-only (Ledger.open), else None: writes are refused
+        self.read_only: str | None = None
 
     @contextmanager
     def transaction(self, raw_integrity: bool = False) -> Iterator[Connection]:
         """One write transaction (BEGIN IMMEDIATE on SQLite); DB errors become one line
         (IntegrityError passes through with `raw_integrity`, for callers that retry)."""
+        if self.read_only is not None:
+            raise SeedLedgerError(f"ledger {self.display} is open read-only ({self.read_only}); nothing was written")
         try:
             with self.engine.connect() as conn:
                 conn.execution_options(write=True)
@@ -50,7 +57,7 @@ class LedgerBase:
         except DBAPIError as exc:
             if raw_integrity and isinstance(exc, IntegrityError):
                 raise
-            raise SeedLedgerError(f"ledger {self.location}: {exc.orig}") from None
+            raise SeedLedgerError(f"ledger {self.display}: {exc.orig}") from None
 
     @contextmanager
     def _read(self) -> Iterator[Connection]:
@@ -58,12 +65,12 @@ class LedgerBase:
             with self.engine.connect() as conn:
                 yield conn
         except DBAPIError as exc:
-            raise SeedLedgerError(f"ledger {self.location}: {exc.orig}") from None
+            raise SeedLedgerError(f"ledger {self.display}: {exc.orig}") from None
 
     def _run_row(self, conn: Connection, name: str) -> Any:
         row = conn.execute(select(Run).where(Run.name == name)).first()
         if row is None:
-            raise RunNotFound(f"no run named {name!r} in {self.location}")
+            raise RunNotFound(f"no run named {name!r} in {self.display}")
         return row
 
     def run_id(self, name: str) -> int:
@@ -116,8 +123,7 @@ class LedgerBase:
         event: tuple[str, dict[str, Any]] | None = None,
     ) -> Any:
         """Insert a run row (and its create/fork/import event); returns the row."""
-        if not name or "@" in name or len(name) > 200 or name != name.strip():
-            raise SeedLedgerError(f"bad run name {name!r} (non-empty, no '@', no edge spaces)")
+        check_run_name(name)
         seed = spec.seed
         if seed is not None and (
             not isinstance(seed, int) or isinstance(seed, bool) or not codec.I64_MIN <= seed <= codec.I64_MAX

@@ -1,5 +1,6 @@
 """Commits: one generation at a time under the writer lease, or a whole imported run in
-one transaction (part of `Ledger`). A generation must be latest + 1: nothing is overwritten."""
+one transaction (part of `Ledger`). A generation must be latest + 1: nothing is overwritten.
+Each row gets its digest in the hash chain (ledger.chain) in the same transaction."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ from typing import Any
 from sqlalchemy import Connection, insert
 from sqlalchemy.exc import IntegrityError
 
-from ledger import rows
-from ledger.base import LedgerBase, run_spec
+from ledger import chain, rows
+from ledger.base import run_spec
 from ledger.errors import SeedLedgerError
+from ledger.integrity import IntegrityMixin
 from ledger.lease import check_writer
 from ledger.records import GenerationRecord, RunInfo, RunSpec
 from ledger.schema import Generation, Member
@@ -36,7 +38,7 @@ def _insert_many(conn: Connection, model: Any, params: list[dict[str, Any]]) -> 
         conn.exec_driver_sql(sql, params)
 
 
-class CommitsMixin(LedgerBase):
+class CommitsMixin(IntegrityMixin):
     def commit_generation(self, name: str, record: GenerationRecord) -> None:
         """Commit one generation in ONE transaction; it must be latest + 1 (no overwrite)."""
         grow = rows.generation_row(0, record)
@@ -75,11 +77,15 @@ class CommitsMixin(LedgerBase):
                 f"cannot commit {name}@{record.index}: the next generation is {latest + 1}"
             )
         grow["run_id"] = run.id
+        members = rows.member_rows(0, record)
+        grow["digest"] = chain.generation_digest(self._prev_digest(conn, run, record.index), grow, members)
         try:
             gid = conn.execute(insert(Generation).returning(Generation.id), grow).scalar_one()
         except IntegrityError:
             raise SeedLedgerError(
                 f"generation {name}@{record.index} is already committed"
             ) from None
-        if record.members:
-            _insert_many(conn, Member, rows.member_rows(gid, record))
+        if members:
+            for m in members:
+                m["generation_id"] = gid
+            _insert_many(conn, Member, members)

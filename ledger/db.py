@@ -23,8 +23,10 @@ dialect alone), so the ledger's own SQL runs unchanged on PostgreSQL.
 from __future__ import annotations
 
 import os
+import re
 import time
 from pathlib import Path
+from urllib.parse import quote, unquote
 
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
@@ -35,24 +37,73 @@ from ledger.errors import SeedLedgerError
 BUSY_TIMEOUT_MS = 30_000
 
 
+_PASSWORD = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://[^\s:/@]*:)[^\s@]*@")
+
+
+def redact(text: str) -> str:
+    """`text` with the password of every `scheme://user:password@` in it replaced by ***."""
+    return _PASSWORD.sub(r"\1***@", text)
+
+
+def display_location(location: str | os.PathLike[str]) -> str:
+    """A ledger location as it may be shown or logged: a URL's password is masked."""
+    return redact(os.fspath(location))
+
+
 def to_url(location: str | os.PathLike[str]) -> str:
     """A SQLAlchemy URL from a URL or a plain file path (`x.db` -> `sqlite:///x.db`)."""
     text = os.fspath(location)
     if "://" in text:
         try:
             make_url(text)
-        except ArgumentError as exc:
-            raise SeedLedgerError(f"bad ledger URL {text!r}: {exc}") from None
+        except ArgumentError:
+            raise SeedLedgerError(f"bad ledger URL {display_location(text)!r}") from None
         return text
-    return f"sqlite:///{Path(text).expanduser().resolve()}"
+    try:
+        return f"sqlite:///{Path(text).expanduser().resolve()}"
+    except RuntimeError as exc:  # `~nouser/x.db`: no such user's home
+        raise SeedLedgerError(f"cannot use ledger path {text!r}: {exc}") from None
 
 
 def sqlite_path(url: str) -> Path | None:
-    """The file behind a SQLite URL; None for other databases and in-memory SQLite."""
+    """The file behind a SQLite URL (a `file:` URI one too); None for other databases and
+    in-memory SQLite."""
     u = make_url(url)
     if u.get_backend_name() != "sqlite" or not u.database or u.database == ":memory:":
         return None
+    if u.query.get("uri") == "true" and u.database.startswith("file:"):
+        return Path(unquote(u.database.removeprefix("file:").partition("?")[0]))
     return Path(u.database)
+
+
+def read_only_reason(url: str) -> str | None:
+    """Why a SQLite ledger must be opened read-only, or None: the URL asks for it
+    (`?mode=ro`), or the file or its directory cannot be written (a read-only mount, a
+    copy without write permission: SQLite's WAL needs to write `-shm` beside the file)."""
+    path = sqlite_path(url)
+    if path is None:
+        return None
+    if make_url(url).query.get("mode") == "ro":
+        return "?mode=ro"
+    if path.exists() and not (os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)):
+        return "its file or directory is not writable"
+    return None
+
+
+def read_only_url(path: Path) -> str:
+    """A URL that reads the SQLite file at `path` without writing anything beside it:
+    `mode=ro`, and `immutable=1` when no `-shm` exists to share (SQLite could not create
+    one on a read-only mount). A `-wal` holding data that SQLite could only read through a
+    new `-shm` is refused: immutable mode would silently skip those commits."""
+    shm, wal = Path(f"{path}-shm"), Path(f"{path}-wal")
+    immutable = not shm.exists()
+    if immutable and wal.exists() and wal.stat().st_size > 0:
+        raise SeedLedgerError(
+            f"ledger {path} is read-only and has commits in {wal.name} that SQLite cannot read "
+            "without writing beside it; open it where it is writable, or copy the three files"
+        )
+    query = "mode=ro" + ("&immutable=1" if immutable else "")
+    return f"sqlite:///file:{quote(str(path.resolve()))}?{query}&uri=true"
 
 
 def make_engine(url: str, *, tuned: bool = True, foreign_keys: bool = True) -> Engine:
@@ -63,7 +114,7 @@ def make_engine(url: str, *, tuned: bool = True, foreign_keys: bool = True) -> E
     try:
         engine = create_engine(url)
     except (ArgumentError, ImportError) as exc:  # unknown dialect / missing driver
-        raise SeedLedgerError(f"cannot open ledger {url!r}: {exc}") from None
+        raise SeedLedgerError(f"cannot open ledger {display_location(url)!r}: {redact(str(exc))}") from None
     if engine.dialect.name == "sqlite":
         _install_sqlite_hooks(engine, tuned, foreign_keys)
     return engine
@@ -75,6 +126,17 @@ def foreign_key_violations(conn: Connection) -> list[tuple[str, int]]:
     if conn.dialect.name != "sqlite":
         return []
     return [(r[0], r[1]) for r in conn.exec_driver_sql("PRAGMA foreign_key_check")]
+
+
+MIGRATION_LOCK = 0x5EED_1ED6E5  # PostgreSQL advisory lock key held by schema migrations
+
+
+def lock_for_migration(conn: Connection) -> None:
+    """Inside a migration's transaction: make concurrent migrations take turns. SQLite's
+    BEGIN IMMEDIATE already does; PostgreSQL takes a transaction-scoped advisory lock, so
+    a second creator waits, then finds the schema at head and has nothing to do."""
+    if conn.dialect.name == "postgresql":
+        conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})")
 
 
 def _retry_locked(fn) -> None:

@@ -9,6 +9,7 @@ ledger: an SQLite database is recognised by its header, whatever its name.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import tempfile
@@ -32,6 +33,38 @@ def replace_durably(tmp: str | os.PathLike[str], dest: str | os.PathLike[str]) -
     """`os.replace(tmp, dest)`, then fsync dest's directory (tmp's data already synced)."""
     os.replace(tmp, dest)
     fsync_dir(Path(dest).parent)
+
+
+def current_umask() -> int:
+    """The process umask, read without changing it where Linux says (/proc), else by the
+    set-and-restore dance."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def as_umask_allows(path: str | os.PathLike[str]) -> None:
+    """Give `path` (and, for a directory, everything in it) the mode an ordinary `open` /
+    `mkdir` would have given it under the umask: temporary files and directories are made
+    private (0600 / 0700), and what seedledger publishes for people (seed files, rebuilt
+    models, the model cache) must be as shareable as the user's umask says."""
+    mask = current_umask()
+    root = Path(path)
+    todo = [root]
+    while todo:
+        p = todo.pop()
+        st = os.stat(p, follow_symlinks=False)
+        if stat.S_ISDIR(st.st_mode):
+            os.chmod(p, 0o777 & ~mask)
+            todo += list(p.iterdir())
+        elif stat.S_ISREG(st.st_mode):
+            os.chmod(p, (0o777 if st.st_mode & 0o111 else 0o666) & ~mask)
 
 
 SQLITE_HEADER = b"SQLite format 3\x00"
@@ -85,18 +118,44 @@ def check_file_target(dest: Path, force: bool = False) -> None:
         raise SeedLedgerError(f"{label}: exists; pass --force to replace it")
 
 
+def disk_full(exc: BaseException) -> bool:
+    """ENOSPC, as an OSError or as a library's wrapped message (safetensors says
+    "No space left on device (os error 28)")."""
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    text = str(exc)
+    return "No space left on device" in text or "os error 28" in text
+
+
+def write_error(label: str, exc: BaseException) -> SeedLedgerError:
+    """One line for a write that failed (full disk, no permission): nothing was left."""
+    why = "no space left on device" if disk_full(exc) else getattr(exc, "strerror", None) or str(exc)
+    return SeedLedgerError(f"{label}: cannot write it: {why}; nothing was left behind")
+
+
 def write_file_durably(dest: Path, data: bytes, force: bool = False) -> None:
     """Publish `data` at `dest` whole or not at all: a temporary file in the same directory,
     fsynced, then renamed over `dest` and the directory fsynced. `check_file_target` runs
-    first and again just before the rename (for anything that appeared meanwhile)."""
+    first and again just before the rename (for anything that appeared meanwhile). A write
+    that fails (a full disk) removes the temporary file and raises one line."""
     check_file_target(dest, force)
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.")
     try:
+        fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.")
+    except OSError as exc:  # a missing or read-only directory: the user's to fix
+        raise SeedLedgerError(f"-o {dest}: cannot write in {dest.parent}: {exc.strerror}") from None
+    try:
+        fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.")
+    except OSError as exc:  # a missing or read-only directory: the user's to fix
+        raise SeedLedgerError(f"-o {dest}: cannot write in {dest.parent}: {exc.strerror}") from None
+    try:
+        os.fchmod(fd, 0o666 & ~current_umask())  # mkstemp's 0600 is for temporary files
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
         check_file_target(dest, force)
         replace_durably(tmp, dest)
+    except OSError as exc:  # e.g. a full disk
+        raise write_error(f"-o {dest}", exc) from None
     finally:
         Path(tmp).unlink(missing_ok=True)

@@ -32,3 +32,8 @@ class NotVerified(SeedLedgerError):
     `verify` and `rebuild`, refused by `import` unless the user allows it."""
 
     exit_code = 1
+
+
+class ChainBroken(VerifyMismatch):
+    """A generation row that no longer matches its digest in the hash chain (edited by
+    hand, or damaged); `generation` names the first such generation."""

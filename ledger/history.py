@@ -28,7 +28,8 @@ class HistoryMixin(LedgerBase):
 
     def replay_history(self, name: str, upto: int | None = None) -> list[ReplayStep]:
         """Keys and exact coefficients of generations 1..upto along the lineage, oldest first,
-        each with its own run's noise spec and parameter selection."""
+        each with its perturbation: its own run's noise spec and parameter selection, unless
+        the generation records one of its own (an imported lineage whose forks changed kind)."""
         steps: list[ReplayStep] = []
         opt_cache: dict[str, dict[str, Any]] = {}
         with self._read() as conn:
@@ -44,12 +45,14 @@ class HistoryMixin(LedgerBase):
                         Generation.optimizer,
                         Generation.population,
                         Generation.coefficients_dtype,
+                        Generation.noise_spec,
+                        Generation.param_selection,
                     )
                     .where(Generation.run_id == rid, Generation.idx.between(first, last))
                     .order_by(Generation.idx)
                 )
                 expect = first
-                for idx, keys, coefs, sigma, opt, pop, dtype in conn.execute(q):
+                for idx, keys, coefs, sigma, opt, pop, dtype, gspec, gsel in conn.execute(q):
                     if idx != expect:
                         raise SeedLedgerError(f"run {run!r} is missing generation {expect}")
                     if dtype != DTYPE or len(keys) != 8 * pop or len(coefs) != 8 * pop:
@@ -64,8 +67,8 @@ class HistoryMixin(LedgerBase):
                             coefficients=codec.unpack_f64(coefs),
                             sigma=sigma,
                             optimizer=dict(opt_cache[opt]),
-                            noise_spec=spec,
-                            param_selection=selection,
+                            noise_spec=spec if gspec is None else gspec,
+                            param_selection=selection if gsel is None else gsel,
                         )
                     )
                     expect += 1
@@ -84,6 +87,30 @@ class HistoryMixin(LedgerBase):
                     Generation.idx.between(first, last),
                 )
                 out.update((g, fp) for g, fp in conn.execute(q))
+        return out
+
+    def summaries(self, name: str, upto: int | None = None) -> list[dict[str, Any]]:
+        """Per generation along the lineage up to `upto`, oldest first, what `log` shows:
+        generation, run, reward statistics, lr, σ, population, fingerprint, timings,
+        committed_at. Generation columns only, one query per segment: members are never
+        read, so a run of millions of members lists in milliseconds."""
+        out: list[dict[str, Any]] = []
+        cols = (Generation.idx, Generation.reward_mean, Generation.reward_max, Generation.reward_min,
+                Generation.reward_std, Generation.lr, Generation.sigma, Generation.population,
+                Generation.fingerprint, Generation.timings, Generation.committed_at)
+        with self._read() as conn:
+            for run, first, last in self._segments(conn, name, upto):
+                q = select(*cols).where(
+                    Generation.run_id == self._run_row(conn, run).id, Generation.idx.between(first, last)
+                ).order_by(Generation.idx)
+                for row in conn.execute(q):
+                    out.append({
+                        "generation": row.idx, "run": run, "reward_mean": row.reward_mean,
+                        "reward_max": row.reward_max, "reward_min": row.reward_min,
+                        "reward_std": row.reward_std, "lr": row.lr, "sigma": row.sigma,
+                        "population": row.population, "fingerprint": row.fingerprint,
+                        "timings": codec.loads(row.timings), "committed_at": rows.utc(row.committed_at),
+                    })
         return out
 
     def records(self, name: str, upto: int | None = None) -> list[GenerationRecord]:

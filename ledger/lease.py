@@ -62,12 +62,20 @@ def stale_reason(row: Any, host: str, at: datetime) -> str | None:
     return None
 
 
-def describe(run: str, row: Any) -> str:
+TAKE_OVER = "taken over on request (--take-over)"
+
+
+def describe(run: str, row: Any, at: datetime | None = None) -> str:
+    """Who holds the lease, since when, its last heartbeat, and how to take it over if
+    that writer is gone (a process on another host is not visible from here)."""
+    at = at or now()
     since = utc(row.since).strftime("%Y-%m-%d %H:%M:%S UTC")
     exp = utc(row.expires_at).strftime("%H:%M:%S UTC")
+    beat = max((at - utc(row.heartbeat)).total_seconds(), 0.0)
     return (
         f"run {run!r} is being written by {row.holder} (host {row.host}, pid {row.pid}) "
-        f"since {since}; its lease expires at {exp} unless renewed"
+        f"since {since}, last heartbeat {beat:.0f}s ago; its lease expires at {exp} unless "
+        f"renewed; if that session is gone, `seedledger resume {run} --take-over`"
     )
 
 
@@ -96,6 +104,7 @@ class WriterLease:
         self.ttl = ttl
         self.token = uuid.uuid4().hex
         self.held = False
+        self.takeover: dict[str, Any] | None = None  # the lease-takeover event's payload, if one
 
     def _values(self, at: datetime) -> dict[str, Any]:
         return {
@@ -108,7 +117,12 @@ class WriterLease:
             "expires_at": at + timedelta(seconds=self.ttl),
         }
 
-    def acquire(self) -> WriterLease:
+    def acquire(self, force: bool = False) -> WriterLease:
+        """Take the lease; LeaseHeld names a live holder. `force` takes it from a holder
+        that looks alive (one on another host, whose process cannot be checked from here):
+        its next heartbeat or commit then fails, so two writers never interleave."""
+        if self.held:
+            return self
         run_id = self.ledger.run_id(self.run)
         for _ in range(3):
             try:
@@ -119,9 +133,9 @@ class WriterLease:
                         conn.execute(insert(Lease).values(run_id=run_id, **self._values(at)))
                         kind, payload = "lease-acquired", {}
                     else:
-                        reason = stale_reason(row, self.host, at)
+                        reason = stale_reason(row, self.host, at) or (TAKE_OVER if force else None)
                         if reason is None:
-                            raise LeaseHeld(describe(self.run, row))
+                            raise LeaseHeld(describe(self.run, row, at))
                         res = conn.execute(
                             update(Lease)
                             .where(Lease.run_id == run_id, Lease.token == row.token)
@@ -147,6 +161,7 @@ class WriterLease:
                         )
                     )
                 self.held = True
+                self.takeover = payload if kind == "lease-takeover" else None
                 self.ledger.held_leases[run_id] = self
                 return self
             except IntegrityError:
@@ -189,8 +204,24 @@ class WriterLease:
                     )
                 )
 
+    def describe_takeover(self) -> str:
+        """One line for the user about the takeover `acquire` just did."""
+        t = self.takeover or {}
+        prev = t.get("previous", {})
+        return (
+            f"took over the lease of run {self.run!r} from {prev.get('holder')} (host "
+            f"{prev.get('host')}, pid {prev.get('pid')}, last heartbeat {prev.get('heartbeat')}): "
+            f"{t.get('reason')}; that session had not released it"
+        )
+
     def __enter__(self) -> WriterLease:
         return self if self.held else self.acquire()
 
-    def __exit__(self, *exc: object) -> None:
-        self.release()
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        if exc_type is None:
+            self.release()
+            return
+        try:  # an error is on its way out: a failing release (full disk) must not mask it
+            self.release()
+        except SeedLedgerError:
+            pass  # the lease stays; the next writer takes it over (dead pid, expiry, --take-over)

@@ -9,10 +9,18 @@ ledger.trail (anchors, events); opening, closing and the writer lease are here.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from ledger import migrate
 from ledger.commits import CommitsMixin
-from ledger.db import make_engine, sqlite_path, to_url
+from ledger.db import (
+    display_location,
+    make_engine,
+    read_only_reason,
+    read_only_url,
+    sqlite_path,
+    to_url,
+)
 from ledger.errors import SeedLedgerError
 from ledger.history import HistoryMixin
 from ledger.lease import WriterLease
@@ -34,26 +42,50 @@ class Ledger(RunsMixin, HistoryMixin, CommitsMixin, TrailMixin):
         Two processes creating or upgrading the same ledger at once take turns.
         """
         loc = os.fspath(location)
+        shown = display_location(loc)
         url = to_url(loc)
         path = sqlite_path(url)
         if path is not None and not path.exists():
             if not create:
-                raise SeedLedgerError(f"no ledger at {loc}")
+                raise SeedLedgerError(f"no ledger at {shown}")
             if not path.parent.is_dir():
                 raise SeedLedgerError(
-                    f"cannot create ledger {loc}: {path.parent} is not a directory"
+                    f"cannot create ledger {shown}: {path.parent} is not a directory"
                 )
+        read_only = read_only_reason(url)
+        if read_only is not None:
+            return cls._open_read_only(loc, path, read_only)  # type: ignore[arg-type]
         state = migrate.inspect_schema(url)
+        if state.status == "empty" and not create:
+            raise SeedLedgerError(f"{shown} is not a ledger (an empty database); nothing to read")
         migrate.refuse_newer(loc, state)
         if state.status == "old" and not upgrade:
             raise SeedLedgerError(
-                f"ledger {loc} has schema {state.revision}, this seedledger needs "
-                f"{migrate.head()}; run `seedledger db upgrade --ledger {loc}`"
+                f"ledger {shown} has schema {state.revision}, this seedledger needs "
+                f"{migrate.head()}; run `seedledger db upgrade --ledger {shown}`"
             )
         result = migrate.upgrade(url) if state.status != "current" else None
         led = cls(make_engine(url), loc)
         if result is not None and state.status == "old":
             led.upgraded = result
+        return led
+
+    @classmethod
+    def _open_read_only(cls, loc: str, path: Path, why: str) -> Ledger:
+        """A SQLite ledger opened for reading only (ledger.db.read_only_reason): nothing is
+        written, not even WAL's `-shm`; no upgrade, and every write is refused in one line."""
+        url = read_only_url(path)
+        state = migrate.inspect_schema(url)
+        migrate.refuse_newer(loc, state)
+        if state.status == "empty":
+            raise SeedLedgerError(f"{path} is not a ledger (an empty database); nothing to read")
+        if state.status == "old":
+            raise SeedLedgerError(
+                f"ledger {path} has schema {state.revision}, this seedledger needs {migrate.head()}, "
+                f"and it is read-only ({why}), so it cannot be upgraded; upgrade a writable copy"
+            )
+        led = cls(make_engine(url, tuned=False), loc)
+        led.read_only = why
         return led
 
     def close(self) -> None:

@@ -29,7 +29,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, inspect, text
 from sqlalchemy.exc import DBAPIError
 
-from ledger.db import make_engine, sqlite_path, to_url
+from ledger.db import display_location, make_engine, sqlite_path, to_url
 from ledger.errors import SeedLedgerError
 
 
@@ -121,15 +121,15 @@ def inspect_schema(location: str) -> SchemaState:
             tables = set(inspect(conn).get_table_names())
             if "alembic_version" not in tables:
                 if tables:
-                    raise SeedLedgerError(f"{location} is not a seedledger ledger")
+                    raise SeedLedgerError(f"{display_location(location)} is not a seedledger ledger")
                 return SchemaState(url, None, "empty")
             revs = [r[0] for r in conn.execute(text("SELECT version_num FROM alembic_version"))]
     except DBAPIError as exc:
-        raise SeedLedgerError(f"cannot read ledger {location}: {exc.orig}") from None
+        raise SeedLedgerError(f"cannot read ledger {display_location(location)}: {exc.orig}") from None
     finally:
         engine.dispose()
     if len(revs) != 1:
-        raise SeedLedgerError(f"ledger {location} has a broken schema version table: {revs}")
+        raise SeedLedgerError(f"ledger {display_location(location)} has a broken schema version table: {revs}")
     rev = revs[0]
     if rev == head():
         status = "current"
@@ -143,7 +143,7 @@ def inspect_schema(location: str) -> SchemaState:
 def refuse_newer(location: str, state: SchemaState) -> None:
     if state.status == "newer":
         raise SeedLedgerError(
-            f"ledger {location} has schema revision {state.revision}, newer than this "
+            f"ledger {display_location(location)} has schema revision {state.revision}, newer than this "
             f"seedledger knows (up to {head()}); upgrade seedledger to open it"
         )
 
@@ -203,9 +203,9 @@ def upgrade(location: str, revision: str = "head", *, backup: bool = True) -> Up
         # e.g. PostgreSQL, where two creators can still collide: fine if the other won
         if _revision_or_none(location) == target:
             return UpgradeResult(state.revision, target, saved)
-        raise SeedLedgerError(f"schema upgrade of {location} failed: {exc.orig}") from None
+        raise SeedLedgerError(f"schema upgrade of {display_location(location)} failed: {exc.orig}") from None
     except SeedLedgerError as exc:
-        raise SeedLedgerError(f"schema upgrade of {location} refused: {exc}") from None
+        raise SeedLedgerError(f"schema upgrade of {display_location(location)} refused: {exc}") from None
     return UpgradeResult(state.revision, target, saved)
 
 

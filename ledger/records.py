@@ -42,6 +42,10 @@ class GenerationRecord:
     timings: dict[str, float] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
     committed_at: datetime | None = None  # set by the ledger; ignored on commit
+    # The perturbation of this generation where it differs from its run's (a seed file's
+    # lineage imported as one run, whose forks changed kind); None: the run's own.
+    noise_spec: str | None = None
+    param_selection: str | None = None
 
     def reward_stats(self) -> dict[str, float | None]:
         """mean / std (population) / min / max over known rewards; None when none known."""

@@ -107,6 +107,8 @@ def generation_row(run_id: int, rec: GenerationRecord) -> dict[str, Any]:
         "wall_time": wall,
         "extra": codec.dumps(rec.extra),
         "committed_at": now(),
+        "noise_spec": rec.noise_spec,
+        "param_selection": rec.param_selection,
     }
 
 
@@ -179,6 +181,8 @@ def generation_record(run: str, g: Generation, members: list[Member]) -> Generat
         timings=codec.loads(g.timings),
         extra=codec.loads(g.extra),
         committed_at=utc(g.committed_at),
+        noise_spec=g.noise_spec,
+        param_selection=g.param_selection,
     )
 
 

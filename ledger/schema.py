@@ -94,6 +94,13 @@ class Generation(Base):
     wall_time: Mapped[float | None] = mapped_column(Float)  # timings["wall"]: the generation up to its commit
     extra: Mapped[str] = mapped_column(Text)  # JSON
     committed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    # sha256 over this row, its members and the previous generation's digest (ledger.chain;
+    # migration 0004 filled it for older ledgers)
+    digest: Mapped[str | None] = mapped_column(String(64))
+    # this generation's perturbation where it is not its run's (migration 0005): an
+    # imported lineage is one run, but its forks may have changed kind. NULL: the run's.
+    noise_spec: Mapped[str | None] = mapped_column(String(32))
+    param_selection: Mapped[str | None] = mapped_column(Text)
 
 
 class Member(Base):

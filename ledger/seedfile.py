@@ -10,9 +10,15 @@ Layout (all little-endian; no pickle, nothing executed):
     body     zlen bytes, zstd
     digest   32 bytes blake2b-256 of everything before it
 
-Body: u32 header length, header JSON (base model and fingerprint, noise spec, config,
-lineage segments with their run keys, per-generation σ / lr / optimizer / schedule step /
-fingerprint), then the member arrays (signs, keys, coefficients: ledger.seedarrays).
+Body: u32 header length, header JSON (base model and fingerprint, the exported run's noise
+spec, parameter selection and config, lineage segments with their run keys and their own
+perturbation, per-generation σ / lr / optimizer / schedule step / fingerprint), then the
+member arrays (signs, keys, coefficients: ledger.seedarrays).
+
+Versions: 2 (written) gives every segment its `noise_spec` and `param_selection`, and a
+lineage is split into segments wherever the perturbation changes (a low-rank run forked
+to full rank), so every step replays with its own kind. 1 (still read) had one
+perturbation for the whole file: its segments take the file's.
 
 A hostile file cannot blow up memory or time. A real seed file is kilobytes (27.7 KB for
 500 generations x N=30), so the limits are generous for real runs and tight for bombs:
@@ -33,6 +39,7 @@ import io
 import json
 import os
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -56,7 +63,8 @@ from ledger.records import GenerationRecord, ReplayStep, RunInfo
 from ledger.seedarrays import KeyFn
 
 MAGIC = b"SLSEEDS\x00"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: every segment names its own perturbation (noise_spec, param_selection)
+READABLE_VERSIONS = (1, 2)  # 1: one perturbation for the whole file
 PREFIX = struct.Struct("<8sHHQQ")
 DIGEST_SIZE = 32
 MAX_POPULATION = 1 << 16  # members per generation (the paper: 30)
@@ -74,6 +82,7 @@ MAX_NAME = 200
 MAX_FINGERPRINT = 64
 MAX_NOISE_SPEC = 32
 MAX_DTYPE_POLICY = 64
+LEDGER_BYTES_PER_MEMBER = 70  # what an imported member costs a SQLite ledger, measured
 
 @dataclass
 class SeedFile:
@@ -133,16 +142,11 @@ def encode(
     """
     seg_key = {name: ri.run_key for name, ri in segment_runs.items()}
     run = info.name
+    kinds = _kind_segments(segments, segment_runs, records)
     steps = [
-        ReplayStep(
-            name,
-            r.index,
-            [m.key for m in r.members],
-            [m.coefficient for m in r.members],
-            r.sigma,
-            r.optimizer,
-        )
-        for (name, a, b) in segments
+        ReplayStep(name, r.index, [m.key for m in r.members], [m.coefficient for m in r.members],
+                   r.sigma, r.optimizer)
+        for (name, a, b, _spec, _sel) in kinds
         for r in records[a - 1 : b]
     ]
     optimizers: list[dict[str, Any]] = []
@@ -178,9 +182,10 @@ def encode(
                 "first": a,
                 "last": b,
                 "run_key": str(seg_key[n]),
-                "noise_spec": segment_runs[n].noise_spec,
+                "noise_spec": spec,
+                "param_selection": selection,
             }
-            for n, a, b in segments
+            for n, a, b, spec, selection in kinds
         ],
         "generations": {
             "population": [r.population for r in records],
@@ -208,6 +213,22 @@ def encode(
     return header, blob + _digest(blob)
 
 
+def _kind_segments(
+    segments: list[tuple[str, int, int]], runs: dict[str, RunInfo], records: list[GenerationRecord]
+) -> list[tuple[str, int, int, str, str]]:
+    """The lineage's segments split where the perturbation changes: (run, first, last,
+    noise_spec, param_selection). A generation's kind is its run's unless it records its
+    own (an imported lineage), so one run may span several segments."""
+    out: list[tuple[str, int, int, str, str]] = []
+    for name, a, b in segments:
+        for r in records[a - 1 : b]:
+            spec = r.noise_spec if r.noise_spec is not None else runs[name].noise_spec
+            sel = r.param_selection if r.param_selection is not None else runs[name].param_selection
+            if out and out[-1][0] == name and out[-1][3:] == (spec, sel):
+                out[-1] = (*out[-1][:2], r.index, spec, sel)
+            else:
+                out.append((name, r.index, r.index, spec, sel))
+    return out
 
 
 # -- reading -------------------------------------------------------------------------------
@@ -232,13 +253,13 @@ def _too_big(gens: int, max_pop: int, members: int, hlen: int, rawlen: int, zlen
     return ""
 
 
-def _body(data: bytes) -> bytes:
+def _body(data: bytes) -> tuple[int, bytes]:
     need(len(data) >= PREFIX.size + DIGEST_SIZE, "too short to be a seed file")
     magic, version, flags, zlen, rawlen = PREFIX.unpack_from(data)
     need(magic == MAGIC, "not a seedledger seed file (bad magic)")
     if version > FORMAT_VERSION:
         raise Malformed(f"format {version} is newer than this seedledger reads ({FORMAT_VERSION})")
-    need(version == FORMAT_VERSION and flags == 0, f"unknown format {version}/{flags}")
+    need(version in READABLE_VERSIONS and flags == 0, f"unknown format {version}/{flags}")
     need(zlen == len(data) - PREFIX.size - DIGEST_SIZE, "truncated or has trailing bytes")
     need(4 <= rawlen <= MAX_BODY, f"declared body size {rawlen} is out of bounds")
     need(
@@ -252,7 +273,7 @@ def _body(data: bytes) -> bytes:
     # streaming, so the decompressor never produces more than rawlen + 1 bytes
     body = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(z)).read(rawlen + 1)
     need(len(body) == rawlen, "body length differs from the declared one")
-    return body
+    return version, body
 
 
 def _header(body: bytes) -> tuple[dict[str, Any], int]:
@@ -263,7 +284,8 @@ def _header(body: bytes) -> tuple[dict[str, Any], int]:
     return h, 4 + hlen
 
 
-def _parse(body: bytes, key_fn: KeyFn | None) -> SeedFile:
+def _parse(body: bytes, key_fn: KeyFn | None, version: int = FORMAT_VERSION,
+           max_members: int = MAX_MEMBERS) -> SeedFile:
     h, pos = _header(body)
     text(h.get("run"), "run name", MAX_NAME)
     G = integer(h.get("generation"), 0, MAX_GENERATIONS, "generation")
@@ -283,16 +305,21 @@ def _parse(body: bytes, key_fn: KeyFn | None) -> SeedFile:
     final = text(h.get("final_fingerprint"), "final fingerprint", MAX_FINGERPRINT, optional=True)
     segs = h.get("segments")
     need(isinstance(segs, list) and len(segs) <= G + 1, "bad segments")
-    seg_of: list[tuple[str, int]] = []  # per generation: (run, run_key)
+    seg_of: list[tuple[str, int, str, str]] = []  # per generation: (run, run_key, spec, selection)
     nxt = 1
     for s in segs:
         need(isinstance(s, dict), "bad segment")
         name = text(s.get("run"), "segment run", MAX_NAME)
         first = integer(s.get("first"), nxt, nxt, "segment start")
         last = integer(s.get("last"), first, G, "segment end")
-        need(s.get("noise_spec") == spec, "a segment's noise spec differs from the file's")
+        if version == 1:  # one perturbation for the whole file
+            need(s.get("noise_spec") == spec, "a segment's noise spec differs from the file's")
+            seg_spec, seg_sel = spec, selection
+        else:
+            seg_spec = text(s.get("noise_spec"), "segment noise_spec", MAX_NOISE_SPEC)
+            seg_sel = text(s.get("param_selection"), "segment param_selection")
         rk = u64_text(s.get("run_key"), "segment run key")
-        seg_of += [(name, rk)] * (last - first + 1)
+        seg_of += [(name, rk, seg_spec, seg_sel)] * (last - first + 1)
         nxt = last + 1
     need(nxt == G + 1, "segments do not cover the generations")
     gens = h.get("generations")
@@ -303,6 +330,8 @@ def _parse(body: bytes, key_fn: KeyFn | None) -> SeedFile:
     ]
     M = sum(pops)
     need(M <= MAX_MEMBERS, f"declares {M} members, more than {MAX_MEMBERS}")
+    if M > max_members:
+        raise OverBudget(M, G)
     sigmas = [finite(v, "sigma") for v in per_generation(gens.get("sigma"), G, "sigma")]
     lrs = [finite(v, "lr") for v in per_generation(gens.get("lr"), G, "lr")]
     ssteps = [
@@ -333,7 +362,7 @@ def _parse(body: bytes, key_fn: KeyFn | None) -> SeedFile:
             "(replay.noise.member_key) to read it"
         )
     signs, keys, coefs = seedarrays.unpack(
-        body, pos, pops, [rk for _n, rk in seg_of], key_mode, coef_mode, key_fn  # type: ignore[arg-type]
+        body, pos, pops, [seg[1] for seg in seg_of], key_mode, coef_mode, key_fn  # type: ignore[arg-type]
     )
     # Python lists only now, of checked sizes
     kl, cl, sl = keys.tolist(), coefs.tolist(), signs.tolist()
@@ -341,11 +370,11 @@ def _parse(body: bytes, key_fn: KeyFn | None) -> SeedFile:
     sign_lists: list[list[int]] = []
     at = 0
     for gi, n in enumerate(pops):
-        run = seg_of[gi][0]
-        steps.append(
+        run, _rk, seg_spec, seg_sel = seg_of[gi]
+        steps.append(  # each step stamped with its own segment's perturbation
             ReplayStep(
                 run, gi + 1, kl[at : at + n], cl[at : at + n], sigmas[gi], dict(opts[opt_of[gi]]),
-                noise_spec=spec, param_selection=selection,
+                noise_spec=seg_spec, param_selection=seg_sel,
             )
         )
         sign_lists.append(sl[at : at + n])
@@ -353,17 +382,45 @@ def _parse(body: bytes, key_fn: KeyFn | None) -> SeedFile:
     return SeedFile(h, steps, sign_lists, fps, lrs, ssteps)
 
 
-def read_seedfile(path: str | os.PathLike[str], *, key_fn: KeyFn | None = None) -> SeedFile:
-    """Parse and check a seed file; any defect raises one-line SeedLedgerError."""
+class OverBudget(Exception):
+    """A file declaring more members than the caller's budget (checked before unpacking)."""
+
+    def __init__(self, members: int, generations: int):
+        super().__init__(f"{members} members")
+        self.members, self.generations = members, generations
+
+
+def read_seedfile(
+    path: str | os.PathLike[str], *, key_fn: KeyFn | None = None,
+    check: Callable[[SeedFile], None] | None = None, max_members: int = MAX_MEMBERS,
+) -> SeedFile:
+    """Parse and check a seed file; any defect raises one-line SeedLedgerError.
+
+    `check(seedfile)` may refuse what the format allows but a replay cannot apply (the
+    engine passes replay.seedcheck.check_seedfile: known perturbation kinds, rounded
+    coefficients, positive σ, well-formed fingerprints); its SeedLedgerError or ValueError
+    becomes the one line. A file declaring more than `max_members` members is refused
+    before its arrays are unpacked (`import`'s ledger-growth budget).
+    """
     p = Path(path)
     try:
         size = p.stat().st_size
         if size > MAX_FILE:
             raise Malformed(f"{size} bytes is larger than any seed file ({MAX_FILE})")
         data = p.read_bytes()
-        body = _body(data)
-        sf = _parse(body, key_fn)
+        version, body = _body(data)
+        sf = _parse(body, key_fn, version, max_members)
+        if check is not None:
+            check(sf)
+    except OverBudget as exc:
+        raise SeedLedgerError(
+            f"seed file {p} declares {exc.members:,} members in {exc.generations:,} generations "
+            f"(about {exc.members * LEDGER_BYTES_PER_MEMBER / 1e6:,.0f} MB of ledger), more than "
+            f"the import limit of {max_members:,}; pass --max-members {exc.members} to import it"
+        ) from None
     except Malformed as exc:
+        raise SeedLedgerError(f"seed file {p}: {exc}") from None
+    except SeedLedgerError as exc:
         raise SeedLedgerError(f"seed file {p}: {exc}") from None
     except OSError as exc:
         raise SeedLedgerError(f"cannot read seed file {p}: {exc.strerror}") from None

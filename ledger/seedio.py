@@ -7,14 +7,21 @@ records between it and a `Ledger`, and decides what an import accepts.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from ledger.durable import write_file_durably
 from ledger.errors import SeedLedgerError
 from ledger.ledger import Ledger
+from ledger.names import RUN_NAME_RULE, printable, valid_run_name
 from ledger.records import GenerationRecord, MemberRecord, RunInfo, RunSpec, missing_fingerprint
-from ledger.seedfile import KeyFn, encode, read_seedfile
+from ledger.seedfile import KeyFn, SeedFile, encode, read_seedfile
+
+# Members an import takes without being asked (~18 MB of SQLite ledger, a few seconds):
+# far more than a real run (500 generations x 30 = 15,000), far less than a file can
+# declare (2,097,152 members, ~150 MB). `import --max-members N` raises it.
+IMPORT_MAX_MEMBERS = 1 << 18
 
 
 def export_seedfile(
@@ -34,6 +41,7 @@ def export_seedfile(
     """
     info = ledger.get_run(run)
     g = ledger.latest_generation(run) if g is None else g
+    ledger.check_chain(run, g)  # never ship a history edited outside seedledger
     segments = ledger.ancestors(run, g)
     segment_runs = {name: ledger.get_run(name) for name, _a, _b in segments}
     header, data = encode(info, g, segments, segment_runs, ledger.records(run, g), key_fn)
@@ -48,15 +56,27 @@ def import_seedfile(
     *,
     key_fn: KeyFn | None = None,
     allow_unverified: bool = False,
+    check: Callable[[SeedFile], None] | None = None,
+    max_members: int = IMPORT_MAX_MEMBERS,
 ) -> RunInfo:
     """Import a seed file as ONE new run holding generations 1..g (lineage flattened).
 
-    The file is fully checked first; the run and all its generations then commit in one
+    The file is fully checked first (`check`: what a replay can apply, see read_seedfile;
+    at most `max_members` members); the run and all its generations then commit in one
     transaction, so a bad file or a name clash writes nothing. Rewards are unknown (NaN).
+    The run takes the exported run's perturbation; a generation whose segment used another
+    (a fork that changed kind) records its own, so replay applies each as it was trained.
     A file without a base or generation fingerprint holds nothing a replay could be
     checked against: refused unless `allow_unverified` (the import event then says why).
+    The run is named `run_name`, else as in the file; either must be a valid run name.
     """
-    sf = read_seedfile(path, key_fn=key_fn)
+    sf = read_seedfile(path, key_fn=key_fn, check=check, max_members=max_members)
+    name = run_name or sf.header["run"]
+    if run_name is None and not valid_run_name(name):
+        raise SeedLedgerError(
+            f"seed file {path} names its run {printable(repr(name))}, which is not a valid run name "
+            f"({RUN_NAME_RULE}); pass --run NAME"
+        )
     missing = missing_fingerprint(sf.base_fingerprint, dict(enumerate(sf.fingerprints, 1)))
     if missing is not None and not allow_unverified:
         raise SeedLedgerError(
@@ -65,7 +85,7 @@ def import_seedfile(
         )
     unverified = {"not_verified": missing[1]} if missing is not None else {}
     h = sf.header
-    name = run_name or h["run"]
+    own = (h["noise_spec"], h["param_selection"])
     records = []
     for i, s in enumerate(sf.steps):
         members = [
@@ -84,6 +104,8 @@ def import_seedfile(
                 members=members,
                 fingerprint=sf.fingerprints[i],
                 extra={"imported_from": sf.digest, "source_run": s.run},
+                **({} if (s.noise_spec, s.param_selection) == own
+                   else {"noise_spec": s.noise_spec, "param_selection": s.param_selection}),
             )
         )
     spec = RunSpec(

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from alembic import context
 
-from ledger.db import foreign_key_violations, make_engine, to_url
+from ledger.db import foreign_key_violations, lock_for_migration, make_engine, to_url
 from ledger.errors import SeedLedgerError
 from ledger.schema import Base
 
@@ -53,6 +53,7 @@ def _run(connection) -> None:
         render_as_batch=connection.dialect.name == "sqlite",
     )
     with context.begin_transaction():
+        lock_for_migration(connection)  # concurrent creators/upgraders take turns
         context.run_migrations()
         bad = foreign_key_violations(connection)
         if bad:  # raising here rolls the whole upgrade back

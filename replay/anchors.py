@@ -3,14 +3,21 @@
 An anchor is a zstd-compressed safetensors file named by its own sha256, recorded in the
 ledger with the fingerprint of its master. It is only a cache (invariant 1): loading
 checks the sha256 and then the fingerprint against the ledger, and any failure is
-reported so the caller can fall back to an earlier anchor or the base model.
+reported so the caller can fall back to an earlier anchor or the base model. Since the
+ledger's anchor rows are untrusted, only `<sha256>.safetensors.zst` inside the anchors
+directory is opened, only as a regular file of the recorded size, bounded by what a
+model of the base's shape can hold, hashed while it streams in and decompressed with
+the same bound.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
+import re
+import stat
 import tempfile
 from pathlib import Path
 
@@ -19,6 +26,8 @@ import zstandard
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
+from ledger.errors import SeedLedgerError
+from ledger.names import printable
 from ledger.records import AnchorInfo
 
 from .fingerprint import fingerprint
@@ -30,6 +39,16 @@ SUFFIX = ".safetensors.zst"
 
 class AnchorError(Exception):
     """An anchor that cannot be used (missing, corrupt, or not the ledger's model)."""
+
+
+class AnchorWriteError(SeedLedgerError):
+    """An anchor that could not be written (full disk, read-only directory): the
+    environment's fault, so one line and exit 2; `generation` is the anchored one, which
+    is committed."""
+
+    def __init__(self, message: str, generation: int):
+        super().__init__(message)
+        self.generation = generation
 
 
 def save_anchor(
@@ -52,53 +71,105 @@ def save_anchor(
     blob = zstandard.ZstdCompressor(level=level).compress(st_save(tensors, metadata=header))
     sha = hashlib.sha256(blob).hexdigest()
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{sha}{SUFFIX}"
-    if not path.exists():  # content-addressed: an existing file is this file
-        fd, tmp = tempfile.mkstemp(prefix=f".{sha}.", dir=directory)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(blob)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+    try:
+        _write(directory, path, blob)
+    except OSError as exc:
+        raise AnchorWriteError(
+            f"{run}@{g} is committed, but its anchor could not be written to {directory}: "
+            f"{exc.strerror or exc}", g,
+        ) from None
     ledger.add_anchor(run, g, str(path.resolve()), sha, fp, len(blob))
     return next(a for a in ledger.anchors(run) if a.generation == g)
 
 
-def anchor_path(info: AnchorInfo, directory: str | os.PathLike[str] | None) -> Path:
-    """Where the file is: by name inside ``directory`` (the ledger may have moved), else as recorded."""
-    recorded = Path(info.path)
-    if directory is not None:
-        local = Path(directory) / recorded.name
-        if local.exists():
-            return local
-    return recorded
+SHA256 = re.compile(r"[0-9a-f]{64}")
+CHUNK = 1 << 20
+
+
+def _where(info: AnchorInfo) -> str:
+    """`anchor RUN@G` for messages, the run name escaped: warnings reach the terminal."""
+    return f"anchor {printable(info.run)}@{info.generation}"
+
+
+def _write(directory: Path, path: Path, blob: bytes) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    if path.exists():  # content-addressed: an existing file is this file
+        return
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(blob)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def anchor_path(info: AnchorInfo, directory: str | os.PathLike[str]) -> Path:
+    """Where the anchor must be: `<sha256>.safetensors.zst` inside the anchors directory.
+    The path the ledger recorded is never opened: a ledger may come from anyone, and its
+    row could name /dev/zero or any file of the reader's."""
+    if not SHA256.fullmatch(info.sha256):
+        raise AnchorError(f"{_where(info)}: bad sha256 {info.sha256[:70]!r}")
+    return Path(directory) / f"{info.sha256}{SUFFIX}"
+
+
+def max_anchor_bytes(master: dict[str, torch.Tensor]) -> int:
+    """The most an anchor of a model shaped like `master` can hold, compressed or not:
+    the fp32 master and at most two optimizer buffers per tensor (Adam), plus headers."""
+    return 3 * sum(4 * t.numel() for t in master.values()) + (1 << 20) * (1 + len(master) // 1000)
+
+
+def _read_checked(info: AnchorInfo, path: Path, max_bytes: int) -> bytes:
+    """The file's bytes, read only if it is a regular file of the recorded size (at most
+    `max_bytes`), hashed while streaming and checked against the recorded sha256."""
+    where = _where(info)
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except OSError as exc:
+        raise AnchorError(f"{where}: cannot read {path} ({exc.strerror})") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise AnchorError(f"{where}: {path} is not a regular file")
+    if st.st_size != info.size or st.st_size > max_bytes:
+        raise AnchorError(f"{where}: {path} is {st.st_size} bytes, not the recorded {info.size} "
+                          f"(at most {max_bytes} for this model)")
+    digest, parts, total = hashlib.sha256(), [], 0
+    try:
+        with open(path, "rb") as fh:
+            while chunk := fh.read(min(CHUNK, st.st_size + 1 - total)):
+                digest.update(chunk)
+                parts.append(chunk)
+                total += len(chunk)
+    except OSError as exc:
+        raise AnchorError(f"{where}: cannot read {path} ({exc.strerror})") from None
+    if total != st.st_size or digest.hexdigest() != info.sha256:
+        raise AnchorError(f"{where}: {path} is corrupt (sha256 differs)")
+    return b"".join(parts)
 
 
 def load_anchor(
-    info: AnchorInfo, directory: str | os.PathLike[str] | None, expected_fingerprint: str | None,
+    info: AnchorInfo, directory: str | os.PathLike[str], expected_fingerprint: str | None,
+    max_bytes: int,
 ) -> tuple[dict[str, torch.Tensor], OptimizerState]:
-    """Load and check one anchor; raises AnchorError with the reason if it is unusable."""
+    """Load and check one anchor from `directory`; raises AnchorError with the reason if it
+    is unusable. Nothing larger than `max_bytes` (`max_anchor_bytes` of the base) is read
+    or decompressed."""
     path = anchor_path(info, directory)
+    blob = _read_checked(info, path, max_bytes)
     try:
-        blob = path.read_bytes()
-    except OSError as exc:
-        raise AnchorError(f"anchor {info.run}@{info.generation}: cannot read {path} ({exc.strerror})") from None
-    if hashlib.sha256(blob).hexdigest() != info.sha256:
-        raise AnchorError(f"anchor {info.run}@{info.generation}: {path} is corrupt (sha256 differs)")
-    try:
-        raw = zstandard.ZstdDecompressor().decompress(blob)
+        raw = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(blob)).read(max_bytes + 1)
+        if len(raw) > max_bytes:
+            raise ValueError(f"decompresses to more than {max_bytes} bytes")
         tensors = st_load(raw)
         meta = _metadata(raw)
         names = meta["names"]
         master = {n: tensors[f"master/{n}"] for n in names}
         state = OptimizerState(name=meta["optimizer"], step=int(meta["step"]))
     except Exception as exc:  # any decode failure means the same thing: unusable cache
-        raise AnchorError(f"anchor {info.run}@{info.generation}: {path} is unreadable ({exc})") from None
+        raise AnchorError(f"{_where(info)}: {path} is unreadable ({exc})") from None
     state.buffers = {}
     for key, t in tensors.items():
         if key.startswith("state/"):
@@ -107,7 +178,7 @@ def load_anchor(
     fp = fingerprint(master)
     for want in (info.fingerprint, expected_fingerprint):
         if want is not None and fp != want:
-            raise AnchorError(f"anchor {info.run}@{info.generation}: fingerprint {fp} is not the ledger's {want}")
+            raise AnchorError(f"{_where(info)}: fingerprint {fp} is not the ledger's {want}")
     return master, state
 
 

@@ -138,8 +138,10 @@ def check_spec(noise_spec: str, param_selection: str) -> Perturbation:
 
 
 def step_perturbation(step: Any) -> Perturbation:
-    """The perturbation of one replay step (its run's strings; ``full`` when it has none)."""
-    return Perturbation.from_run(getattr(step, "noise_spec", "v1"), getattr(step, "param_selection", "all"))
+    """The perturbation of one replay step (its run's strings; ``full`` when it has none,
+    e.g. a GenerationRecord, whose own are None unless it was imported with a kind)."""
+    spec, selection = getattr(step, "noise_spec", None), getattr(step, "param_selection", None)
+    return Perturbation.from_run(spec or "v1", selection or "all")
 
 
 def _short(x: object) -> str:

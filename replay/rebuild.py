@@ -17,10 +17,11 @@ from typing import Any, Literal
 import torch
 
 from ledger.errors import SeedLedgerError, VerifyMismatch
+from ledger.names import printable
 from ledger.records import RunInfo
 
 from .adapter import start_fingerprint
-from .anchors import AnchorError, load_anchor
+from .anchors import AnchorError, load_anchor, max_anchor_bytes
 from .fingerprint import fingerprint
 from .perturbation import Perturbation, check_spec
 from .update import OptimizerState, apply_step
@@ -70,13 +71,13 @@ def _from_anchor(ledger, run: str, g: int, base: dict[str, torch.Tensor], anchor
     for info in sorted(candidates, key=lambda a: a.generation, reverse=True):
         try:
             want = _recorded_fingerprint(ledger, run, info.generation, base_fp)
-            master, state = load_anchor(info, anchors_dir, want)
+            master, state = load_anchor(info, anchors_dir, want, max_anchor_bytes(base))
         except AnchorError as exc:
             warnings.warn(f"{exc}; falling back", RuntimeWarning, stacklevel=3)
             log.warning("%s; falling back", exc)
             continue
         if set(master) != set(base):
-            warnings.warn(f"anchor {info.run}@{info.generation} has other tensors than the base; skipped",
+            warnings.warn(f"anchor {printable(info.run)}@{info.generation} has other tensors than the base; skipped",
                           RuntimeWarning, stacklevel=3)
             continue
         device = next(iter(base.values())).device if base else torch.device("cpu")
@@ -101,11 +102,13 @@ def rebuild(
     ``anchors_dir=None`` no anchor is used. Adapter runs: ``base`` is the initial adapter
     and ``frozen`` the fingerprint of the frozen base as loaded (``replay.adapter``).
     Raises SeedLedgerError for a base that is not the run's, VerifyMismatch when a checked
-    fingerprint differs.
+    fingerprint differs, ChainBroken (a VerifyMismatch) when a row of the history no
+    longer matches its hash-chain digest.
     """
     if verify not in ("end", "every", "none"):
         raise ValueError(f"verify must be 'end', 'every' or 'none', not {verify!r}")
     g = ledger.latest_generation(run) if g is None else g
+    ledger.check_chain(run, g)  # rows edited outside seedledger: ChainBroken, before any work
     lineage = _lineage(ledger, run)
     kinds = {}
     for info in lineage:
@@ -119,8 +122,14 @@ def rebuild(
                          "trains an adapter")
     base_fp = lineage[0].base_fingerprint
     steps = ledger.replay_history(run, upto=g)  # also validates g
-    for s in steps:  # each step applies its own run's kind (a fork may change it)
-        s.noise_spec, s.param_selection = kinds[s.run].noise_spec, kinds[s.run].param_selection
+    for s in steps:  # each step carries its own kind (its run's, or its own when imported)
+        try:
+            kind = check_spec(s.noise_spec, s.param_selection)
+        except SeedLedgerError as exc:
+            raise SeedLedgerError(f"run {s.run!r} generation {s.index}: {exc}") from None
+        if kind.adapter != adapter:
+            raise SeedLedgerError(f"run {s.run!r} generation {s.index} trains other parameters "
+                                  f"({s.param_selection}) than its lineage")
 
     start = _from_anchor(ledger, run, g, base, anchors_dir, base_fp) if anchors_dir is not None else None
     if start is None:

@@ -35,3 +35,61 @@ def smollm2_dir() -> Path:
     except importlib.metadata.PackageNotFoundError:
         pytest.skip(f"{SMOLLM2_PACKAGE} is not installed: {INSTALL_HINT}")
     return resolve_model("smollm2-135m-instruct")
+
+
+# -- PostgreSQL: one throw-away server per session, one database per test ----------------
+
+_pg_tests: set[str] = set()  # node ids of the tests marked `postgres`
+_pg_outcomes: dict[str, int] = {}
+
+
+@pytest.fixture(scope="session")
+def pg_server():
+    """A real PostgreSQL server on a random loopback port (tests.support.pgserver); the
+    tests that need it skip, with the reason, where none can be started."""
+    from tests.support.pgserver import PgServer, PgUnavailable
+
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        pytest.skip("PostgreSQL tests need psycopg (pip install -e '.[postgres]')")
+    try:
+        server = PgServer.start()
+    except PgUnavailable as exc:
+        pytest.skip(f"no PostgreSQL server: {exc}")
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def pg_url(pg_server) -> str:
+    """A fresh, empty database on the session's server (postgresql+psycopg:// URL)."""
+    return pg_server.database()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def ledger_url(request, tmp_path) -> str:
+    """The ledger location for tests that run on both databases: an SQLite file in
+    tmp_path, or a fresh PostgreSQL database."""
+    if request.param == "sqlite":
+        return str(tmp_path / "l.db")
+    return request.getfixturevalue("pg_url")
+
+
+def pytest_collection_modifyitems(items) -> None:
+    _pg_tests.update(item.nodeid for item in items if item.get_closest_marker("postgres"))
+
+
+def pytest_runtest_logreport(report) -> None:
+    """Count the PostgreSQL tests' outcomes for the summary line below."""
+    if report.nodeid not in _pg_tests:
+        return
+    if report.when == "call" or (report.when == "setup" and not report.passed):
+        _pg_outcomes[report.outcome] = _pg_outcomes.get(report.outcome, 0) + 1
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """One line with the PostgreSQL tests' counts, so CI's log shows them."""
+    if _pg_outcomes:
+        counts = ", ".join(f"{_pg_outcomes.get(k, 0)} {k}" for k in ("passed", "failed", "skipped"))
+        terminalreporter.write_line(f"postgresql tests (real server): {counts}")

@@ -42,6 +42,10 @@ def cli(tmp_path, trained) -> Cli:
 
 
 def _tamper_fingerprint(ledger: Path, generation: int) -> None:
+    """A wrong recorded fingerprint in a ledger whose hash chain agrees with it (as a faulty
+    writer would leave it), so that the replay, not the chain check, finds it."""
+    from tests.support.ledgercopy import rechain
+
     con = sqlite3.connect(ledger)
     with con:
         n = con.execute(
@@ -49,6 +53,7 @@ def _tamper_fingerprint(ledger: Path, generation: int) -> None:
         ).rowcount
     con.close()
     assert n == 1
+    rechain(str(ledger))
 
 
 # -- usage errors -----------------------------------------------------------------------

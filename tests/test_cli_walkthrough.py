@@ -76,8 +76,26 @@ class Cli:
         return lines[0]
 
 
+_FINGERPRINTS: dict[str, dict[str, str]] = {}  # the SQLite walkthrough's, for PostgreSQL's
+
+
 def test_walkthrough(tmp_path: Path) -> None:
+    _FINGERPRINTS["sqlite"] = walkthrough(Cli(tmp_path), tmp_path)
+
+
+@pytest.mark.postgres
+def test_walkthrough_on_postgres(tmp_path: Path, pg_url: str) -> None:
+    """The same walkthrough with a postgresql+psycopg:// ledger: the same fingerprints."""
+    if "sqlite" not in _FINGERPRINTS:  # run alone: make the SQLite reference first
+        (tmp_path / "sqlite").mkdir()
+        _FINGERPRINTS["sqlite"] = walkthrough(Cli(tmp_path / "sqlite"), tmp_path / "sqlite")
     cli = Cli(tmp_path)
+    cli.env["SEEDLEDGER_DB"] = pg_url
+    assert walkthrough(cli, tmp_path) == _FINGERPRINTS["sqlite"]
+
+
+def walkthrough(cli: Cli, tmp_path: Path) -> dict[str, str]:
+    """Every step, checked; returns the fingerprints it saw (train, fork, rebuilds)."""
     (tmp_path / "arith.yaml").write_text(CONFIG)
 
     # train
@@ -165,7 +183,7 @@ def test_walkthrough(tmp_path: Path) -> None:
     assert AutoTokenizer.from_pretrained(tmp_path / "rebuilt-seeds")("1 + 1")["input_ids"]
 
     # bad input: exit 2, one line naming the problem, no traceback unless --debug
-    assert "nope" in cli.bad("log", "nope", "--ledger", str(tmp_path / "ledger.db"))
+    assert "nope" in cli.bad("log", "nope", "--ledger", cli.env["SEEDLEDGER_DB"])
     assert "base@2" in cli.bad("show", "base@999")
     data = bytearray((tmp_path / "child.seeds").read_bytes())
     data[len(data) // 2] ^= 0xFF
@@ -174,3 +192,5 @@ def test_walkthrough(tmp_path: Path) -> None:
     assert not (tmp_path / "never").exists()
     debug = cli.run("--debug", "log", "nope", code=2)
     assert "Traceback" in debug.stderr
+    return {"base": trained["fingerprint"], "child": forked["fingerprint"],
+            "rebuilt": from_ledger["fingerprint"], "verified": verified["fingerprint"]}

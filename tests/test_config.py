@@ -168,5 +168,5 @@ def test_resume_from_another_directory(tmp_path, monkeypatch, tiny_model_dir):
         stored = led.get_run("r").config["task"]
         assert stored["path"] == str(project / "data" / "qa.jsonl")
         monkeypatch.chdir(tmp_path / "b")
-        result = session.resume(led, "r", None)
+        result = session.resume(led, "r", None, trust_code=True)  # the user's own reward file
         assert result.latest_generation == 2

@@ -1,4 +1,5 @@
-"""Writer lease with real processes: one winner in a race, takeover of dead or expired holders."""
+"""Writer lease with real processes: one winner in a race, takeover of dead or expired holders;
+on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -27,8 +28,8 @@ def _racer(path, barrier, results, release) -> None:
     lease.release()
 
 
-def test_two_processes_race_one_wins(tmp_path):
-    path = tmp_path / "l.db"
+def test_two_processes_race_one_wins(ledger_url):
+    path = ledger_url
     with Ledger.open(path) as led:
         new_run(led, "r")
     for _ in range(4):
@@ -53,8 +54,8 @@ def _hold_and_die(path) -> None:
     os.kill(os.getpid(), 9)
 
 
-def test_dead_holder_taken_over(tmp_path):
-    path = tmp_path / "l.db"
+def test_dead_holder_taken_over(ledger_url):
+    path = ledger_url
     with Ledger.open(path) as led:
         new_run(led, "r")
     p = FORK.Process(target=_hold_and_die, args=(path,))
@@ -68,8 +69,8 @@ def test_dead_holder_taken_over(tmp_path):
     assert ev["reason"] == f"holder pid {p.pid} is dead" and ev["previous"]["pid"] == p.pid
 
 
-def test_expired_heartbeat_taken_over_and_old_holder_stops(tmp_path):
-    path = tmp_path / "l.db"
+def test_expired_heartbeat_taken_over_and_old_holder_stops(ledger_url):
+    path = ledger_url
     with Ledger.open(path) as a, Ledger.open(path) as b:
         new_run(a, "r")
         old = a.lease("r", holder="old", ttl=0.05).acquire()
@@ -83,8 +84,8 @@ def test_expired_heartbeat_taken_over_and_old_holder_stops(tmp_path):
         assert b.events("r", "lease-takeover")[0].payload["reason"] == "heartbeat expired"
 
 
-def test_heartbeat_extends(tmp_path):
-    with Ledger.open(tmp_path / "l.db") as led:
+def test_heartbeat_extends(ledger_url):
+    with Ledger.open(ledger_url) as led:
         new_run(led, "r")
         with led.lease("r", ttl=0.3) as lease:
             for _ in range(4):

@@ -1,12 +1,16 @@
-"""Two processes opening (creating) the same new ledger at once: both succeed."""
+"""Two processes opening (creating) the same new ledger at once: both succeed (SQLite and
+PostgreSQL)."""
 
 from __future__ import annotations
 
 import multiprocessing as mp
-import sqlite3
 import traceback
 
+import pytest
+import sqlalchemy as sa
+
 from ledger import Ledger, migrate
+from ledger.db import make_engine, to_url
 
 
 def _open_and_write(path, barrier, queue, name) -> None:
@@ -19,10 +23,12 @@ def _open_and_write(path, barrier, queue, name) -> None:
         queue.put((name, traceback.format_exc(limit=3)))
 
 
-def test_two_processes_create_the_same_ledger(tmp_path):
+@pytest.mark.parametrize("db", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_two_processes_create_the_same_ledger(tmp_path, request, db):
     ctx = mp.get_context("fork")  # the children start at once, with modules already loaded
-    for trial in range(10):
-        path = tmp_path / f"l{trial}.db"
+    server = request.getfixturevalue("pg_server") if db == "postgres" else None
+    for trial in range(4 if server else 10):  # a PostgreSQL trial costs a new database
+        path = server.database() if server else str(tmp_path / f"l{trial}.db")
         barrier, queue = ctx.Barrier(2), ctx.Queue()
         procs = [ctx.Process(target=_open_and_write, args=(path, barrier, queue, n)) for n in "ab"]
         for p in procs:
@@ -31,8 +37,9 @@ def test_two_processes_create_the_same_ledger(tmp_path):
         for p in procs:
             p.join(timeout=60)
         assert results == {"a": "ok", "b": "ok"}, f"trial {trial}: {results}"
-        assert migrate.current(str(path)) == migrate.head()
-        con = sqlite3.connect(path)
-        assert sorted(r[0] for r in con.execute("SELECT name FROM runs")) == ["a", "b"]
-        assert con.execute("SELECT count(*) FROM alembic_version").fetchone() == (1,)
-        con.close()
+        assert migrate.current(path) == migrate.head()
+        engine = make_engine(to_url(path))
+        with engine.connect() as con:
+            assert sorted(r[0] for r in con.execute(sa.text("SELECT name FROM runs"))) == ["a", "b"]
+            assert con.execute(sa.text("SELECT count(*) FROM alembic_version")).scalar() == 1
+        engine.dispose()

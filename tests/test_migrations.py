@@ -31,11 +31,11 @@ def test_layout_and_history():
     assert [h.split()[0] for h in migrate.history()] == revs
 
 
-def test_head_matches_the_orm_schema(tmp_path):
-    """Every schema change ships a migration: the migrated DB equals the ORM metadata."""
-    path = tmp_path / "l.db"
-    migrate.upgrade(str(path))
-    engine = make_engine(to_url(path))
+def test_head_matches_the_orm_schema(ledger_url):
+    """Every schema change ships a migration: the migrated DB equals the ORM metadata
+    (on SQLite and on PostgreSQL)."""
+    migrate.upgrade(ledger_url)
+    engine = make_engine(to_url(ledger_url))
     with engine.connect() as conn:
         diff = compare_metadata(MigrationContext.configure(conn), Base.metadata)
     engine.dispose()

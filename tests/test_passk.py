@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from engine.backends.base import PopulationOutput
 from engine.config import load_config
 from engine.evaluator import Evaluator
 from replay.noise import member_key, run_key
@@ -116,12 +117,13 @@ def test_estimator_on_a_hand_checked_batch(tiny_model_dir, monkeypatch):
     right = [[True, False, False, False], [False] * 4, [False, True, True, True]]
     calls = []
 
-    def scripted(prompts, max_new_tokens, seed=None, *, samples=1, **kwargs):
-        calls.append((len(prompts), samples, seed))
-        return [f"<answer>{row['answer']}</answer>" if ok else "no idea"
-                for row, oks in zip(rows, right, strict=True) for ok in oks]
+    def scripted(master, population, prompts, max_new_tokens, *, samples=1, **kwargs):
+        calls.append((len(prompts), samples, population.seeds[0]))
+        texts = [f"<answer>{row['answer']}</answer>" if ok else "no idea"
+                 for row, oks in zip(rows, right, strict=True) for ok in oks]
+        return PopulationOutput(completions=[texts])
 
-    monkeypatch.setattr(ev.backend, "generate", scripted)
+    monkeypatch.setattr(ev.backend, "evaluate", scripted)
     result = _score(ev)
     assert calls == [(3, 4, member_key(run_key(5), GENERATION, 1_000_000 + MEMBER.index))]
     assert pass_at_k(4, 1, 2) == 0.5 and pass_at_k(4, 3, 2) == 1.0

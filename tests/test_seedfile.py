@@ -8,6 +8,7 @@ import random
 import stat
 import struct
 import tracemalloc
+from dataclasses import replace
 
 import pytest
 import zstandard
@@ -54,7 +55,7 @@ def _same_steps(a, b):
     ]
 
 
-def test_round_trip_lossless(source, tmp_path):
+def test_round_trip_lossless(source, ledger_url):
     led, d = source
     sf = read_seedfile(d / "derived.seeds", key_fn=mix)
     assert sf.header["keys"] == "index-u16" and sf.header["coefficients"] == "f64"
@@ -65,7 +66,7 @@ def test_round_trip_lossless(source, tmp_path):
     assert raw.header["keys"] == "raw-u64" and raw.header["coefficients"] == "f32hi20"
     _same_steps(raw.steps, led.replay_history("kid", 4))
 
-    with Ledger.open(tmp_path / "dst.db") as dst:
+    with Ledger.open(ledger_url) as dst:  # imported into SQLite and into PostgreSQL
         info = import_seedfile(dst, d / "derived.seeds", "copy", key_fn=mix)
         assert info.name == "copy" and info.parent is None and info.status == "imported"
         assert info.run_key == (1 << 64) - 3 and info.config == led.get_run("kid").config
@@ -276,7 +277,7 @@ PLACES = {
         "fingerprint",
     ],
     "base": ["model", "revision", "fingerprint"],
-    "segment": ["run", "first", "last", "run_key", "noise_spec"],
+    "segment": ["run", "first", "last", "run_key", "noise_spec", "param_selection"],
 }  # fmt: skip
 
 
@@ -353,7 +354,8 @@ def test_hypothesis_headers(source, dst, tmp_path, where, pick, value, tail):
         ("top", "noise_spec", "v" * 40, "bad noise_spec"),
         ("top", "run", "\ud800", "bad run name"),
         ("top", "final_fingerprint", "0" * 32, "final fingerprint differs"),
-        ("segment", "noise_spec", "v2", "noise spec differs"),
+        ("segment", "noise_spec", "v" * 40, "bad segment noise_spec"),
+        ("segment", "param_selection", None, "bad segment param_selection"),
         ("base", "fingerprint", "f" * 65, "bad base fingerprint"),
         ("generations", "sigma", [float("nan")] * 5, "bad sigma"),
         ("generations", "lr", [1e400] * 5, "bad lr"),
@@ -384,12 +386,71 @@ def test_header_values_the_ledger_cannot_hold(source, tmp_path, where, name, val
         assert led.list_runs() == [] and led.events() == []
 
 
-def test_nothing_written_on_bad_file(source, tmp_path):
+def _as_version_1(header: dict) -> dict:
+    """A version-2 header as version 1 wrote it: segments without a param_selection."""
+    h = json.loads(json.dumps(header))
+    for seg in h["segments"]:
+        del seg["param_selection"]
+    return h
+
+
+def test_version_1_files_still_read(source, tmp_path):
+    """Version 1 had one perturbation per file: its segments take the file's, and a
+    segment naming another noise spec is refused as before."""
+    led, d = source
+    body = _body(d / "derived.seeds")
+    (hlen,) = struct.unpack_from("<I", body)
+    header = json.loads(body[4 : 4 + hlen])
+    assert {(s["noise_spec"], s["param_selection"]) for s in header["segments"]} == {("v1", "all")}
+    old = _as_version_1(header)
+    hj = json.dumps(old).encode()
+    p = tmp_path / "v1.seeds"
+    p.write_bytes(_forge(struct.pack("<I", len(hj)) + hj + body[4 + hlen :], version=1))
+    sf = read_seedfile(p, key_fn=mix)
+    _same_steps(sf.steps, led.replay_history("kid"))
+    assert {(s.noise_spec, s.param_selection) for s in sf.steps} == {("v1", "all")}
+    old["segments"][-1]["noise_spec"] = "v2"
+    hj = json.dumps(old).encode()
+    p.write_bytes(_forge(struct.pack("<I", len(hj)) + hj + body[4 + hlen :], version=1))
+    assert "noise spec differs" in _reject(p, p.read_bytes())
+
+
+def test_segments_carry_their_own_perturbation(tmp_path):
+    """A lineage whose fork changed kind exports one segment per kind (a generation may
+    carry its own kind: an imported lineage), reads back with every step stamped with its
+    segment's kind, and imports as one run whose generations keep theirs."""
+    low, sel = "lowrank-v1:r=4", "suffix:q_proj"
+    with Ledger.open(tmp_path / "src.db") as led:
+        new_run(led, "low", run_key=3)
+        fill(led, "low", 1, 2)
+        led.create_run("full", replace(led.get_run("low").spec(), noise_spec="v1", param_selection="all"),
+                       parent=("low", 2))
+        with led.engine.begin() as conn:  # `low` is low-rank (created full, to use the kit)
+            conn.exec_driver_sql(f"UPDATE runs SET noise_spec='{low}', param_selection='{sel}' WHERE name='low'")
+        fill(led, "full", 3, 4)
+        export_seedfile(led, "full", None, tmp_path / "f.seeds", key_fn=mix)
+        want = [(s.run, s.index, s.noise_spec, s.param_selection) for s in led.replay_history("full")]
+    assert want == [("low", 1, low, sel), ("low", 2, low, sel), ("full", 3, "v1", "all"), ("full", 4, "v1", "all")]
+    sf = read_seedfile(tmp_path / "f.seeds", key_fn=mix)
+    assert sf.header["segments"][0]["param_selection"] == sel and sf.header["noise_spec"] == "v1"
+    assert [(s.run, s.index, s.noise_spec, s.param_selection) for s in sf.steps] == want
+    with Ledger.open(tmp_path / "dst.db") as dst:
+        import_seedfile(dst, tmp_path / "f.seeds", "copy", key_fn=mix)
+        got = [(s.index, s.noise_spec, s.param_selection) for s in dst.replay_history("copy")]
+        assert got == [w[1:] for w in want]
+        assert [(r.noise_spec, r.param_selection) for r in dst.records("copy")] == [(low, sel)] * 2 + [(None, None)] * 2
+        export_seedfile(dst, "copy", None, tmp_path / "again.seeds", key_fn=mix)  # and back out
+    again = read_seedfile(tmp_path / "again.seeds", key_fn=mix)
+    assert [(s.noise_spec, s.param_selection) for s in again.steps] == [w[2:] for w in want]
+    assert [(x["first"], x["last"]) for x in again.header["segments"]] == [(1, 2), (3, 4)]
+
+
+def test_nothing_written_on_bad_file(source, tmp_path, ledger_url):
     _led, d = source
     data = (d / "derived.seeds").read_bytes()
     bad = tmp_path / "bad.seeds"
     bad.write_bytes(data[:-5])
-    with Ledger.open(tmp_path / "dst.db") as dst:
+    with Ledger.open(ledger_url) as dst:
         with pytest.raises(SeedLedgerError):
             import_seedfile(dst, bad, key_fn=mix)
         assert dst.list_runs() == [] and dst.events() == []

@@ -24,6 +24,8 @@ from engine.loop import Hooks
 from ledger import Ledger
 
 ROOT = Path(__file__).resolve().parent.parent
+# The reward names a module: this test's own code, so its resumes and forks pass
+# --trust-code (trust_code=True), as a user resuming their own run does.
 TINY = {
     "model": "tiny",
     "task": {"name": "arithmetic", "rewards": ["task", {"fn": "tests.support.rewards:vowel_share"}]},
@@ -90,10 +92,10 @@ def test_resume_reaches_the_uninterrupted_bits(reference, tmp_path):
     path = tmp_path / "resume.db"
     with Ledger.open(str(path)) as led:
         session.start(led, str(write_config(tmp_path)), "r", [], 1)
-        session.resume(led, "r", None)  # the config says 3: two more
+        session.resume(led, "r", None, trust_code=True)  # the config says 3: two more
         with pytest.raises(Exception, match="exists"):
             session.start(led, str(write_config(tmp_path)), "r", [], 1)
-        again = session.resume(led, "r", None)  # finished: nothing to add, same answer
+        again = session.resume(led, "r", None, trust_code=True)  # finished: nothing to add, same answer
         assert (again.records, again.latest_generation, again.fingerprint) == ([], 3, fps[-1])
         assert led.get_run("r").status == "finished"
     assert fingerprints(path, "r") == fps
@@ -102,12 +104,12 @@ def test_resume_reaches_the_uninterrupted_bits(reference, tmp_path):
 def test_fork_shares_the_prefix_and_diverges(reference, tmp_path):
     ledger_path, fps = reference
     with Ledger.open(str(ledger_path)) as led:
-        session.fork(led, "ref@1", "child", ["lr=0.1"], 2)
+        session.fork(led, "ref@1", "child", ["lr=0.1"], 2, trust_code=True)
         child = [led.generation("child", g).fingerprint for g in (1, 2, 3)]
         assert led.get_run("child").parent == ("ref", 1)
         assert led.latest_generation("child") == 3
         with pytest.raises(Exception, match="latest generation is ref@3"):
-            session.fork(led, "ref@9", "child2", [], 1)
+            session.fork(led, "ref@9", "child2", [], 1, trust_code=True)
     assert child[0] == fps[0]
     assert child[1] != fps[1]
 
@@ -187,7 +189,7 @@ def test_sigkill_in_every_phase_then_resume_reaches_the_same_bits(reference, tmp
         latest = assert_whole_prefix(ledger_path, "c", fps)
         allowed = {"lost": [generation - 1], "kept": [generation], "either": [generation - 1, generation]}
         assert latest in allowed[outcome], (point, generation, latest)
-        cmd = ["resume", "c", "--ledger", str(ledger_path), "--json"]
+        cmd = ["resume", "c", "--ledger", str(ledger_path), "--json", "--trust-code"]
     payload = json.loads(seedledger(*cmd).stdout)
     assert payload["latest_generation"] == 3
     assert committed_indices(ledger_path, "c") == [1, 2, 3]
@@ -259,7 +261,7 @@ def test_sigkill_at_seeded_random_moments_then_resume(reference_long, tmp_path):
                 [sys.executable, "-m", "engine.cli", *cmd], cwd=ROOT,
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             )
-            cmd = ["resume", "c", "--ledger", str(ledger_path), "--json"]
+            cmd = ["resume", "c", "--ledger", str(ledger_path), "--json", "--trust-code"]
             try:
                 wait_for_loop(proc, ledger_path)
                 delay = rng.uniform(0.0, scale * (GENERATIONS - latest) * per_generation)
@@ -304,7 +306,7 @@ def test_curriculum_moves_the_level_and_resume_continues_it(tmp_path):
         session.start(led, config, "a", curriculum, None)
     with Ledger.open(str(tmp_path / "b.db")) as led:
         session.start(led, config, "b", curriculum, 1)
-        session.resume(led, "b", None)
+        session.resume(led, "b", None, trust_code=True)
     extra = levels(tmp_path / "a.db", "a")
     assert [e["level"] for e in extra] == [1, 2, 3]  # arithmetic's default level is 1
     assert all(e["success_rate"] == 1.0 for e in extra)

@@ -102,3 +102,27 @@ def test_seeded_sampling_is_reproducible(backends: tuple) -> None:
     assert first == vb.generate(PROMPTS[:3], 16, seed=7, temperature=1.0)
     with pytest.raises(ValueError):
         vb.generate(PROMPTS[:1], 4, temperature=1.0)
+
+
+def test_weight_loads_drop_cached_prompt_blocks(backends: tuple) -> None:
+    """vLLM caches KV blocks (128 tokens on CPU) by token ids, not weights: a long prompt's
+    blocks computed before a reload must not be reused after it (they were, until the
+    backend reset the prefix cache on every load: the member's logprobs moved)."""
+    from vllm import SamplingParams
+
+    vb, _ = backends
+    story = " ".join(f"Sentence {i} says the sky was blue on day {i}." for i in range(20))
+    tokens = vb._token_prompts([[{"role": "user", "content": story + " What colour was it?"}]])
+    params = SamplingParams(max_tokens=2, temperature=0.0, detokenize=False)
+
+    def cached() -> int:
+        return vb.llm.generate(tokens, params, use_tqdm=False)[0].num_cached_tokens
+
+    master = vb.master()
+    vb.load_master(master)
+    cached()
+    assert cached() >= 128, "the prefix cache is off: this test checks nothing"
+    vb.load_member(master, KEY, SIGN, SIGMA)
+    assert cached() == 0
+    vb.load_master(master)
+    assert cached() == 0

@@ -22,7 +22,7 @@ DEFAULT_DAMPENING = 0.9  # deliberately not replay.update's 0.0: see the module 
 
 
 class OptimizerSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     @model_validator(mode="before")
     @classmethod
@@ -41,7 +41,7 @@ class OptimizerSpec(BaseModel):
     )
     beta1: float = Field(0.9, ge=0.0, lt=1.0)
     beta2: float = Field(0.999, ge=0.0, lt=1.0)
-    eps: float = Field(1e-8, gt=0.0)
+    eps: float = Field(1e-8, gt=0.0, le=1.0)
 
     @property
     def folds_lr(self) -> bool:

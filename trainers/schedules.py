@@ -16,7 +16,7 @@ class Schedule(BaseModel):
     """`constant`, `linear_warmup` (0 → base over `warmup` generations) or `cosine`
     (warm-up, then cosine decay to `final_ratio`·base at `total` generations)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     @model_validator(mode="before")
     @classmethod
@@ -25,8 +25,8 @@ class Schedule(BaseModel):
         return {"name": value} if isinstance(value, str) else value
 
     name: Literal["constant", "linear_warmup", "cosine"] = "constant"
-    warmup: int = Field(0, ge=0)
-    total: int | None = Field(None, ge=1)
+    warmup: int = Field(0, ge=0, le=1 << 20)
+    total: int | None = Field(None, ge=1, le=1 << 20)
     final_ratio: float = Field(0.0, ge=0.0, le=1.0)
 
     def factor(self, generation: int, total_generations: int) -> float:

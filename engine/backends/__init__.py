@@ -27,7 +27,8 @@ def make_backend(cfg: Any, model_dir: Path) -> Backend:
         from engine.backends.hf import HFBackend
 
         init = cfg.train.init if cfg.train != "full" else None
-        return HFBackend(model_dir, base_quantization=cfg.base_quantization, adapter_init=init, **kwargs)
+        return HFBackend(model_dir, base_quantization=cfg.base_quantization, adapter_init=init,
+                         kl_reference=cfg.kl is not None, **kwargs)
     if cfg.backend == "vllm":
         from engine.backends.vllm import VLLMBackend
 

@@ -49,6 +49,9 @@ class PopulationOutput:
 
     completions: list[list[str]]
     seconds: dict[str, float] = field(default_factory=dict)  # load_member, generate
+    # per member, per completion: (token log-probs under the member, under the frozen
+    # base model), when the backend was asked for them (the KL-to-base penalty)
+    logprobs: list[list[tuple[list[float], list[float]]]] | None = None
 
 
 @runtime_checkable

@@ -22,6 +22,7 @@ reproduces plain seeded sampling.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Sequence
@@ -30,11 +31,13 @@ from pathlib import Path
 
 import torch
 
-from engine.backends.base import Messages, Population, PopulationOutput, evaluate_one_by_one
+from engine.backends.base import Messages, Population, PopulationOutput
 from engine.models import load_causal_lm
 from replay import noise
 from replay.hashing import MASK64, splitmix64
 from replay.perturbation import Perturbation
+
+SCORE_ROWS = 8  # rows per teacher-forced scoring forward (its logits: rows × tokens × vocab)
 
 
 def prompt_stream_seed(seed: int, index: int, sample: int = 0) -> int:
@@ -98,6 +101,7 @@ class HFBackend:
         perturbation: Perturbation | None = None,
         base_quantization: str = "none",
         adapter_init: str | os.PathLike[str] | None = None,
+        kl_reference: bool = False,
     ) -> None:
         """`perturbation.adapter` set: the model is a frozen base (`base_quantization`) and
         the master a LoRA adapter, seeded or read from `adapter_init` (a PEFT directory)."""
@@ -153,6 +157,11 @@ class HFBackend:
                 model, lambda name, m: p.trained(f"{name}.weight", tuple(m.weight.shape)),
                 f"low-rank targets {p.targets}",
             )
+        self._reference = None  # the frozen base model, for the KL-to-base penalty
+        if kl_reference:
+            self._reference = load_causal_lm(self.model_dir, device=self.device, dtype=torch.float32)
+            self._reference.requires_grad_(False)
+            self._reference.to(dtype)
 
     # ------------------------------------------------------------------ weights
 
@@ -200,27 +209,51 @@ class HFBackend:
         max_new_tokens: int,
         samples: int = 1,
     ) -> PopulationOutput:
-        """Every member's completions (see `engine.backends.base`). Low-rank and adapters:
-        the model must hold the master (`load_master` after each update); all members'
-        rows (member-major, then prompt, then sample) decode in one `generate`."""
-        if self._rows is None:
-            return evaluate_one_by_one(self, master, population, prompts, max_new_tokens, samples)
-        started = time.perf_counter()
-        rows = [p for _ in population.keys for p in prompts for _ in range(samples)]
-        streams = [
-            None if seed is None else prompt_stream_seed(seed, i, s)
-            for seed in population.seeds
-            for i in range(len(prompts))
-            for s in range(samples)
-        ]
-        with self.members(master, population.keys, population.signs, population.sigma):
-            loaded = time.perf_counter()
-            ids = self._decode(rows, streams, max_new_tokens, batch=len(rows))
-        texts = self.tokenizer.batch_decode(ids, skip_special_tokens=True)
+        """Every member's completions (see `engine.backends.base`). Full-rank: each
+        member's weights in turn. Low-rank and adapters: the model holds the master
+        (`load_master` after each update) and all members' rows (member-major, then
+        prompt, then sample) decode in one `generate`. With `kl_reference`, every
+        completion's token log-probabilities under the member and under the frozen base
+        come back too."""
         per = len(prompts) * samples
+        rows = [p for p in prompts for _ in range(samples)]  # one member's rows
+        seconds = {"load_member": 0.0, "generate": 0.0}
+        ids: list[list[int]] = []
+        member_lps: list[list[float]] = []
+        if self._rows is None:
+            for key, sign, seed in zip(population.keys, population.signs, population.seeds, strict=True):
+                started = time.perf_counter()
+                self.load_member(master, key, sign, population.sigma)
+                loaded = time.perf_counter()
+                mine = self.generate_ids(prompts, max_new_tokens, seed, samples=samples)
+                if self._reference is not None:
+                    member_lps += self._token_logprobs(self.model, rows, mine)
+                ids += mine
+                seconds["load_member"] += loaded - started
+                seconds["generate"] += time.perf_counter() - loaded
+        else:
+            started = time.perf_counter()
+            streams = [
+                None if seed is None else prompt_stream_seed(seed, i, s)
+                for seed in population.seeds
+                for i in range(len(prompts))
+                for s in range(samples)
+            ]
+            with self.members(master, population.keys, population.signs, population.sigma):
+                loaded = time.perf_counter()
+                ids = self._decode(rows * len(population), streams, max_new_tokens, batch=per * len(population))
+                if self._reference is not None:
+                    owner = [m for m in range(len(population)) for _ in range(per)]
+                    member_lps = self._token_logprobs(self.model, rows * len(population), ids, owner)
+            seconds = {"load_member": loaded - started, "generate": time.perf_counter() - loaded}
+        texts = self.tokenizer.batch_decode(ids, skip_special_tokens=True)
+        logprobs = None
+        if self._reference is not None:
+            base_lps = self._token_logprobs(self._reference, rows * len(population), ids)
+            pairs = list(zip(member_lps, base_lps, strict=True))
+            logprobs = [pairs[m * per : (m + 1) * per] for m in range(len(population))]
         return PopulationOutput(
-            [texts[m * per : (m + 1) * per] for m in range(len(population))],
-            {"load_member": loaded - started, "generate": time.perf_counter() - loaded},
+            [texts[m * per : (m + 1) * per] for m in range(len(population))], seconds, logprobs
         )
 
     def members(self, master: dict[str, torch.Tensor], keys: Sequence[int], signs: Sequence[int],
@@ -232,6 +265,48 @@ class HFBackend:
         if self.adapter is not None:
             return self._rows.active(self._rows.adapters(self.adapter, master, keys, signs, sigma))
         return self._rows.active(self._rows.lowrank(self.perturbation, keys, signs, sigma))
+
+    @torch.inference_mode()
+    def _token_logprobs(
+        self, model, rows: list[Messages], completions: list[list[int]],
+        member_of_row: list[int] | None = None,
+    ) -> list[list[float]]:
+        """log p(token) of every completion token given its prompt and the tokens before
+        it (teacher forcing, temperature 1), `SCORE_ROWS` rows per forward so the logits
+        of a long vocabulary stay small. `member_of_row`: inside a low-rank `members`
+        block, which member each row belongs to."""
+        texts = [
+            self.tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True)
+            for p in rows
+        ]
+        prompt_ids = self.tokenizer(texts, add_special_tokens=False)["input_ids"]
+        pad = self.tokenizer.pad_token_id
+        out: list[list[float]] = []
+        for start in range(0, len(rows), SCORE_ROWS):
+            part = range(start, min(start + SCORE_ROWS, len(rows)))
+            full = [list(prompt_ids[i]) + list(completions[i]) for i in part]
+            width = max(len(f) for f in full)
+            keep = max(len(completions[i]) for i in part) + 1
+            ids = torch.tensor([[pad] * (width - len(f)) + f for f in full], device=self.device)
+            mask = torch.tensor([[0] * (width - len(f)) + [1] * len(f) for f in full], device=self.device)
+            positions = (mask.cumsum(-1) - 1).clamp(min=0)
+            rows_ctx = (
+                self._rows.rows([member_of_row[i] for i in part])
+                if member_of_row is not None else contextlib.nullcontext()
+            )
+            with rows_ctx:
+                logits = model(
+                    input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=keep
+                ).logits.float()
+            logp = torch.log_softmax(logits[:, :-1], dim=-1)  # predicts the last keep-1 tokens
+            for j, i in enumerate(part):
+                n = len(completions[i])
+                if n == 0:
+                    out.append([])
+                    continue
+                tokens = torch.tensor(completions[i], device=self.device)
+                out.append(logp[j, keep - 1 - n :].gather(1, tokens.view(-1, 1)).view(-1).tolist())
+        return out
 
     # ------------------------------------------------------------------ generation
 

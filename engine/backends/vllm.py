@@ -5,6 +5,16 @@ fp32 master is handed to the worker by reference and only `(key, sign·σ)` trav
 member; the worker extension (`vllm_worker.py`) builds `cast(master + sign·σ·eps)` with
 replay's `perturb_` and reloads it (see there for why an in-place write would not work).
 
+Low-rank runs (`keeps_master`): the master is loaded once per generation and every member
+of a group rides on it as its own LoRA adapter (`vllm_lora`: made from the keys in the
+worker, fresh adapter ids per evaluation); all members' rows, member-major, then prompt,
+then sample, go to one `llm.generate`, each row with its member's `LoRARequest` and
+sampling seed `(member seed, prompt, sample)`, as in the full-rank path.
+
+After every weight load the prefix cache is reset: vLLM keys cached KV blocks by tokens
+(and adapter name), not by weights, so a block computed under earlier weights would
+otherwise be reused for a shared prompt prefix.
+
 Prompts are tokenized here with the model's own chat template, exactly as the HF backend
 does, and completions are decoded here from token ids, so both backends see and return the
 same text for the same tokens. Greedy decoding is the default; seeded sampling gives each
@@ -21,6 +31,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +39,7 @@ import torch
 
 from engine.backends.base import Messages, Population, PopulationOutput, evaluate_one_by_one
 from engine.backends.hf import prompt_stream_seed
-from ledger.errors import SeedLedgerError
+from engine.backends.vllm_lora import NO_PATH, engine_kwargs
 from replay import noise
 from replay.perturbation import Perturbation
 
@@ -105,12 +116,14 @@ class VLLMBackend:
         batch_size: int | None = None,
         max_model_len: int = 2048,
         perturbation: Perturbation | None = None,
+        members_per_forward: int = 32,
         **llm_kwargs: Any,
     ) -> None:
+        """`members_per_forward` (low-rank only): the LoRA slots, so the most members
+        one `evaluate` takes; rows decoded together default to that many × `batch_size`."""
         self.perturbation = perturbation or Perturbation()
-        if self.perturbation.kind != "full":
-            raise SeedLedgerError("the vllm backend does not evaluate low-rank runs yet: use backend: hf")
-        self.keeps_master = False
+        self.keeps_master = self.perturbation.kind != "full"
+        self.members_per_forward = members_per_forward
         if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "0") not in ("0", "false", "False"):
             raise NotImplementedError(
                 "the vLLM backend runs its engine in-process; unset VLLM_ENABLE_V1_MULTIPROCESSING"
@@ -125,8 +138,15 @@ class VLLMBackend:
         self.temperature = temperature
         self.top_p = top_p
         self._master = read_master(self.model_dir)
+        self._targets = [
+            (n, tuple(t.shape)) for n, t in self._master.items()
+            if self.keeps_master and self.perturbation.trained(n, tuple(t.shape))
+        ]
         if batch_size is not None:  # the HF backend's knob: sequences decoded together
-            llm_kwargs.setdefault("max_num_seqs", batch_size)
+            rows = batch_size * (members_per_forward if self.keeps_master else 1)
+            llm_kwargs.setdefault("max_num_seqs", rows)
+        if self.keeps_master:
+            llm_kwargs = {**engine_kwargs(self.perturbation, members_per_forward), **llm_kwargs}
         _guard_llvmlite_dunders()
         self.llm = LLM(
             model=str(self.model_dir),
@@ -140,7 +160,7 @@ class VLLMBackend:
             **llm_kwargs,
         )
         self.tokenizer = AutoTokenizer.from_pretrained(str(self.model_dir), local_files_only=True)
-        self._loaded: tuple[int, float] | None = None
+        self._next_adapter = 1  # adapter ids are never reused (see vllm_lora)
 
     # ------------------------------------------------------------------ weights
 
@@ -152,10 +172,12 @@ class VLLMBackend:
         """Set the engine's weights to `cast(master + sign*sigma*eps(key))` (built on the worker)."""
         scale = noise.round_coefficient(float(sign) * float(sigma))
         self.llm.collective_rpc("seedledger_load", args=(key, scale, master))
+        self.llm.reset_prefix_cache()
 
     def load_master(self, master: dict[str, torch.Tensor]) -> None:
-        """Write the master itself into the engine."""
+        """Write the master itself into the engine (this drops every LoRA adapter)."""
         self.llm.collective_rpc("seedledger_load", args=(0, 0.0, master))
+        self.llm.reset_prefix_cache()
 
     def close(self) -> None:
         """Drop the engine and vLLM's process group, so another backend can start here."""
@@ -180,8 +202,39 @@ class VLLMBackend:
         max_new_tokens: int,
         samples: int = 1,
     ) -> PopulationOutput:
-        """Every member's completions: one weight reload and one `generate` per member."""
-        return evaluate_one_by_one(self, master, population, prompts, max_new_tokens, samples)
+        """Every member's completions (see `engine.backends.base`). Full-rank: one weight
+        reload and one `generate` per member. Low-rank: the engine must hold the master
+        (`load_master` after each update); one adapter per member, one `generate`."""
+        if not self.keeps_master:
+            return evaluate_one_by_one(self, master, population, prompts, max_new_tokens, samples)
+        from vllm.lora.request import LoRARequest
+
+        if len(population) > self.members_per_forward:
+            raise ValueError(
+                f"{len(population)} members exceed the engine's {self.members_per_forward} LoRA slots"
+            )
+        started = time.perf_counter()
+        ids = list(range(self._next_adapter, self._next_adapter + len(population)))
+        self._next_adapter += len(population)
+        p = self.perturbation
+        scales = [float(sign) * population.sigma * p.inv_sqrt_rank for sign in population.signs]
+        self.llm.collective_rpc(
+            "seedledger_members", args=(ids, list(population.keys), scales, self._targets, p.rank)
+        )
+        adapters = [LoRARequest(f"seedledger-member-{i}", i, NO_PATH) for i in ids]
+        loaded = time.perf_counter()
+        entries = [(m, i, s) for m in range(len(population))
+                   for i in range(len(prompts)) for s in range(samples)]
+        streams = [_stream(population.seeds[m], i, s) for m, i, s in entries]
+        texts = self._generate_rows(
+            [i for _, i, _ in entries], prompts, streams, max_new_tokens,
+            adapters=[adapters[m] for m, _, _ in entries],
+        )
+        per = len(prompts) * samples
+        return PopulationOutput(
+            [texts[m * per : (m + 1) * per] for m in range(len(population))],
+            {"load_member": loaded - started, "generate": time.perf_counter() - loaded},
+        )
 
     # ------------------------------------------------------------------ generation
 
@@ -210,28 +263,54 @@ class VLLMBackend:
         `samples` > 1: that many completions per prompt, prompt-major, one request each;
         sample s of prompt i is seeded by `(seed, i, s)`, and sample 0 by `(seed, i)` as
         with one sample, so `samples=1` is plain seeded sampling."""
+        if samples < 1:
+            raise ValueError(f"samples must be >= 1, not {samples}")
+        entries = [(i, s) for i in range(len(prompts)) for s in range(samples)]
+        streams = [_stream(seed, i, s) for i, s in entries]
+        return self._generate_rows(
+            [i for i, _ in entries], prompts, streams, max_new_tokens,
+            temperature=temperature, top_p=top_p,
+        )
+
+    def _generate_rows(
+        self,
+        rows: list[int],
+        prompts: list[Messages],
+        streams: list[int | None],
+        max_new_tokens: int,
+        *,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        adapters: list[Any] | None = None,
+    ) -> list[str]:
+        """One `llm.generate` over the rows (indices into `prompts`), each with its own
+        stream seed (None: greedy is required) and LoRA request (None: the master)."""
         from vllm import SamplingParams
 
         temperature = self.temperature if temperature is None else temperature
         top_p = self.top_p if top_p is None else top_p
-        if temperature > 0.0 and seed is None:
+        if temperature > 0.0 and any(s is None for s in streams):
             raise ValueError("sampling (temperature > 0) needs a seed to stay deterministic")
-        if samples < 1:
-            raise ValueError(f"samples must be >= 1, not {samples}")
-        entries = [(i, s) for i in range(len(prompts)) for s in range(samples)]
         params = [
             SamplingParams(
                 max_tokens=max_new_tokens,
                 temperature=temperature,
                 top_p=top_p if temperature > 0.0 else 1.0,
-                seed=None if seed is None else prompt_stream_seed(seed, i, s),
+                seed=stream,
                 detokenize=False,
             )
-            for i, s in entries
+            for stream in streams
         ]
         tokens = self._token_prompts(prompts)
-        outputs = self.llm.generate([tokens[i] for i, _ in entries], params, use_tqdm=False)
+        outputs = self.llm.generate(
+            [tokens[i] for i in rows], params, use_tqdm=False, lora_request=adapters
+        )
         return [
             self.tokenizer.decode(o.outputs[0].token_ids, skip_special_tokens=True)
             for o in outputs
         ]
+
+
+def _stream(seed: int | None, index: int, sample: int) -> int | None:
+    """vLLM's per-request seed for sample `sample` of prompt `index` (None: greedy)."""
+    return None if seed is None else prompt_stream_seed(seed, index, sample)

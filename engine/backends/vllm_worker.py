@@ -3,7 +3,8 @@
 vLLM loads this class into its worker (`worker_extension_cls`), so these methods run next
 to the model and are reached through `LLM.collective_rpc` with a key, a sign·σ scale and
 the fp32 master (by reference: the engine runs in-process); the perturbed weights are built here
-with replay's `perturb_`, never by subtracting noise.
+with replay's `perturb_`, never by subtracting noise. Low-rank members become LoRA
+adapters made here from their keys (`vllm_lora`), on top of the master loaded once.
 
 Why `reload_weights` and not an in-place write: on CPU vLLM repacks every linear weight
 into a kernel layout at load time (oneDNN / sgl handles) and empties the parameter, so
@@ -19,6 +20,7 @@ from collections.abc import Iterator, Mapping
 
 import torch
 
+from engine.backends.vllm_lora import Target, register_members
 from replay import noise
 
 Master = Mapping[str, torch.Tensor]
@@ -46,6 +48,13 @@ class SeedLedgerWorkerExtension:
         with torch.no_grad():
             self.reload_weights(weights_iterator=_perturbed(master, key, scale))  # type: ignore[attr-defined]
             self._seedledger_redispatch_tied()
+
+    def seedledger_members(
+        self, ids: list[int], keys: list[int], scales: list[float], targets: list[Target], rank: int
+    ) -> None:
+        """Replace the engine's LoRA adapters by one per low-rank member (`vllm_lora`)."""
+        model = self.model_runner.get_model()  # type: ignore[attr-defined]
+        register_members(model, ids, keys, scales, targets, rank)
 
     def _seedledger_redispatch_tied(self) -> None:
         model = self.model_runner.get_model()  # type: ignore[attr-defined]

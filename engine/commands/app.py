@@ -65,7 +65,9 @@ def emit(payload: Any, as_json: bool, human: str | None = None) -> None:
     if as_json:
         sys.stdout.write(json.dumps(payload, indent=2, default=str) + "\n")
     elif human is not None:
-        typer.echo(human)
+        from ledger.names import printable
+
+        typer.echo(printable(human, limit=None, newlines=True))  # names from foreign files
 
 
 def open_ledger(url: str, create: bool = False):
@@ -89,36 +91,71 @@ def _usage_error(exc: UsageError) -> None:
         sys.exit(2)
     message = " ".join(exc.format_message().split())
     where = exc.ctx.command_path if exc.ctx is not None else "seedledger"
-    typer.echo(f"error: {message} (see `{where} --help`)", err=True)
+    say(f"error: {message} (see `{where} --help`)")
     sys.exit(2)
+
+
+def say(line: str) -> None:
+    """One line on stderr, fit for a terminal: whitespace collapsed, control characters
+    escaped (ledger.names.printable), URL passwords masked (ledger.db.redact)."""
+    from ledger.db import redact
+    from ledger.names import printable
+
+    typer.echo(printable(redact(" ".join(line.split())), limit=2000), err=True)
+
+
+def _warning_line(message, category, filename, lineno, line=None) -> str:
+    """Python warnings as one escaped line (they may quote names from a ledger)."""
+    from ledger.db import redact
+    from ledger.names import printable
+
+    return printable(redact(f"warning: {' '.join(str(message).split())}"), limit=2000) + "\n"
 
 
 def main() -> None:
     """Console-script entry point: map errors to one line and an exit code."""
+    import warnings
+
+    from engine.interrupts import RunInterrupted
     from engine.models import quiet_hf_env
 
     quiet_hf_env()  # no hub, no library progress bars: an error must stay one line
+    warnings.formatwarning = _warning_line
     try:
-        app(standalone_mode=False)
+        code = app(standalone_mode=False)
+    except RunInterrupted as exc:  # SIGINT / SIGTERM during train, resume or fork
+        say(str(exc))
+        sys.exit(exc.exit_code)
     except SeedLedgerError as exc:
         if State.debug:
             traceback.print_exc()
-        typer.echo(f"error: {' '.join(str(exc).split())}", err=True)
+        say(f"error: {exc}")
         sys.exit(exc.exit_code)
     except UsageError as exc:
         _usage_error(exc)
     except (typer.Abort, KeyboardInterrupt):
-        typer.echo("aborted", err=True)
+        say("interrupted")
         sys.exit(130)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except ClickException as exc:  # e.g. a file option that cannot be opened
         if State.debug:
             raise
-        typer.echo(f"error: {' '.join(exc.format_message().split())}", err=True)
+        say(f"error: {exc.format_message()}")
+        sys.exit(2)
+    except OSError as exc:  # the environment: a missing or read-only directory, a full disk
+        if State.debug:
+            raise
+        where = f": {exc.filename}" if exc.filename else ""
+        say(f"error: {exc.strerror or exc}{where}")
         sys.exit(2)
     except Exception as exc:
         if State.debug:
             raise
-        typer.echo(f"error: {type(exc).__name__}: {exc} (run with --debug for a traceback)", err=True)
+        say(f"error: {type(exc).__name__}: {exc} (run with --debug for a traceback)")
         sys.exit(1)
+    if isinstance(code, int) and not isinstance(code, bool) and code:
+        # typer returns 130 for a KeyboardInterrupt outside a training session
+        if code == 130:
+            say("interrupted")
+        sys.exit(code)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ledger import GenerationRecord, Ledger, RunInfo
+from ledger import Ledger, RunInfo
 from ledger.errors import SeedLedgerError
 from ledger.rows import wall_seconds
 
@@ -39,14 +39,15 @@ def _own_range(ledger: Ledger, run: RunInfo) -> range:
     return range(run.parent_generation + 1, ledger.latest_generation(run.name) + 1)
 
 
-def run_summary(ledger: Ledger, run: RunInfo) -> dict[str, Any]:
-    """One row of `log`: identity, size, status, best population-mean reward, parent."""
+def run_summary(ledger: Ledger, run: RunInfo, summaries: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """One row of `log`: identity, size, status, best population-mean reward, parent
+    (`summaries`: the run's `Ledger.summaries`, when the caller has them)."""
     best: tuple[float, int] | None = None
     own = _own_range(ledger, run)
-    for g in own:
-        mean = _num(ledger.generation(run.name, g).reward_stats()["mean"])
-        if mean is not None and (best is None or mean > best[0]):
-            best = (mean, g)
+    for s in summaries if summaries is not None else ledger.summaries(run.name):
+        mean = _num(s["reward_mean"])
+        if s["generation"] in own and mean is not None and (best is None or mean > best[0]):
+            best = (mean, s["generation"])
     return {
         "name": run.name,
         "base_model": run.base_model,
@@ -69,39 +70,35 @@ def _holder(segments: list[tuple[str, int, int]], g: int) -> str:
     return next(run for run, first, last in segments if first <= g <= last)
 
 
-def generation_row(record: GenerationRecord, holder: str) -> dict[str, Any]:
-    """One row of `log RUN`: rewards, hyperparameters, fingerprint, seconds."""
-    stats = {k: _num(v) for k, v in record.reward_stats().items()}
+def summary_row(s: dict[str, Any]) -> dict[str, Any]:
+    """One row of `log RUN` from `Ledger.summaries`: rewards, hyperparameters, fingerprint, seconds."""
     return {
-        "generation": record.index,
-        "run": holder,
-        "reward_mean": stats["mean"],
-        "reward_max": stats["max"],
-        "reward_min": stats["min"],
-        "reward_std": stats["std"],
-        "lr": record.lr,
-        "sigma": record.sigma,
-        "population": record.population,
-        "fingerprint": record.fingerprint,
-        "seconds": wall_seconds(record.timings),
-        "committed_at": record.committed_at.isoformat() if record.committed_at else None,
+        "generation": s["generation"],
+        "run": s["run"],
+        "reward_mean": _num(s["reward_mean"]),
+        "reward_max": _num(s["reward_max"]),
+        "reward_min": _num(s["reward_min"]),
+        "reward_std": _num(s["reward_std"]),
+        "lr": s["lr"],
+        "sigma": s["sigma"],
+        "population": s["population"],
+        "fingerprint": s["fingerprint"],
+        "seconds": wall_seconds(s["timings"]),
+        "committed_at": s["committed_at"].isoformat() if s["committed_at"] else None,
     }
 
 
 def run_log(ledger: Ledger, run: str) -> dict[str, Any]:
-    """A run's whole lineage generation by generation (inherited ones name their run)."""
+    """A run's whole lineage generation by generation (inherited ones name their run),
+    read from the generation rows alone (`Ledger.summaries`)."""
     info = ledger.get_run(run)
-    segments = ledger.ancestors(run)
-    rows = [
-        generation_row(ledger.generation(run, g), _holder(segments, g))
-        for _, first, last in segments
-        for g in range(first, last + 1)
-    ]
+    summaries = ledger.summaries(run)
+    rows = [summary_row(s) for s in summaries]
     events = [
         {"at": e.at.isoformat(), "kind": e.kind, "payload": _strict(e.payload)}
         for e in ledger.events(run)
     ]
-    return {"run": run_summary(ledger, info), "generations": rows, "events": events}
+    return {"run": run_summary(ledger, info, summaries), "generations": rows, "events": events}
 
 
 def fork_graph(ledger: Ledger) -> list[dict[str, Any]]:

@@ -11,6 +11,28 @@ from rich.tree import Tree
 
 from engine.commands.audit import FP_PREFIX
 
+MAX_ROWS = 100  # generations (log RUN) and members (show) a table lists; --json lists all
+
+
+def _elided(what: str, hidden: int) -> Text:
+    return Text(f"… {hidden:,} {what} not shown (--json lists all)", style="dim")
+
+
+def safe(data: Any) -> Any:
+    """`data` with every string (and mapping key) fit for a terminal: control characters
+    escaped (ledger.names.printable), since run names, payloads, component names and
+    samples come from ledgers and seed files others wrote. (Views print with markup off,
+    so brackets in them stay literal.)"""
+    from ledger.names import printable
+
+    if isinstance(data, str):
+        return printable(data, limit=None)
+    if isinstance(data, dict):
+        return {safe(k) if isinstance(k, str) else k: safe(v) for k, v in data.items()}
+    if isinstance(data, list | tuple):
+        return [safe(v) for v in data]
+    return data
+
 
 def _f(x: float | None, fmt: str = ".3f") -> str:
     return "–" if x is None else format(x, fmt)
@@ -46,11 +68,14 @@ def run_log_view(data: dict[str, Any]) -> RenderableType:
     for col in ["gen", "run", "R mean", "R max", "lr", "σ", "fingerprint", "sec"]:
         t.add_column(col, justify="left" if col in ("run", "fingerprint") else "right",
                      no_wrap=col == "fingerprint", min_width=FP_PREFIX if col == "fingerprint" else None)
-    for g in data["generations"]:
+    gens = data["generations"]
+    for g in gens[-MAX_ROWS:]:  # the latest ones: where a long run is now
         t.add_row(str(g["generation"]), g["run"], _f(g["reward_mean"]), _f(g["reward_max"]),
                   _f(g["lr"], ".3g"), _f(g["sigma"], ".3g"), _fp(g["fingerprint"]),
                   _f(g["seconds"], ".1f"))
     parts: list[RenderableType] = [t]
+    if len(gens) > MAX_ROWS:
+        parts.append(_elided("earlier generations", len(gens) - MAX_ROWS))
     if not data["generations"]:
         parts.append(Text("no generations committed yet"))
     if data["events"]:
@@ -65,14 +90,14 @@ def run_log_view(data: dict[str, Any]) -> RenderableType:
 def graph_view(roots: list[dict[str, Any]]) -> RenderableType:
     if not roots:
         return Text("no runs in this ledger")
-    tree = Tree("[bold]runs[/bold]", guide_style="dim")
+    tree = Tree(Text("runs", style="bold"), guide_style="dim")
 
     def add(parent: Tree, node: dict[str, Any]) -> None:
         first = (node["forked_at"] or 0) + 1  # a fork's own generations start after its fork point
         own = f"gens {first}..{node['generations']}" if node["generations"] >= first else "no gens"
-        label = f"[bold]{node['name']}[/bold]  {own}  {node['status']}"
+        label = Text.assemble((node["name"], "bold"), f"  {own}  {node['status']}")
         if node["forked_at"] is not None:
-            label = f"@{node['forked_at']} → " + label
+            label = Text.assemble(f"@{node['forked_at']} → ", label)
         branch = parent.add(label)
         for child in node["children"]:
             add(branch, child)
@@ -86,7 +111,7 @@ def show_view(data: dict[str, Any]) -> RenderableType:
     hp = data["hyperparameters"]
     where = "" if data["recorded_in"] == data["run"] else f" (recorded in {data['recorded_in']})"
     head = Table.grid(padding=(0, 2))
-    head.add_row("generation", f"[bold]{data['run']}@{data['generation']}[/bold]{where}")
+    head.add_row("generation", Text.assemble((f"{data['run']}@{data['generation']}", "bold"), where))
     head.add_row("fingerprint", data["fingerprint"] or "–")
     head.add_row("lr / σ / N", f"{hp['lr']:.4g} / {hp['sigma']:.4g} / {hp['population']}")
     head.add_row("optimizer", ", ".join(f"{k}={v}" for k, v in hp["optimizer"].items()))
@@ -102,11 +127,13 @@ def show_view(data: dict[str, Any]) -> RenderableType:
     t = Table(title="members", title_justify="left")
     for col in ["#", "key", "sign", "reward", *comps, "coefficient"]:
         t.add_column(col, justify="left" if col == "key" else "right")
-    for m in data["members"]:
+    for m in data["members"][:MAX_ROWS]:
         t.add_row(str(m["index"]), _key(m["key"]), "+" if m["sign"] > 0 else "−",
                   _f(m["reward"]), *[_component(c, m["components"].get(c)) for c in comps],
                   repr(m["coefficient"]))
     parts: list[RenderableType] = [head, t]
+    if len(data["members"]) > MAX_ROWS:
+        parts.append(_elided("more members", len(data["members"]) - MAX_ROWS))
     for m in data["members"]:
         if "samples" in m:
             parts.append(_samples_view(m))
@@ -150,10 +177,10 @@ def diff_view(data: dict[str, Any], top: int | None = None) -> RenderableType:
     if top is not None and len(data["tensors"]) > top:
         t.add_row(f"… {len(data['tensors']) - top} more", "", "", "", "")
     t.add_section()
-    t.add_row("[bold]total[/bold]", f"{tot['tensors']} tensors", f"{tot['l2']:.4g}",
+    t.add_row(Text("total", style="bold"), f"{tot['tensors']} tensors", f"{tot['l2']:.4g}",
               f"{tot['max_abs']:.4g}", f"{tot['changed']:,}/{tot['numel']:,}")
     return t
 
 
 def print_view(view: RenderableType) -> None:
-    Console().print(view)
+    Console(markup=False, emoji=False).print(view)  # text from ledgers is never markup

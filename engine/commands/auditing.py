@@ -34,7 +34,7 @@ def log(
     if as_json:
         emit(payload, as_json)
     else:
-        ar.print_view(view(payload))
+        ar.print_view(view(ar.safe(payload)))
 
 
 @app.command()
@@ -55,7 +55,7 @@ def show(
     if as_json:
         emit(payload, as_json)
     else:
-        ar.print_view(ar.show_view(payload))
+        ar.print_view(ar.show_view(ar.safe(payload)))
 
 
 @app.command()
@@ -70,13 +70,15 @@ def diff(
     """Per-tensor L2 and max |Δ| between two models, rebuilt by replay, largest first."""
     from engine.commands import audit
     from engine.commands import audit_render as ar
+    from engine.devices import check_device
 
+    check_device(device)
     with open_ledger(ledger) as led:
         payload = audit.diff(led, ref_a, ref_b, device)
     if as_json:
         emit(payload, as_json)
     else:
-        ar.print_view(ar.diff_view(payload, top))
+        ar.print_view(ar.diff_view(ar.safe(payload), top))
 
 
 @app.command()

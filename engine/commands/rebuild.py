@@ -22,7 +22,7 @@ from engine.refs import parse_ref, resolve_ref
 from engine.session import anchors_dir
 from ledger import Ledger
 from ledger.db import sqlite_path, to_url
-from ledger.durable import holds_ledger, is_sqlite_file
+from ledger.durable import as_umask_allows, disk_full, holds_ledger, is_sqlite_file, write_error
 from ledger.errors import NotVerified, SeedLedgerError, VerifyMismatch
 from ledger.records import missing_fingerprint
 from replay.adapter import LoraSpec, start_fingerprint
@@ -36,7 +36,9 @@ def load_base_master(model_dir: Path, device: str = "cpu") -> dict[str, torch.Te
     """The base weights as an fp32 master, named as `named_parameters()` names them."""
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(
+        model_dir, dtype=torch.float32, local_files_only=True, use_safetensors=True  # never a pickle
+    )
     return {
         name: p.detach().to(device=device, dtype=torch.float32).contiguous()
         for name, p in model.named_parameters()
@@ -137,7 +139,7 @@ def write_model_dir(
     """Write a transformers/vLLM-loadable directory in the base model's own dtype."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    model = AutoModelForCausalLM.from_pretrained(base_dir, dtype="auto")
+    model = AutoModelForCausalLM.from_pretrained(base_dir, dtype="auto", local_files_only=True, use_safetensors=True)
     with torch.no_grad():
         for name, param in model.named_parameters():
             param.copy_(master[name].to(device=param.device, dtype=param.dtype))
@@ -182,12 +184,21 @@ def publish(output: Path, fill: Callable[[Path], None], meta: dict, force: bool 
     expensive work; it runs again here just before the rename, for anything that
     appeared meanwhile."""
     output = output.expanduser().resolve()
-    output.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
+    except OSError as exc:  # a read-only place, a file where a directory should be
+        raise SeedLedgerError(f"-o {output}: cannot write in {output.parent}: {exc.strerror}") from None
     old = None
     try:
-        fill(staging)
-        (staging / MARKER).write_text(json.dumps(meta, indent=2) + "\n")
+        try:
+            fill(staging)
+            (staging / MARKER).write_text(json.dumps(meta, indent=2) + "\n")
+        except Exception as exc:  # a full disk: one line, and the staging directory goes
+            if isinstance(exc, OSError) or disk_full(exc):
+                raise write_error(f"-o {output}", exc) from None
+            raise
+        as_umask_allows(staging)  # mkdtemp's 0700 and safetensors' 0600 are not for sharing
         check_output(output, force, keep)  # again: something may have appeared meanwhile
         if output.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{output.name}.old.", dir=output.parent))
@@ -230,11 +241,22 @@ def _unchecked(missing: tuple[int, str] | None, what: str, allow_unverified: boo
     return {"verified": False, "not_verified": missing[1]}
 
 
+def _with_event(ledger: Ledger, run: str, payload: dict, report: dict) -> dict:
+    """`report`, after recording `payload` as the run's `verify` event; when the ledger
+    cannot take it (read-only), the result still stands and `event_error` says why."""
+    try:
+        ledger.log_event(run, "verify", payload)
+    except SeedLedgerError as exc:
+        report["event_error"] = str(exc)
+    return report
+
+
 def verify_ref(ledger: Ledger, ref: str, device: str = "cpu") -> dict:
     """Replay from the base (no anchors) and compare every generation's fingerprint.
 
-    Every outcome is logged as a `verify` event; a mismatch, or a base or generation with
-    no fingerprint to compare against ("not verified"), is reported (`ok: false`, the first
+    Every outcome is logged as a `verify` event (where the ledger can be written: else the
+    report's `event_error` says so); a mismatch, or a base or generation with no
+    fingerprint to compare against ("not verified"), is reported (`ok: false`, the first
     generation concerned, the message), not raised, so that the CLI can print the report
     before it exits 1.
     """
@@ -243,21 +265,21 @@ def verify_ref(ledger: Ledger, ref: str, device: str = "cpu") -> dict:
     if missing is not None:
         bad, why = missing
         message = f"{run.name}@{gen} not verified: {why}"
-        ledger.log_event(
-            run.name, "verify",
+        return _with_event(
+            ledger, run.name,
             {"generation": gen, "ok": False, "device": device, "first_bad_generation": bad,
              "error": message, "not_verified": why},
+            {
+                "run": run.name,
+                "generation": gen,
+                "generations_checked": 0,
+                "first_bad_generation": bad,
+                "fingerprint": None,
+                "ok": False,
+                "not_verified": why,
+                "error": message,
+            },
         )
-        return {
-            "run": run.name,
-            "generation": gen,
-            "generations_checked": 0,
-            "first_bad_generation": bad,
-            "fingerprint": None,
-            "ok": False,
-            "not_verified": why,
-            "error": message,
-        }
     start = _base_for(run, None, device)
     try:
         master, _ = rebuild(ledger, run.name, gen, start.master, verify="every", anchors_dir=None,
@@ -265,29 +287,25 @@ def verify_ref(ledger: Ledger, ref: str, device: str = "cpu") -> dict:
     except VerifyMismatch as exc:
         bad = exc.generation
         message = f"{run.name}@{gen} does not verify: {exc}"
-        ledger.log_event(
-            run.name, "verify",
+        return _with_event(
+            ledger, run.name,
             {"generation": gen, "ok": False, "device": device, "first_bad_generation": bad,
              "error": str(exc)},
+            {
+                "run": run.name,
+                "generation": gen,
+                "generations_checked": bad,
+                "first_bad_generation": bad,
+                "fingerprint": None,
+                "ok": False,
+                "error": message,
+            },
         )
-        return {
-            "run": run.name,
-            "generation": gen,
-            "generations_checked": bad,
-            "first_bad_generation": bad,
-            "fingerprint": None,
-            "ok": False,
-            "error": message,
-        }
     fp = fingerprint(master)
-    ledger.log_event(run.name, "verify", {"generation": gen, "ok": True, "device": device, "fingerprint": fp})
-    return {
-        "run": run.name,
-        "generation": gen,
-        "generations_checked": gen,
-        "fingerprint": fp,
-        "ok": True,
-    }
+    return _with_event(
+        ledger, run.name, {"generation": gen, "ok": True, "device": device, "fingerprint": fp},
+        {"run": run.name, "generation": gen, "generations_checked": gen, "fingerprint": fp, "ok": True},
+    )
 
 
 def rebuild_ref(
@@ -317,8 +335,9 @@ def rebuild_seedfile(
     """Rebuild from a seed file alone: its header names the base, the trained parameters
     (an adapter's spec and config) and every step."""
     from ledger.seedfile import read_seedfile
+    from replay.seedcheck import check_seedfile
 
-    seeds = read_seedfile(path, key_fn=member_key)
+    seeds = read_seedfile(path, key_fn=member_key, check=check_seedfile)
     check_output(output, force, keep=keep)
     fps = {s.index: fp for s, fp in zip(seeds.steps, seeds.fingerprints, strict=True)}
     wanted = fps if verify == "every" else {g: fp for g, fp in fps.items() if g == seeds.generation}

@@ -18,6 +18,7 @@ from engine.commands.app import (
     emit,
     open_ledger,
 )
+from ledger.seedio import IMPORT_MAX_MEMBERS  # light: no torch
 
 
 @app.command()
@@ -47,16 +48,23 @@ def import_(
     file: Annotated[Path, typer.Argument(help="FILE.seeds to import as a run.")],
     run: Annotated[str | None, typer.Option("--run", help="Name for the imported run.")] = None,
     allow_unverified: AllowUnverified = False,
+    max_members: Annotated[
+        int, typer.Option("--max-members", min=1, help="Refuse a file holding more members than this.")
+    ] = IMPORT_MAX_MEMBERS,
     ledger: LedgerOpt = DEFAULT_LEDGER,
     as_json: JsonOpt = False,
 ):
     """Import a seed file into the ledger as a run (refused when it lacks fingerprints,
-    unless --allow-unverified)."""
+    unless --allow-unverified, or holds more than --max-members members)."""
     from ledger.seedio import import_seedfile
     from replay.noise import member_key
+    from replay.seedcheck import check_seedfile
 
     with open_ledger(ledger, create=True) as led:
-        info = import_seedfile(led, file, run, key_fn=member_key, allow_unverified=allow_unverified)
+        info = import_seedfile(
+            led, file, run, key_fn=member_key, allow_unverified=allow_unverified,
+            check=check_seedfile, max_members=max_members,
+        )
         latest = led.latest_generation(info.name)
         why = led.events(info.name, "import")[-1].payload.get("not_verified")
     payload = {"run": info.name, "latest_generation": latest, "verified": why is None}

@@ -5,6 +5,8 @@ command runs, so that starting the CLI stays light.
 
 from __future__ import annotations
 
+import os
+import shlex
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -12,11 +14,16 @@ from typing import Annotated
 import typer
 
 from engine.commands.app import DEFAULT_LEDGER, JsonOpt, LedgerOpt, app, emit, open_ledger
+from ledger.db import display_location
 
 Sets = Annotated[
     list[str] | None, typer.Option("--set", help="Override a config key: key=value (dots for nesting).")
 ]
 Gens = Annotated[int | None, typer.Option("--generations", "-n", help="Generations to train.")]
+TrustCode = Annotated[
+    bool,
+    typer.Option("--trust-code", help="Import the reward code the run's stored config names (read it first)."),
+]
 
 
 def _session_payload(result) -> dict:
@@ -32,11 +39,25 @@ def _session_payload(result) -> dict:
 
 def _session(ledger: str, as_json: bool, body, create: bool = False) -> None:
     """Run a training session `body(ledger, hooks)` with live progress (none under --json),
-    then print its summary and emit the result."""
+    then print its summary and emit the result. SIGTERM stops it as Ctrl-C does
+    (engine.interrupts); the one line then names the `resume` command to run."""
+    import contextlib
+
+    from engine.interrupts import RunInterrupted, sigterm_raises
     from engine.progress import TrainingProgress
 
-    with open_ledger(ledger, create=create) as led, TrainingProgress(enabled=not as_json) as progress:
-        result = body(led, progress.hooks())
+    # under --json, stdout is the JSON document alone: log lines (provisioning) go to stderr
+    quiet = contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext()
+    try:
+        with sigterm_raises(), quiet, open_ledger(ledger, create=create) as led, \
+                TrainingProgress(enabled=not as_json) as progress:
+            result = body(led, progress.hooks())
+    except RunInterrupted as exc:
+        if exc.run is not None:
+            implied = ("", DEFAULT_LEDGER, os.environ.get("SEEDLEDGER_DB"))  # what `resume` finds alone
+            where = "" if ledger in implied else f" --ledger {shlex.quote(display_location(ledger))}"
+            exc.args = (f"{exc}; continue with `seedledger resume {exc.run}{where}`",)
+        raise
     if not as_json and progress.rows:
         progress.console.print(progress.summary())
     emit(_session_payload(result), as_json, f"run {result.run.name}: fingerprint {result.fingerprint}")
@@ -64,13 +85,20 @@ def train(
 def resume(
     run: Annotated[str, typer.Argument(help="Run to continue from its last committed generation.")],
     generations: Gens = None,
+    take_over: Annotated[
+        bool,
+        typer.Option("--take-over", help="Take the run's writer lease from a session on another "
+                     "host that is gone (its next commit would fail if it is not)."),
+    ] = False,
+    trust_code: TrustCode = False,
     ledger: LedgerOpt = DEFAULT_LEDGER,
     as_json: JsonOpt = False,
 ):
     """Continue RUN from its last committed generation."""
     from engine import session
 
-    _session(ledger, as_json, lambda led, hooks: session.resume(led, run, generations, hooks))
+    _session(ledger, as_json, lambda led, hooks: session.resume(
+        led, run, generations, hooks, take_over, trust_code=trust_code))
 
 
 @app.command()
@@ -79,13 +107,15 @@ def fork(
     run: Annotated[str, typer.Option("--run", help="Name of the new run.")],
     set_: Sets = None,
     generations: Gens = None,
+    trust_code: TrustCode = False,
     ledger: LedgerOpt = DEFAULT_LEDGER,
     as_json: JsonOpt = False,
 ):
     """Start a child run at RUN@G (optionally with changed settings) and train it."""
     from engine import session
 
-    _session(ledger, as_json, lambda led, hooks: session.fork(led, ref, run, set_ or [], generations, hooks))
+    _session(ledger, as_json, lambda led, hooks: session.fork(
+        led, ref, run, set_ or [], generations, hooks, trust_code=trust_code))
 
 
 @app.command()

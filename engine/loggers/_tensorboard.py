@@ -1,5 +1,6 @@
-"""TensorBoard mirror: event files under `log_dir/tensorboard/RUN`, written with torch's
-SummaryWriter (torch is already a dependency; only the `tensorboard` package is added)."""
+"""TensorBoard mirror: event files under `log_dir/tensorboard/RUN` (ledger.names.run_path:
+never outside it, whatever the name), written with torch's SummaryWriter (torch is
+already a dependency; only the `tensorboard` package is added)."""
 
 from __future__ import annotations
 
@@ -10,12 +11,14 @@ from typing import Any
 from torch.utils.tensorboard import SummaryWriter
 from torch.utils.tensorboard.summary import hparams
 
+from ledger.names import run_path
+
 from ._flatten import flatten
 
 
 class TensorBoardLogger:
     def __init__(self, run_name: str, log_dir: Path, config: dict[str, Any]) -> None:
-        self.path = log_dir / "tensorboard" / run_name
+        self.path = run_path(log_dir / "tensorboard", run_name)  # contained, whatever the name
         self.writer = SummaryWriter(log_dir=str(self.path))
         # hparams go into this run's own event file (add_hparams would open a sub-run).
         for summary in hparams(flatten(config), {}):

@@ -18,6 +18,7 @@ from engine.config import TrainConfig
 from engine.evaluator import Evaluator
 from engine.models import quiet_hf_env
 from ledger import Ledger, ReplayStep
+from ledger.db import display_location
 from ledger.errors import SeedLedgerError
 from trainers.es import Member
 
@@ -109,7 +110,7 @@ class ReplicaActor:
             ledger = Ledger.open(url, upgrade=False, create=False)
         except Exception as exc:  # noqa: BLE001 - any reason; reported in one line
             raise SeedLedgerError(
-                f"worker {self.worker} on host {self.host} cannot open the ledger {url}: "
+                f"worker {self.worker} on host {self.host} cannot open the ledger {display_location(url)}: "
                 f"{' '.join(str(exc).split())}. With Ray on several machines the ledger must be "
                 "a database every node reaches (e.g. a PostgreSQL URL), not a local SQLite file"
             ) from None

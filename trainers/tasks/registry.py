@@ -18,6 +18,7 @@ answer_end, partial; ``length``: limit, unit, scale).
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -92,6 +93,23 @@ def _absolute_reward(item: Any, fix: Callable[[Any], Any]) -> Any:
     return {**item, "fn": fixed} if isinstance(item, dict) else fixed
 
 
+def code_refs(spec: Any) -> list[str]:
+    """Every reward reference in task ``spec`` that imports code (``module:function`` or
+    ``file.py:function``; built-ins are not code), in order, without loading anything:
+    what a stored config would make `resume` or `fork` import."""
+    if isinstance(spec, list):
+        return [r for item in spec for r in code_refs(item)]
+    if not isinstance(spec, dict):
+        return []
+    out = code_refs(spec.get("mix")) + code_refs(spec.get("task"))
+    rewards = spec.get("rewards")
+    for item in rewards if isinstance(rewards, list) else []:
+        ref = item.get("fn") if isinstance(item, dict) else item
+        if isinstance(ref, str) and ref not in _BUILTIN_REWARDS:
+            out.append(ref)
+    return out
+
+
 def task_levels(spec: Any) -> int:
     """How many difficulty levels the task ``spec`` names, without loading any data (1 for
     file-backed tasks and mixes, which a curriculum cannot move)."""
@@ -154,8 +172,8 @@ def _load_mix(items: Any, seed: int) -> Task:
             sub, weight = item, item.get("weight", 1.0)
         else:
             sub, weight = item, 1.0
-        if isinstance(weight, bool) or not isinstance(weight, int | float):
-            raise SeedLedgerError(f"task mix: weight {weight!r} is not a number")
+        if isinstance(weight, bool) or not isinstance(weight, int | float) or not 0 < weight < math.inf:
+            raise SeedLedgerError(f"task mix: weight {weight!r} is not a finite positive number")
         tasks.append(load_task(sub, seed))
         weights.append(float(weight))
     return MixtureTask(tasks, weights, seed=seed)
@@ -173,8 +191,11 @@ def build_rewards(spec: Any, task_rewards: list[WeightedReward]) -> list[Weighte
         ref = opts.pop("fn")
         weight = opts.pop("weight", 1.0)
         name = opts.pop("name", None)
-        if isinstance(weight, bool) or not isinstance(weight, int | float):
-            raise SeedLedgerError(f"rewards: weight of {ref!r} is not a number: {weight!r}")
+        if isinstance(weight, bool) or not isinstance(weight, int | float) or not math.isfinite(weight):
+            raise SeedLedgerError(f"rewards: weight of {ref!r} is not a finite number: {weight!r}")
+        for key, value in opts.items():  # NaN or inf options train nothing, or fail mid-run
+            if isinstance(value, float) and not math.isfinite(value):
+                raise SeedLedgerError(f"rewards: {ref!r}: {key} {value!r} is not a finite number")
         try:
             if ref == "task":
                 _no_options(ref, opts)

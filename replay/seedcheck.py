@@ -1,0 +1,97 @@
+"""What a replay can apply: the check `import` and `rebuild FILE.seeds` run on a seed file.
+
+ledger.seedfile checks the format (types, sizes, what SQL columns hold) and round-trips
+any float64; this module refuses well-formed values that no training run could have
+written, so they are rejected at import instead of failing (or silently doing nothing)
+later: an unknown perturbation kind in any segment, a coefficient that is not finite,
+not within ±2**100 or not rounded to 12 significant bits, a σ that is not positive or
+not rounded, an empty generation, an unknown optimizer rule or a non-finite setting, and
+a fingerprint that is not 32 lowercase hex digits.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+import numpy as np
+
+from ledger.errors import SeedLedgerError
+from ledger.seedfile import SeedFile
+
+from .noise import _MAX_COEF, _MIN_COEF, SIG_BITS, check_coefficient
+from .perturbation import check_spec
+from .update import RULES
+
+FINGERPRINT = re.compile(r"[0-9a-f]{32}")
+_LOW_BITS = np.uint64((1 << (52 - (SIG_BITS - 1))) - 1)  # float64 mantissa bits below 12 significant
+
+
+def check_seedfile(sf: SeedFile) -> None:
+    """Raise SeedLedgerError naming the first value a replay of `sf` cannot apply."""
+    seen: set[tuple[str, str]] = set()
+    for s in sf.steps:
+        kind = (s.noise_spec, s.param_selection)
+        if kind not in seen:
+            try:
+                check_spec(*kind)
+            except SeedLedgerError as exc:
+                raise SeedLedgerError(f"segment {s.run!r} (generation {s.index}): {exc}") from None
+            seen.add(kind)
+    try:
+        check_spec(sf.noise_spec, sf.header["param_selection"])  # what a resume would use
+    except SeedLedgerError as exc:
+        raise SeedLedgerError(f"run {sf.header['run']!r}: {exc}") from None
+    _fingerprint(sf.base_fingerprint, "base fingerprint")
+    for g, fp in enumerate(sf.fingerprints, 1):
+        _fingerprint(fp, f"generation {g} fingerprint")
+    for s in sf.steps:
+        if not s.keys:
+            raise SeedLedgerError(f"generation {s.index} has no members")
+        if not (s.sigma > 0 and _rounded(s.sigma)):
+            raise SeedLedgerError(f"generation {s.index}: σ {s.sigma!r} is not a positive rounded value")
+        _optimizer(s.index, s.optimizer)
+        bad = _unrounded(s.coefficients)
+        if bad is not None:
+            raise SeedLedgerError(
+                f"generation {s.index}: coefficient {bad!r} is not finite, within ±2**100 and "
+                f"rounded to {SIG_BITS} significant bits"
+            )
+    for g, lr in enumerate(sf.lrs, 1):
+        if not (math.isfinite(lr) and lr >= 0):
+            raise SeedLedgerError(f"generation {g}: lr {lr!r} is not a finite value >= 0")
+
+
+def _fingerprint(fp: str | None, what: str) -> None:
+    if fp is not None and not FINGERPRINT.fullmatch(fp):
+        raise SeedLedgerError(f"{what} {fp[:40]!r} is not 32 lowercase hex digits")
+
+
+def _rounded(x: float) -> bool:
+    try:
+        return check_coefficient(x) == x
+    except ValueError:
+        return False
+
+
+def _unrounded(coefficients: list[float]) -> float | None:
+    """The first coefficient that `round_coefficient` would change or refuse (vectorized:
+    a million members cost milliseconds), else None. -0.0 and 0.0 are rounded."""
+    c = np.asarray(coefficients, dtype=np.float64)
+    mag = np.abs(c)
+    with np.errstate(invalid="ignore"):
+        ok = (c == 0) | ((mag >= _MIN_COEF) & (mag <= _MAX_COEF) & ((c.view(np.uint64) & _LOW_BITS) == 0))
+    bad = np.flatnonzero(~ok)
+    return float(c[bad[0]]) if bad.size else None
+
+
+def _optimizer(g: int, opt: dict[str, Any]) -> None:
+    name = opt.get("name", "sgd")
+    if name not in RULES:
+        raise SeedLedgerError(f"generation {g}: unknown optimizer {str(name)[:40]!r}")
+    for key, value in opt.items():
+        if key == "name":
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            raise SeedLedgerError(f"generation {g}: optimizer setting {key[:40]!r} is not a finite number")
