@@ -87,7 +87,8 @@ def per_member(model_dir, device, n, prompts, new) -> dict:
 def batched(model_dir, device, n, prompts, new, rank, group, unperturbed: bool) -> dict:
     p = Perturbation.lowrank(rank)
     backend = HFBackend(model_dir, device=device, perturbation=p)
-    backend.load_master(backend.master())
+    master = backend.master()
+    backend.load_master(master)
     keys, signs = _members(n)
     chunk = group * len(prompts)
     backend._decode(prompts, [None] * len(prompts), 2, batch=len(prompts))  # warm-up
@@ -99,7 +100,7 @@ def batched(model_dir, device, n, prompts, new, rank, group, unperturbed: bool) 
         if unperturbed:
             ids += backend._decode(rows, [None] * len(rows), new, batch=chunk)
             continue
-        with backend._lowrank.members(keys[start : start + group], signs[start : start + group], SIGMA):
+        with backend.members(master, keys[start : start + group], signs[start : start + group], SIGMA):
             ids += backend._decode(rows, [None] * len(rows), new, batch=chunk)
     _sync(device)
     label = "(c) pure inference" if unperturbed else f"(b) batched low-rank r={rank}"
@@ -137,7 +138,7 @@ def faithfulness(model_dir, device, n, prompts, new, rank) -> dict:
         enc = plain._encode(prompts)
         with torch.inference_mode():
             ref = plain.model(**enc).logits
-            with batched_b._lowrank.members([key], [sign], SIGMA):
+            with batched_b.members(master, [key], [sign], SIGMA):
                 got = batched_b.model(**enc).logits
                 mine = batched_b._decode(prompts, [None] * len(prompts), new, batch=len(prompts))
         worst = max(worst, (ref - got).abs().max().item())

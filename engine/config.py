@@ -24,6 +24,7 @@ from pydantic import (
 
 from ledger.errors import SeedLedgerError, did_you_mean
 from ledger.seedfile import MAX_GENERATIONS, MAX_MEMBERS, MAX_POPULATION
+from replay.adapter import LoraSpec
 from replay.perturbation import DEFAULT_TARGETS, Perturbation
 from trainers.adaptation import AdaptationSpec
 from trainers.cmaes import CMAESSpec
@@ -132,20 +133,46 @@ class LowRank(Strict):
     )
 
 
-def _perturbation_shorthand(value: Any) -> Any:
-    """`perturbation: lowrank` and `--set perturbation.rank=4` (which arrives as
-    {name: full, rank: 4}) mean the obvious thing."""
-    if isinstance(value, str) and value not in ("full", "lowrank"):
-        raise ValueError(f"{value!r} is not a perturbation: use full, lowrank or {{kind: lowrank, rank: R}}")
-    if value == "lowrank":
-        return {"kind": "lowrank"}
-    if isinstance(value, dict) and "name" in value and "kind" not in value:
-        value = {("kind" if k == "name" else k): v for k, v in value.items()}
-        if value["kind"] == "full" and set(value) - {"kind"}:
-            value["kind"] = "lowrank"  # a rank or targets given to a full run asks for low-rank
-    if isinstance(value, dict) and value.get("kind") == "full" and set(value) == {"kind"}:
-        return "full"
-    return value
+class LoraTrain(Strict):
+    """Train a LoRA adapter on the frozen base instead of every weight (replay.adapter).
+    Unset fields are filled in when the run is created (engine.adapters.resolve) and
+    stored with it: rank 8, alpha 16, every attention and MLP projection, A from the
+    run's seed and B = 0, or all of them from the PEFT adapter directory `init`."""
+
+    kind: Literal["lora"] = "lora"
+    rank: int | None = Field(None, ge=1, le=4096)
+    alpha: float | None = Field(None, gt=0.0, description="the model adds (alpha/rank)·B·A")
+    target_modules: list[str] | None = Field(None, min_length=1, description="linear-module name suffixes")
+    init: str | None = Field(None, description="a PEFT adapter directory to start from (SFT warm start)")
+    init_seed: int | None = Field(None, ge=0, lt=2**63, description="seed of the initial A (default: `seed`)")
+    init_fingerprint: str | None = Field(None, description="the fingerprint of `init`'s tensors")
+
+    def spec(self) -> LoraSpec:
+        if self.rank is None or self.alpha is None or self.target_modules is None:
+            raise ValueError("an adapter run's train block is resolved when the run is created")
+        init = f"seed:{self.init_seed}" if self.init is None else f"peft:{self.init_fingerprint}"
+        return LoraSpec(self.rank, self.alpha, tuple(self.target_modules), init)
+
+
+def _shorthand(kinds: tuple[str, str]):
+    """`perturbation: lowrank`, `train: lora` and `--set perturbation.rank=4` / `--set
+    train.rank=8` (which arrive as {name: full, rank: ...}) mean the obvious thing."""
+    plain, other = kinds
+
+    def parse(value: Any) -> Any:
+        if isinstance(value, str) and value not in kinds:
+            raise ValueError(f"{value!r} is not one of {plain}, {other} or {{kind: {other}, ...}}")
+        if value == other:
+            return {"kind": other}
+        if isinstance(value, dict) and "name" in value and "kind" not in value:
+            value = {("kind" if k == "name" else k): v for k, v in value.items()}
+            if value["kind"] == plain and set(value) - {"kind"}:
+                value["kind"] = other  # settings given to the plain kind ask for the other
+        if isinstance(value, dict) and value.get("kind") == plain and set(value) == {"kind"}:
+            return plain
+        return value
+
+    return parse
 
 
 class TrainConfig(Strict):
@@ -179,8 +206,14 @@ class TrainConfig(Strict):
     evaluation: Evaluation = Evaluation()
     curriculum: CurriculumConfig | None = None
     passk: PassKConfig | None = None
-    perturbation: Annotated[Literal["full"] | LowRank, BeforeValidator(_perturbation_shorthand)] = Field(
+    perturbation: Annotated[Literal["full"] | LowRank, BeforeValidator(_shorthand(("full", "lowrank")))] = Field(
         "full", description="full-rank noise on every parameter, or low-rank on the targeted linears"
+    )
+    train: Annotated[Literal["full"] | LoraTrain, BeforeValidator(_shorthand(("full", "lora")))] = Field(
+        "full", description="the trained parameters: every weight, or a LoRA adapter on a frozen base"
+    )
+    base_quantization: Literal["none", "int8"] = Field(
+        "none", description="an adapter run's frozen base: as stored, or int8 weight-only (torchao)"
     )
     kl: KLConfig | None = None
     members_per_forward: int | None = Field(
@@ -206,6 +239,8 @@ class TrainConfig(Strict):
 
     def perturbation_spec(self) -> Perturbation:
         """The replay-side description of `perturbation`."""
+        if self.train != "full":
+            return Perturbation.lora(self.train.spec())
         if self.perturbation == "full":
             return Perturbation()
         return Perturbation.lowrank(self.perturbation.rank, self.perturbation.targets)
@@ -241,6 +276,17 @@ class TrainConfig(Strict):
             raise ValueError("cmaes: settings given but algorithm is not cmaes")
         if self.algorithm == "cmaes" and self.cmaes and self.cmaes.mu and self.cmaes.mu > self.population:
             raise ValueError("cmaes.mu: more parents than the population holds")
+
+    @model_validator(mode="after")
+    def _adapters_and_quantization(self) -> TrainConfig:
+        if self.train != "full" and self.perturbation != "full":
+            raise ValueError("a LoRA adapter is perturbed with full-rank noise on its own tensors: "
+                             "drop `perturbation` (low-rank ES applies to full-model runs)")
+        if self.base_quantization != "none" and self.train == "full":
+            raise ValueError(f"base_quantization {self.base_quantization}: only an adapter's frozen "
+                             "base can be quantized (train: lora)")
+        if self.train != "full" and self.backend == "vllm":
+            raise ValueError("LoRA runs evaluate on the hf backend for now")
         return self
 
     @model_validator(mode="after")
@@ -316,6 +362,7 @@ def validate(
     `source`."""
     if isinstance(data, dict) and "task" in data:
         data = {**data, "task": absolute_paths(data["task"], base_dir or Path.cwd())}
+    data = _absolute_init(data, base_dir or Path.cwd())
     try:
         return TrainConfig.model_validate(data)
     except ValidationError as exc:
@@ -377,6 +424,16 @@ def _model_of(annotation: Any) -> Any:
     return None
 
 
+def _absolute_init(data: Any, base_dir: Path) -> Any:
+    """`train.init` (a PEFT adapter directory) made absolute against `base_dir`, as
+    dataset paths are, so the stored config finds it from anywhere."""
+    train = data.get("train") if isinstance(data, dict) else None
+    if isinstance(train, dict) and isinstance(train.get("init"), str) and train["init"]:
+        init = Path(train["init"]).expanduser()
+        data = {**data, "train": {**train, "init": str(init if init.is_absolute() else Path(base_dir) / init)}}
+    return data
+
+
 def _is_union_tag(part: Any) -> bool:
     """pydantic names a union's branches in error locations (`literal['full']`, `LowRank`);
     config keys are lower-case, so these are told apart by their first character."""
@@ -407,5 +464,6 @@ def load_config(path: str | Path | None, overrides: list[str] = ()) -> TrainConf
         data = loaded or {}
         if "task" in data:  # the file's own relative paths are relative to the file
             data["task"] = absolute_paths(data["task"], Path(path).resolve().parent)
+        data = _absolute_init(data, Path(path).resolve().parent)
     # paths given with --set are relative to the working directory (validate's default)
     return validate(apply_overrides(data, list(overrides)), source, overrides=list(overrides))

@@ -30,6 +30,7 @@ from engine.backends.base import Population
 from engine.config import TrainConfig
 from ledger import Ledger, ReplayStep
 from replay import update
+from replay.adapter import start_fingerprint
 from replay.fingerprint import fingerprint
 from replay.noise import member_key
 from replay.rebuild import rebuild
@@ -70,13 +71,21 @@ class Evaluator:
             self._passk_threshold = cfg.passk.threshold
 
     def base_fingerprint(self) -> str:
-        return fingerprint(self.master)
+        """Generation 0's fingerprint (call it before `restore`): the base model's, or an
+        adapter run's frozen base as loaded together with its initial adapter."""
+        return start_fingerprint(self.master, self.frozen)
+
+    @property
+    def frozen(self) -> str | None:
+        """An adapter run's frozen base fingerprint (None: the master is the whole model)."""
+        return getattr(self.backend, "frozen", None)
 
     def restore(self, ledger: Ledger, run: str, generation: int, anchors_dir: Path | None) -> str:
         """Bring the master to `run@generation` by replaying the ledger; returns its fingerprint."""
         if generation > 0:
             self.master, self.state = rebuild(
-                ledger, run, generation, self.master, verify="end", anchors_dir=anchors_dir
+                ledger, run, generation, self.master, verify="end", anchors_dir=anchors_dir,
+                frozen=self.frozen,
             )
         self.generation = generation
         self.backend.load_master(self.master)

@@ -42,10 +42,18 @@ QUIET_HF_ENV = {
 }
 
 
+# transformers imports torchao whenever it is installed (the `int8` extra), and torchao
+# logs at import that this CPU build lacks its GPU kernels; torch notes a deprecation.
+QUIET_LOGGERS = ("torchao", "torch.utils._pytree")
+
+
 def quiet_hf_env() -> None:
-    """Set `QUIET_HF_ENV` where the user has not chosen otherwise (before HF libraries load)."""
+    """Set `QUIET_HF_ENV` where the user has not chosen otherwise (before HF libraries load),
+    and keep import-time library chatter (`QUIET_LOGGERS`) below errors."""
     for name, value in QUIET_HF_ENV.items():
         os.environ.setdefault(name, value)
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
 
 log = logging.getLogger(__name__)
 
@@ -420,14 +428,40 @@ def model_revision(ref: str | os.PathLike[str] | None = None) -> str | None:
     return f"{m.get('revision')}@sha256:{m['sha256']}"
 
 
-def load_causal_lm(model_dir: str | os.PathLike[str], device: str = "cpu", dtype: Any = None) -> Any:
+QUANTIZATIONS = ("none", "int8")  # what `base_quantization` may name (engine.adapters)
+
+
+def load_causal_lm(
+    model_dir: str | os.PathLike[str], device: str = "cpu", dtype: Any = None, quantization: str = "none",
+) -> Any:
     """Load a causal LM from a local directory (never the hub), in eval mode on `device`.
     Only safetensors weights are read: a directory a ledger or seed file names may hold a
-    pickled `pytorch_model.bin`, and nothing seedledger reads is unpickled."""
+    pickled `pytorch_model.bin`, and nothing seedledger reads is unpickled.
+
+    `quantization` "int8": every linear weight int8 weight-only (per-row scales), through
+    torchao's `Int8WeightOnlyConfig` in transformers, quantized from the checkpoint as it
+    loads, on the CPU (so the quantized bits do not depend on the device that runs it).
+    """
     import torch
     from transformers import AutoModelForCausalLM
 
+    kwargs: dict[str, Any] = {}
+    if quantization == "int8":
+        kwargs["quantization_config"] = _torchao_int8()
+    elif quantization != "none":
+        raise SeedLedgerError(f"unknown base quantization {quantization!r} (known: {', '.join(QUANTIZATIONS)})")
     model = AutoModelForCausalLM.from_pretrained(
-        str(model_dir), dtype=dtype or torch.float32, local_files_only=True, use_safetensors=True
+        str(model_dir), dtype=dtype or torch.float32, local_files_only=True, use_safetensors=True, **kwargs
     )
     return model.to(device).eval()
+
+
+def _torchao_int8() -> Any:
+    """transformers' TorchAoConfig for int8 weight-only (import chatter kept off stderr)."""
+    quiet_hf_env()
+    try:
+        from torchao.quantization import Int8WeightOnlyConfig
+        from transformers import TorchAoConfig
+    except ImportError:
+        raise SeedLedgerError("base_quantization int8 needs torchao: pip install 'seedledger[int8]'") from None
+    return TorchAoConfig(Int8WeightOnlyConfig())

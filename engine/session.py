@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from engine import batching, preflight
+from engine import adapters, batching, preflight
 from engine.config import TrainConfig, apply_overrides, load_config, validate
 from engine.devices import check_device
 from engine.interrupts import RunInterrupted, signal_of, signals_held
@@ -220,6 +220,7 @@ def start(
     try:
         model_dir = resolve_model(cfg.model)
         preflight.check(cfg, model_dir)  # before the run exists: a setting that cannot work is exit 2
+        cfg = adapters.resolve(cfg)
         cfg = cfg.model_copy(update={"members_per_forward": batching.resolve(cfg, model_dir)})
         spec = cfg.perturbation_spec()
         pool = make_pool(cfg, model_dir)
@@ -233,7 +234,7 @@ def start(
             base_revision=model_revision(cfg.model),
             base_fingerprint=pool.base_fingerprint(),
             noise_spec=spec.noise_spec,
-            dtype_policy=f"fp32-master/{cfg.dtype}-eval",
+            dtype_policy=dtype_policy(cfg),
             param_selection=spec.param_selection,
             config=cfg.model_dump(mode="json"),
             seed=cfg.seed,
@@ -319,7 +320,7 @@ def resume(
         try:
             with _keepalive(lease):
                 pool = make_pool(cfg, model_dir)
-                _check_base(run, pool.base_fingerprint())
+                _check_base(run, pool.base_fingerprint(), cfg)
                 pool.restore(ledger, run.name, latest, anchors_dir(ledger))
             ledger.log_event(run.name, "resume", {"from_generation": latest, "generations": generations})
             return _run_loop(ledger, run, cfg, pool, generations, hooks, lease)
@@ -352,6 +353,8 @@ def fork(
     check_device(cfg.device)
     if cfg.model != parent.base_model:
         raise SeedLedgerError("a fork keeps its parent's base model; `model` cannot be changed")
+    if cfg.train != validate(parent.config, f"run {parent.name} config").train:
+        raise SeedLedgerError("a fork trains its parent's parameters; `train` cannot be changed")
     if ledger.has_run(new_name):
         raise SeedLedgerError(f"run {new_name!r} exists; pick another --run")
     model_dir = resolve_model(cfg.model)
@@ -364,7 +367,7 @@ def fork(
         parent.spec(),
         noise_spec=kind.noise_spec,
         param_selection=kind.param_selection,
-        dtype_policy=f"fp32-master/{cfg.dtype}-eval",
+        dtype_policy=dtype_policy(cfg),
         config=cfg.model_dump(mode="json"),
         seed=cfg.seed,
         run_key=run_key(cfg.seed),
@@ -377,7 +380,7 @@ def fork(
         try:
             with _keepalive(lease):
                 pool = make_pool(cfg, model_dir)
-                _check_base(parent, pool.base_fingerprint())
+                _check_base(parent, pool.base_fingerprint(), cfg)
                 pool.restore(ledger, run.name, gen, anchors_dir(ledger))
         except BaseException as exc:
             with signals_held():
@@ -396,6 +399,13 @@ def fork(
             pool.close()
 
 
+def dtype_policy(cfg: TrainConfig) -> str:
+    """The run's `dtype_policy`: what is kept in fp32, and what evaluation runs in."""
+    if cfg.train == "full":
+        return f"fp32-master/{cfg.dtype}-eval"
+    return f"fp32-adapter/{cfg.base_quantization}-base/{cfg.dtype}-eval"
+
+
 def _rows_changed(parent: TrainConfig, child: TrainConfig, overrides: list[str]) -> bool:
     """Whether a fork must choose its own `members_per_forward`: it changed what a forward
     group holds (perturbation, batch, samples) without setting the group size itself."""
@@ -405,9 +415,12 @@ def _rows_changed(parent: TrainConfig, child: TrainConfig, overrides: list[str])
     return any(getattr(parent, k) != getattr(child, k) for k in same)
 
 
-def _check_base(run: RunInfo, fingerprint: str) -> None:
+def _check_base(run: RunInfo, fingerprint: str, cfg: TrainConfig | None = None) -> None:
     if run.base_fingerprint and run.base_fingerprint != fingerprint:
+        what = f"base model {run.base_model!r}"
+        if cfg is not None and cfg.train != "full":  # an adapter run's base is loaded as configured
+            what += f" loaded with base_quantization {cfg.base_quantization}, with the run's initial adapter,"
         raise SeedLedgerError(
-            f"base model {run.base_model!r} has fingerprint {fingerprint[:16]}…, but run "
+            f"{what} has fingerprint {fingerprint[:16]}…, but run "
             f"{run.name} was trained from {run.base_fingerprint[:16]}…: not the same weights"
         )

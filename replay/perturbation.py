@@ -1,10 +1,13 @@
 """Perturbation kinds: which tensors a run trains and what shape their noise takes.
 
 A run stores two strings, ``noise_spec`` and ``param_selection``; every replay step
-carries its own run's pair, so a fork may change kind. Two kinds exist:
+carries its own run's pair, so a fork may change kind (not the adapter). The forms:
 
 - full: ``"v1"`` / ``"all"``. Every tensor is trained; member noise is ε from the v1
   counter noise (``replay.noise``).
+- adapter: ``"v1"`` / ``"lora-v1:r=R,alpha=A,init=...,targets=..."``. The master is a
+  LoRA adapter on a frozen base (``replay.adapter``) and every adapter tensor is trained
+  with v1 noise: a full perturbation of a smaller master (``adapter`` is set).
 - lowrank: ``"lowrank-v1:r=R"`` / ``"suffix:q_proj,k_proj,..."``. Only 2-D tensors named
   ``<target>.weight`` (or ``....<target>.weight``) for a listed target are trained, with
   noise E = A·Bᵀ/√R (``replay.lowrank``); everything else (embeddings, norms, lm_head) is
@@ -37,6 +40,7 @@ import torch
 from ledger.errors import SeedLedgerError
 
 from . import _reference as ref
+from .adapter import LoraSpec, is_selection, parse_selection
 from .hashing import GOLDEN, MASK64, MIX1, MIX2, fmix64, mix, stable_hash
 from .noise import _use_fast, _use_triton, generate, tensor_key
 from .table import TABLE_NP
@@ -53,11 +57,13 @@ _B = stable_hash("seedledger/lowrank/v1/B")
 
 @dataclass(frozen=True)
 class Perturbation:
-    """The perturbation kind of a run: ``full``, or ``lowrank`` of ``rank`` on ``targets``."""
+    """The perturbation kind of a run: ``full``, or ``lowrank`` of ``rank`` on ``targets``;
+    ``adapter`` set: the master is that LoRA adapter (kind ``full`` on its tensors)."""
 
     kind: Literal["full", "lowrank"] = "full"
     rank: int = 0
     targets: tuple[str, ...] = ()
+    adapter: LoraSpec | None = None
 
     @classmethod
     def from_run(cls, noise_spec: str, param_selection: str) -> Perturbation:
@@ -81,8 +87,15 @@ class Perturbation:
     def noise_spec(self) -> str:
         return "v1" if self.kind == "full" else f"{_LOWRANK}{self.rank}"
 
+    @classmethod
+    def lora(cls, spec: LoraSpec) -> Perturbation:
+        """An adapter run: v1 noise on every tensor of the LoRA adapter ``spec``."""
+        return cls(adapter=spec)
+
     @property
     def param_selection(self) -> str:
+        if self.adapter is not None:
+            return self.adapter.selection
         return "all" if self.kind == "full" else _SUFFIX + ",".join(self.targets)
 
     def trained(self, name: str, shape: Sequence[int]) -> bool:
@@ -101,6 +114,10 @@ class Perturbation:
 
 @lru_cache(maxsize=64)
 def _parse(noise_spec: str, param_selection: str) -> Perturbation:
+    if is_selection(param_selection):
+        if noise_spec != "v1":
+            raise SeedLedgerError(f"a LoRA adapter is perturbed with noise spec 'v1', not {_short(noise_spec)}")
+        return Perturbation.lora(parse_selection(param_selection))
     if noise_spec == "v1":
         if param_selection != "all":
             raise SeedLedgerError(f"noise spec 'v1' trains every tensor: parameter selection must be 'all', "

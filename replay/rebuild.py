@@ -21,10 +21,11 @@ from ledger.errors import SeedLedgerError, VerifyMismatch
 from ledger.names import printable
 from ledger.records import RunInfo
 
+from .adapter import start_fingerprint
 from .anchors import AnchorError, load_anchor, max_anchor_bytes
 from .fingerprint import fingerprint
 from .noise import round_coefficient
-from .perturbation import check_spec
+from .perturbation import Perturbation, check_spec
 from .update import OptimizerState, apply_step
 
 log = logging.getLogger(__name__)
@@ -95,35 +96,46 @@ def rebuild(
     ledger, run: str, g: int | None, base: dict[str, torch.Tensor],
     verify: Literal["end", "every", "none"] = "end",
     anchors_dir: str | os.PathLike[str] | None = None, progress: Progress | None = None,
+    frozen: str | None = None,
 ) -> tuple[dict[str, torch.Tensor], OptimizerState]:
     """The master and derived optimizer state at ``run@g`` (``g=None``: latest).
 
     ``base`` is consumed: its tensors are updated in place and returned. With
-    ``anchors_dir=None`` no anchor is used. Raises SeedLedgerError for a base that is not
-    the run's, VerifyMismatch when a checked fingerprint differs, ChainBroken (a
-    VerifyMismatch) when a row of the history no longer matches its hash-chain digest.
+    ``anchors_dir=None`` no anchor is used. Adapter runs: ``base`` is the initial adapter
+    and ``frozen`` the fingerprint of the frozen base as loaded (``replay.adapter``).
+    Raises SeedLedgerError for a base that is not the run's, VerifyMismatch when a checked
+    fingerprint differs, ChainBroken (a VerifyMismatch) when a row of the history no
+    longer matches its hash-chain digest.
     """
     if verify not in ("end", "every", "none"):
         raise ValueError(f"verify must be 'end', 'every' or 'none', not {verify!r}")
     g = ledger.latest_generation(run) if g is None else g
     ledger.check_chain(run, g)  # rows edited outside seedledger: ChainBroken, before any work
     lineage = _lineage(ledger, run)
+    kinds = {}
     for info in lineage:
         try:
-            check_spec(info.noise_spec, info.param_selection)
+            kinds[info.name] = check_spec(info.noise_spec, info.param_selection)
         except SeedLedgerError as exc:
             raise SeedLedgerError(f"run {info.name!r}: {exc}") from None
+    adapter = lineage_adapter(lineage, kinds)
+    if (adapter is None) != (frozen is None):
+        raise ValueError(f"run {run!r}: pass `frozen` (the frozen base's fingerprint) exactly when it "
+                         "trains an adapter")
     base_fp = lineage[0].base_fingerprint
     steps = ledger.replay_history(run, upto=g)  # also validates g
     for s in steps:  # each step carries its own kind (its run's, or its own when imported)
         try:
-            check_spec(s.noise_spec, s.param_selection)
+            kind = check_spec(s.noise_spec, s.param_selection)
         except SeedLedgerError as exc:
             raise SeedLedgerError(f"run {s.run!r} generation {s.index}: {exc}") from None
+        if kind.adapter != adapter:
+            raise SeedLedgerError(f"run {s.run!r} generation {s.index} trains other parameters "
+                                  f"({s.param_selection}) than its lineage")
 
     start = _from_anchor(ledger, run, g, base, anchors_dir, base_fp) if anchors_dir is not None else None
     if start is None:
-        got = fingerprint(base)
+        got = start_fingerprint(base, frozen)
         if base_fp is not None and got != base_fp:
             raise SeedLedgerError(
                 f"the base weights are not {lineage[0].base_model!r} as run {run!r} recorded it "
@@ -141,15 +153,29 @@ def rebuild(
     return replay_steps(master, todo, state, expected=expected, progress=progress)
 
 
+def lineage_adapter(lineage: list[RunInfo], kinds: Mapping[str, Perturbation]):
+    """The LoRA spec every run of ``lineage`` trains (None: the whole model); a lineage
+    whose runs train different parameters is refused (its masters are not comparable)."""
+    adapters = {kinds[info.name].adapter for info in lineage}
+    if len(adapters) > 1:
+        raise SeedLedgerError(
+            f"run {lineage[-1].name!r}: its lineage trains different parameters "
+            f"({', '.join(sorted(kinds[i.name].param_selection for i in lineage))})"
+        )
+    return adapters.pop()
+
+
 def verify(
     ledger, run: str, g: int | None, base: dict[str, torch.Tensor], *,
     anchors_dir: str | os.PathLike[str] | None = None, progress: Progress | None = None,
+    frozen: str | None = None,
 ) -> str:
     """Replay every generation up to ``run@g`` checking each fingerprint; returns the last.
 
     Raises VerifyMismatch naming the first generation whose fingerprint differs.
     """
-    master, _ = rebuild(ledger, run, g, base, verify="every", anchors_dir=anchors_dir, progress=progress)
+    master, _ = rebuild(ledger, run, g, base, verify="every", anchors_dir=anchors_dir, progress=progress,
+                        frozen=frozen)
     return fingerprint(master)
 
 

@@ -43,7 +43,7 @@ def test_batched_lowrank_logits_match_materialised_weights(lowrank):
     master = batched.master()
     batched.load_master(master)
     enc = batched._encode([q for _ in KEYS for q in PROMPTS])
-    with torch.inference_mode(), batched._lowrank.members(KEYS, SIGNS, SIGMA):
+    with torch.inference_mode(), batched.members(master, KEYS, SIGNS, SIGMA):
         together = batched.model(**enc).logits
     worst = 0.0
     for m, (key, sign) in enumerate(zip(KEYS, SIGNS, strict=True)):

@@ -322,3 +322,18 @@ def test_lowrank_two_workers_equal_local_bit_for_bit(cluster, tmp_path):
     local = _train(tmp_path / "local", LOWRANK)
     assert _train(tmp_path / "ray", LOWRANK + RAY) == local
     assert len(set(local[0])) == GENERATIONS
+
+
+LORA = ["train={kind: lora, rank: 4, target_modules: [q_proj, v_proj, down_proj]}", "population=4",
+        "members_per_forward=2", "max_new_tokens=6", "task.rewards=[task, {fn: length, limit: 30}]"]
+
+
+@pytest.mark.ray
+def test_lora_two_workers_equal_local_bit_for_bit(cluster, tmp_path):
+    """An adapter run: each worker holds the frozen base and its own adapter master, replays
+    every record itself, and reaches the local pool's rewards and fingerprints."""
+    (tmp_path / "local").mkdir()
+    (tmp_path / "ray").mkdir()
+    local = _train(tmp_path / "local", LORA)
+    assert _train(tmp_path / "ray", LORA + RAY) == local
+    assert len(set(local[0])) == GENERATIONS

@@ -26,7 +26,9 @@ def make_backend(cfg: Any, model_dir: Path) -> Backend:
     if cfg.backend == "hf":
         from engine.backends.hf import HFBackend
 
-        return HFBackend(model_dir, kl_reference=cfg.kl is not None, **kwargs)
+        init = cfg.train.init if cfg.train != "full" else None
+        return HFBackend(model_dir, base_quantization=cfg.base_quantization, adapter_init=init,
+                         kl_reference=cfg.kl is not None, **kwargs)
     if cfg.backend == "vllm":
         from engine.backends.vllm import VLLMBackend
 

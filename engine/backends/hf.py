@@ -25,6 +25,8 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import torch
@@ -85,8 +87,8 @@ class HFBackend:
     """One transformers causal LM on `device` in `dtype`, evaluated at member weights.
 
     Full-rank runs load each member's weights in turn; low-rank runs keep the master in
-    the model and decode a whole group of members in one batched forward
-    (`hf_lowrank.RowLowRank`)."""
+    the model, adapter runs a frozen base, and both decode a whole group of members in
+    one batched forward (`hf_lowrank.RowTerms`)."""
 
     def __init__(
         self,
@@ -97,8 +99,12 @@ class HFBackend:
         temperature: float = 0.0,
         top_p: float = 1.0,
         perturbation: Perturbation | None = None,
+        base_quantization: str = "none",
+        adapter_init: str | os.PathLike[str] | None = None,
         kl_reference: bool = False,
     ) -> None:
+        """`perturbation.adapter` set: the model is a frozen base (`base_quantization`) and
+        the master a LoRA adapter, seeded or read from `adapter_init` (a PEFT directory)."""
         from transformers import AutoTokenizer
 
         self.model_dir = Path(model_dir)
@@ -107,27 +113,50 @@ class HFBackend:
         self.batch_size = batch_size
         self.temperature = temperature
         self.top_p = top_p
-        model = load_causal_lm(self.model_dir, device=self.device, dtype=torch.float32)
+        self.perturbation = perturbation or Perturbation()
+        self.adapter = self.perturbation.adapter
+        if self.adapter is None and base_quantization != "none":
+            raise ValueError("only an adapter run's frozen base may be quantized")
+        model = load_causal_lm(self.model_dir, device=self.device, dtype=torch.float32,
+                               quantization=base_quantization)
         model.requires_grad_(False)
         # The master comes from the fp32 checkpoint even when the model runs in bf16/fp16.
         self._base: dict[str, torch.Tensor] | None = None
-        if dtype != torch.float32:
+        self.frozen: str | None = None  # an adapter run's frozen base, as loaded
+        self._initial: dict[str, torch.Tensor] | None = None
+        if self.adapter is not None:
+            from engine import adapters
+
+            self.frozen = adapters.frozen_fingerprint(model)
+            self._initial = adapters.initial_adapter(model, self.adapter, adapter_init)
+        elif dtype != torch.float32:
             self._base = {n: p.detach().clone() for n, p in model.named_parameters()}
+        if dtype != torch.float32:
             model.to(dtype)
         self.model = model
-        self._params = dict(model.named_parameters())  # tied weights appear once
+        # what load_member/load_master write: every weight, unless an adapter is trained
+        self._params = {} if self.adapter else dict(model.named_parameters())  # tied weights once
         tok = AutoTokenizer.from_pretrained(str(self.model_dir), local_files_only=True)
         tok.padding_side = "left"
         if tok.pad_token is None:
             tok.pad_token = tok.eos_token
         self.tokenizer = tok
-        self.perturbation = perturbation or Perturbation()
-        self.keeps_master = self.perturbation.kind != "full"
-        self._lowrank = None
-        if self.keeps_master:
-            from engine.backends.hf_lowrank import RowLowRank
+        self.keeps_master = self.perturbation.kind != "full" or self.adapter is not None
+        self._rows = None
+        if self.adapter is not None:
+            from engine.backends.hf_lowrank import RowTerms
 
-            self._lowrank = RowLowRank(model, self.perturbation)
+            spec = self.adapter
+            self._rows = RowTerms(model, lambda name, _m: spec.matches(name), f"LoRA targets {spec.targets}")
+            self._rows.set_adapter(spec, self._initial)
+        elif self.keeps_master:
+            from engine.backends.hf_lowrank import RowTerms
+
+            p = self.perturbation
+            self._rows = RowTerms(
+                model, lambda name, m: p.trained(f"{name}.weight", tuple(m.weight.shape)),
+                f"low-rank targets {p.targets}",
+            )
         self._reference = None  # the frozen base model, for the KL-to-base penalty
         if kl_reference:
             self._reference = load_causal_lm(self.model_dir, device=self.device, dtype=torch.float32)
@@ -137,8 +166,9 @@ class HFBackend:
     # ------------------------------------------------------------------ weights
 
     def master(self) -> dict[str, torch.Tensor]:
-        """fp32, contiguous clones on the model's device, in `named_parameters()` order."""
-        src = self._base if self._base is not None else self._params
+        """fp32, contiguous clones on the model's device, in `named_parameters()` order
+        (an adapter run: the initial adapter, in the targeted linears' order)."""
+        src = self._initial if self._initial is not None else self._base if self._base is not None else self._params
         return {n: t.detach().to(torch.float32).clone().contiguous() for n, t in src.items()}
 
     @torch.no_grad()
@@ -149,6 +179,8 @@ class HFBackend:
         sigma) so that the product with eps is exact in fp32 on every device. A zero scale
         copies the master, so the result is bit-identical to it (negative zeros included).
         """
+        if self.adapter is not None:
+            raise ValueError("adapter members are evaluated together: use evaluate()")
         scale = noise.round_coefficient(float(sign) * float(sigma))
         if scale == 0.0:
             self.load_master(master)
@@ -159,7 +191,11 @@ class HFBackend:
 
     @torch.no_grad()
     def load_master(self, master: dict[str, torch.Tensor]) -> None:
-        """Write the master into the model (a cast for low-precision models)."""
+        """Write the master into the model (a cast for low-precision models); an adapter
+        becomes the term every row gets while no member is in flight."""
+        if self.adapter is not None:
+            self._rows.set_adapter(self.adapter, master)
+            return
         for name, param in self._params.items():
             param.data.copy_(master[name])
 
@@ -174,16 +210,17 @@ class HFBackend:
         samples: int = 1,
     ) -> PopulationOutput:
         """Every member's completions (see `engine.backends.base`). Full-rank: each
-        member's weights in turn. Low-rank: the model holds the master (`load_master`
-        after each update) and all members' rows (member-major, then prompt, then sample)
-        decode in one `generate`. With `kl_reference`, every completion's token
-        log-probabilities under the member and under the frozen base come back too."""
+        member's weights in turn. Low-rank and adapters: the model holds the master
+        (`load_master` after each update) and all members' rows (member-major, then
+        prompt, then sample) decode in one `generate`. With `kl_reference`, every
+        completion's token log-probabilities under the member and under the frozen base
+        come back too."""
         per = len(prompts) * samples
         rows = [p for p in prompts for _ in range(samples)]  # one member's rows
         seconds = {"load_member": 0.0, "generate": 0.0}
         ids: list[list[int]] = []
         member_lps: list[list[float]] = []
-        if self._lowrank is None:
+        if self._rows is None:
             for key, sign, seed in zip(population.keys, population.signs, population.seeds, strict=True):
                 started = time.perf_counter()
                 self.load_member(master, key, sign, population.sigma)
@@ -202,7 +239,7 @@ class HFBackend:
                 for i in range(len(prompts))
                 for s in range(samples)
             ]
-            with self._lowrank.members(population.keys, population.signs, population.sigma):
+            with self.members(master, population.keys, population.signs, population.sigma):
                 loaded = time.perf_counter()
                 ids = self._decode(rows * len(population), streams, max_new_tokens, batch=per * len(population))
                 if self._reference is not None:
@@ -218,6 +255,16 @@ class HFBackend:
         return PopulationOutput(
             [texts[m * per : (m + 1) * per] for m in range(len(population))], seconds, logprobs
         )
+
+    def members(self, master: dict[str, torch.Tensor], keys: Sequence[int], signs: Sequence[int],
+                sigma: float) -> AbstractContextManager[None]:
+        """Within the block, rows belong to these members (member-major, equal shares):
+        each row gets its member's low-rank term or perturbed adapter."""
+        if self._rows is None:
+            raise ValueError("full-rank members have weights of their own: use load_member")
+        if self.adapter is not None:
+            return self._rows.active(self._rows.adapters(self.adapter, master, keys, signs, sigma))
+        return self._rows.active(self._rows.lowrank(self.perturbation, keys, signs, sigma))
 
     @torch.inference_mode()
     def _token_logprobs(
@@ -244,7 +291,7 @@ class HFBackend:
             mask = torch.tensor([[0] * (width - len(f)) + [1] * len(f) for f in full], device=self.device)
             positions = (mask.cumsum(-1) - 1).clamp(min=0)
             rows_ctx = (
-                self._lowrank.rows([member_of_row[i] for i in part])
+                self._rows.rows([member_of_row[i] for i in part])
                 if member_of_row is not None else contextlib.nullcontext()
             )
             with rows_ctx:

@@ -1,99 +1,151 @@
-"""A whole group of low-rank members in one batched forward of a transformers model.
+"""Per-row rank-r terms on a transformers model's targeted linears: one batched forward for
+a whole group of members, low-rank ES and LoRA adapters alike.
 
-With member m's perturbation E_m = A_m·B_mᵀ/√r of a targeted weight W (A_m: out×r,
-B_m: in×r, from the member's key: `replay.perturbation`), a row x of member m needs
+Both kinds add a rank-r term to a targeted linear's output, per member:
 
-    x·(W + s_m·E_m)ᵀ = x·Wᵀ + (s_m/√r)·(x·B_m)·A_mᵀ,      s_m = sign_m·σ,
+    y = x·Wᵀ + ((x·D_m)·m_m)·U_m · p         D_m: [in, r] "down", U_m: [r, out] "up"
 
-so every member shares W (the master, loaded once per generation) and only the rank-r
-term is per member: two small batched matmuls on top of the linear layer's own output
-(EGGROLL, arXiv 2511.16652). Rows are member-major (member m owns `rows_per_member`
-consecutive rows), so a [rows, seq, in] activation is viewed as [members, rows·seq, in]
-and the term is `bmm(bmm(x, B) · scale, Aᵀ)` without gathering anything per row.
+- low-rank ES (E_m = A_m·B_mᵀ/√r from the member's key, `replay.perturbation`): D = B_m,
+  U = A_mᵀ, m_m = sign_m·σ/√r per member, no p (EGGROLL, arXiv 2511.16652). W is the
+  master, loaded once per generation.
+- LoRA (`replay.adapter`): member m's adapter is cast(master + sign_m·σ·ε) on every
+  adapter tensor (v1 noise, what replay's update uses), D = A'ᵀ, U = B'ᵀ, p = alpha/r
+  after the up-projection as PEFT applies `scaling`; W is the frozen base. With no member
+  in flight the master adapter itself is *resident* (one group for every row: held-out
+  evaluation and plain generation see the trained model).
 
-The factors of a generation are generated once (memory O(members·r·(in+out)) per
-targeted matrix, never a member's full matrix). This is evaluation, not replay: the
-matmuls here are ordinary (BLAS) ones; what is exact is the update, in replay.
+Rows are member-major (member m owns `rows_per_member` consecutive rows), so a
+[rows, seq, in] activation is viewed as [members, rows·seq, in] and the term is two
+`bmm`s without gathering anything per row. A group's factors or adapters are built once
+per `members` block (memory O(members·r·(in+out)) per targeted linear, never a member's
+full matrix). This is evaluation, not replay: the matmuls are ordinary (BLAS) ones; what
+is exact is the update, in replay, and the member adapters (`noise.perturb_`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
+from replay import noise
+from replay.adapter import LoraSpec, tensor_names
 from replay.perturbation import Perturbation, stacked_factors
 
 
-class RowLowRank:
-    """Forward hooks on a model's targeted linears adding each row's member term."""
+@dataclass
+class Term:
+    down: torch.Tensor  # [G, in, r]
+    up: torch.Tensor  # [G, r, out]
+    mid: torch.Tensor | None = None  # [G, 1, 1]: per-member scale on the rank-r activations
+    post: float | None = None  # one scale on the term (PEFT's `scaling`)
 
-    def __init__(self, model: nn.Module, perturbation: Perturbation):
-        if perturbation.kind != "lowrank":
-            raise ValueError("RowLowRank needs a low-rank perturbation")
-        self.perturbation = perturbation
+
+class RowTerms:
+    """Forward hooks on the linears `select(module_name, module)` picks."""
+
+    def __init__(self, model: nn.Module, select: Callable[[str, nn.Linear], bool], what: str):
         self.targets: dict[str, nn.Linear] = {
-            f"{name}.weight": module
-            for name, module in model.named_modules()
-            if isinstance(module, nn.Linear)
-            and perturbation.trained(f"{name}.weight", tuple(module.weight.shape))
+            name: module for name, module in model.named_modules()
+            if isinstance(module, nn.Linear) and select(name, module)
         }
         if not self.targets:
-            raise ValueError(
-                f"no linear layer of the model matches the low-rank targets {perturbation.targets}"
-            )
-        self._factors: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
-        self._scale: torch.Tensor | None = None
-        self._rows: torch.Tensor | None = None
+            raise ValueError(f"no linear layer of the model matches the {what}")
+        self._active: dict[str, Term] = {}  # the members in flight
+        self._resident: dict[str, Term] = {}  # the master adapter, when no member is
+        self._rows: torch.Tensor | None = None  # member of each row, when rows are not member-major
         for name, module in self.targets.items():
             module.register_forward_hook(self._hook(name))
 
     def _hook(self, name: str):
-        def add_member_terms(module: nn.Module, inputs: tuple[torch.Tensor, ...], out: torch.Tensor):
-            if self._scale is None:
-                return None  # the master alone (held-out evaluation)
-            a, b = self._factors[name]  # [G, out, r], [G, in, r]
+        def add_term(module: nn.Module, inputs: tuple[torch.Tensor, ...], out: torch.Tensor):
+            term = self._active.get(name) if self._active else self._resident.get(name)
+            if term is None:
+                return None  # the loaded weights alone
             x = inputs[0]
-            if self._rows is not None:  # an explicit member per row (a slice of the rows)
-                low = torch.bmm(x.reshape(x.shape[0], -1, x.shape[-1]), b[self._rows])
-                low = low * self._scale[self._rows]
-                return out + torch.bmm(low, a[self._rows].transpose(1, 2)).reshape(out.shape)
-            members = a.shape[0]
-            xg = x.reshape(members, -1, x.shape[-1])  # rows are member-major
-            low = torch.bmm(xg, b) * self._scale  # [G, rows·seq, r]
-            return out + torch.bmm(low, a.transpose(1, 2)).reshape(out.shape)
+            down, up, mid = term.down, term.up, term.mid
+            if self._rows is not None and self._active:  # row i is member _rows[i]: a gather
+                down, up = down[self._rows], up[self._rows]
+                mid = None if mid is None else mid[self._rows]
+            h = torch.bmm(x.reshape(down.shape[0], -1, x.shape[-1]), down)
+            if mid is not None:
+                h = h * mid
+            y = torch.bmm(h, up)
+            if term.post is not None:
+                y = y * term.post
+            return out + y.reshape(out.shape)
 
-        return add_member_terms
+        return add_term
+
+    @property
+    def _like(self) -> torch.Tensor:
+        return next(iter(self.targets.values())).weight
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The activations' dtype (a quantized weight reports its activation dtype)."""
+        return self._like.dtype
 
     @contextmanager
-    def members(self, keys: Sequence[int], signs: Sequence[int], sigma: float) -> Iterator[None]:
-        """Within the block, rows belong to these members (member-major, equal shares)."""
-        p = self.perturbation
-        any_module = next(iter(self.targets.values()))
-        device, dtype = any_module.weight.device, any_module.weight.dtype
-        distinct = list(dict.fromkeys(keys))  # mirrored pairs share a key: make it once
-        where = torch.tensor([distinct.index(k) for k in keys], device=device)
-        for name, module in self.targets.items():
-            a, b = stacked_factors(distinct, name, tuple(module.weight.shape), p.rank, device=device)
-            self._factors[name] = (a.to(dtype)[where], b.to(dtype)[where])
-        scale = [float(s) * sigma * p.inv_sqrt_rank for s in signs]
-        self._scale = torch.tensor(scale, dtype=dtype, device=device).view(-1, 1, 1)
+    def active(self, terms: dict[str, Term]) -> Iterator[None]:
+        """Within the block, rows belong to the terms' members (member-major, equal shares)."""
+        self._active = terms
         try:
             yield
         finally:
-            self._factors.clear()
-            self._scale = None
-            self._rows = None
+            self._active = {}
 
     @contextmanager
     def rows(self, member_of_row: Sequence[int]) -> Iterator[None]:
-        """Within `members(...)`, forwards over any rows: row i belongs to member
+        """Within `active(...)`, forwards over any rows: row i belongs to member
         `member_of_row[i]` (a gather per call, for row slices such as token scoring)."""
-        device = next(iter(self.targets.values())).weight.device
-        self._rows = torch.tensor(list(member_of_row), device=device)
+        self._rows = torch.tensor(list(member_of_row), device=self._like.device)
         try:
             yield
         finally:
             self._rows = None
+
+    # ------------------------------------------------------------------ low-rank ES
+
+    def lowrank(self, p: Perturbation, keys: Sequence[int], signs: Sequence[int], sigma: float) -> dict[str, Term]:
+        """Every member's E = A·Bᵀ/√r term (mirrored pairs share their factors)."""
+        device, dtype = self._like.device, self.dtype
+        distinct = list(dict.fromkeys(keys))
+        where = torch.tensor([distinct.index(k) for k in keys], device=device)
+        scale = torch.tensor([float(s) * sigma * p.inv_sqrt_rank for s in signs], dtype=dtype, device=device)
+        terms = {}
+        for name, module in self.targets.items():
+            a, b = stacked_factors(distinct, f"{name}.weight", tuple(module.weight.shape), p.rank, device=device)
+            terms[name] = Term(b.to(dtype)[where], a.to(dtype)[where].transpose(1, 2), mid=scale.view(-1, 1, 1))
+        return terms
+
+    # ------------------------------------------------------------------ LoRA adapters
+
+    def set_adapter(self, spec: LoraSpec, master: dict[str, torch.Tensor]) -> None:
+        """Make `master` (the adapter) resident: what the model is between members."""
+        self._resident = self.adapters(spec, master, [None], [1], 0.0)
+
+    def adapters(self, spec: LoraSpec, master: dict[str, torch.Tensor], keys: Sequence[int | None],
+                 signs: Sequence[int], sigma: float) -> dict[str, Term]:
+        """Member m's adapter cast(master + sign_m·σ·ε(key_m)) as its term (key None: the
+        master itself). σ·sign is rounded as for full-rank members, so each adapter is
+        bit-identical to what `perturb_` builds on any device."""
+        dtype = self.dtype
+        scales = [noise.round_coefficient(float(s) * float(sigma)) for s in signs]
+        terms = {}
+        for name in self.targets:
+            a_name, b_name = tensor_names(name)
+            a, b = master[a_name], master[b_name]  # [r, in], [out, r]
+            down = torch.empty((len(keys),) + tuple(a.shape), dtype=torch.float32, device=a.device)
+            up = torch.empty((len(keys),) + tuple(b.shape), dtype=torch.float32, device=b.device)
+            for m, (key, scale) in enumerate(zip(keys, scales, strict=True)):
+                for out, src, tname in ((down[m], a, a_name), (up[m], b, b_name)):
+                    if key is None or scale == 0.0:
+                        out.copy_(src)
+                    else:
+                        noise.perturb_(out, src, noise.tensor_key(key, tname), scale)
+            terms[name] = Term(down.transpose(1, 2).to(dtype), up.transpose(1, 2).to(dtype), post=spec.scale)
+        return terms

@@ -212,8 +212,7 @@ def _replay_pair(ledger: Ledger, a: tuple[RunInfo, int], b: tuple[RunInfo, int],
     against the ledger's fingerprint (replay raises VerifyMismatch otherwise)."""
     import copy
 
-    from engine.commands.rebuild import load_base_master
-    from engine.models import resolve_model
+    from engine.commands.rebuild import load_start
     from engine.session import anchors_dir
     from replay.rebuild import rebuild, replay_steps
     from replay.update import OptimizerState
@@ -224,14 +223,16 @@ def _replay_pair(ledger: Ledger, a: tuple[RunInfo, int], b: tuple[RunInfo, int],
             f"{run_a.name} and {run_b.name} start from different base models "
             f"({run_a.base_model}, {run_b.base_model}): diff compares runs of one base"
         )
-    base = load_base_master(resolve_model(run_a.base_model), device)
+    start = load_start(run_a.base_model, run_a.config, run_a.noise_spec, run_a.param_selection, device)
+    base, frozen = start.master, start.frozen
     steps_a = ledger.replay_history(run_a.name, upto=g_a)
     steps_b = ledger.replay_history(run_b.name, upto=g_b)
     k = _common_prefix(steps_a, steps_b)
     anchors = anchors_dir(ledger)
     if k:  # rebuild consumes (and checks) the base; may start from an anchor
         last = steps_a[k - 1]
-        prefix, state = rebuild(ledger, last.run, last.index, base, verify="end", anchors_dir=anchors)
+        prefix, state = rebuild(ledger, last.run, last.index, base, verify="end", anchors_dir=anchors,
+                                frozen=frozen)
     else:
         prefix, state = base, OptimizerState()
 
@@ -240,7 +241,7 @@ def _replay_pair(ledger: Ledger, a: tuple[RunInfo, int], b: tuple[RunInfo, int],
             return prefix
         if k == 0:  # nothing shared: a plain rebuild from a copy of the base
             master = {n: t.clone() for n, t in base.items()}
-            return rebuild(ledger, info.name, g, master, verify="end", anchors_dir=anchors)[0]
+            return rebuild(ledger, info.name, g, master, verify="end", anchors_dir=anchors, frozen=frozen)[0]
         master = {n: t.clone() for n, t in prefix.items()}
         want = {g: _recorded(ledger, info, g)}
         return replay_steps(master, steps[k:], copy.deepcopy(state), expected=want)[0]

@@ -10,7 +10,10 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -22,8 +25,10 @@ from ledger.db import sqlite_path, to_url
 from ledger.durable import as_umask_allows, disk_full, holds_ledger, is_sqlite_file, write_error
 from ledger.errors import NotVerified, SeedLedgerError, VerifyMismatch
 from ledger.records import missing_fingerprint
+from replay.adapter import LoraSpec, start_fingerprint
 from replay.fingerprint import fingerprint
 from replay.noise import member_key
+from replay.perturbation import check_spec
 from replay.rebuild import apply_member, rebuild, replay_steps
 
 
@@ -38,6 +43,42 @@ def load_base_master(model_dir: Path, device: str = "cpu") -> dict[str, torch.Te
         name: p.detach().to(device=device, dtype=torch.float32).contiguous()
         for name, p in model.named_parameters()
     }
+
+
+@dataclass
+class Start:
+    """Generation 0 of a run: the master replay starts from, and for an adapter run the
+    frozen base it rides on."""
+
+    model_dir: Path
+    master: dict[str, torch.Tensor]  # the base weights, or the initial adapter
+    adapter: LoraSpec | None = None
+    frozen: str | None = None  # the frozen base's fingerprint, as loaded
+    model: Any = None  # the frozen base as loaded (merging needs its weights)
+    quantization: str = "none"
+
+    @property
+    def fingerprint(self) -> str:
+        return start_fingerprint(self.master, self.frozen)
+
+
+def load_start(base: str, config: dict, noise_spec: str, param_selection: str, device: str = "cpu") -> Start:
+    """Generation 0 of a run with this stored config and perturbation, on the model `base`
+    (alias or directory): an adapter run loads its frozen base as the run's
+    `base_quantization` says and makes (or reads) its initial adapter."""
+    from engine import adapters
+    from engine.config import validate
+    from engine.models import load_causal_lm
+
+    model_dir = resolve_model(base)
+    spec = check_spec(noise_spec, param_selection).adapter
+    if spec is None:
+        return Start(model_dir, load_base_master(model_dir, device))
+    cfg = validate(config, "the run's config")
+    model = load_causal_lm(model_dir, device=device, quantization=cfg.base_quantization)
+    init = cfg.train.init if cfg.train != "full" else None
+    return Start(model_dir, adapters.initial_adapter(model, spec, init), spec,
+                 adapters.frozen_fingerprint(model), model, cfg.base_quantization)
 
 
 MARKER = "seedledger.json"  # written into every rebuild output: its run, generation, fingerprint
@@ -95,20 +136,53 @@ def write_model_dir(
     base_dir: Path, master: dict[str, torch.Tensor], output: Path, meta: dict,
     force: bool = False, keep: Path | None = None,
 ) -> None:
-    """Write a transformers/vLLM-loadable directory in the base model's own dtype.
-
-    The directory is written beside `output` under a temporary name and renamed into
-    place, so `output` is never half-written; what stood there before (an earlier
-    rebuild, or anything with `force`) is moved aside first and removed after. Callers
-    run `check_output` before their expensive work; it runs again here just before the
-    rename, for anything that appeared meanwhile.
-    """
+    """Write a transformers/vLLM-loadable directory in the base model's own dtype."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     model = AutoModelForCausalLM.from_pretrained(base_dir, dtype="auto", local_files_only=True, use_safetensors=True)
     with torch.no_grad():
         for name, param in model.named_parameters():
             param.copy_(master[name].to(device=param.device, dtype=param.dtype))
+
+    def fill(staging: Path) -> None:
+        model.save_pretrained(staging)
+        AutoTokenizer.from_pretrained(base_dir).save_pretrained(staging)
+
+    publish(output, fill, meta, force, keep)
+
+
+def write_output(start: Start, master: dict[str, torch.Tensor], output: Path, meta: dict, *,
+                 merge: bool = False, force: bool = False, keep: Path | None = None) -> dict:
+    """The rebuilt model at `output`: a model directory, or for an adapter run a PEFT
+    adapter directory (`merge`: the base with the adapter merged in, fp32; an int8 base
+    is dequantized first, since re-quantizing would round the adapter away). Returns
+    what the report adds."""
+    if start.adapter is None:
+        if merge:
+            raise SeedLedgerError(f"{meta['run']} trains every weight: there is no adapter to --merge")
+        write_model_dir(start.model_dir, master, output, meta, force, keep)
+        return {}
+    from engine import adapters
+
+    meta = {**meta, "adapter": start.adapter.selection, "base_quantization": start.quantization}
+    if merge:
+        modules = list(adapters.target_linears(start.model, start.adapter))
+        weights = adapters.merge(adapters.dequantized(start.model), master, start.adapter, modules)
+        write_model_dir(start.model_dir, weights, output, {**meta, "merged": True}, force, keep)
+        return {"format": "merged"}
+    publish(output, lambda staging: adapters.write_peft_dir(staging, master, start.adapter, str(start.model_dir)),
+            meta, force, keep)
+    return {"format": "peft"}
+
+
+def publish(output: Path, fill: Callable[[Path], None], meta: dict, force: bool = False,
+            keep: Path | None = None) -> None:
+    """Write a directory atomically: `fill` writes it beside `output` under a temporary
+    name, the marker goes in, and it is renamed into place, so `output` is never
+    half-written; what stood there before (an earlier rebuild, or anything with `force`)
+    is moved aside first and removed after. Callers run `check_output` before their
+    expensive work; it runs again here just before the rename, for anything that
+    appeared meanwhile."""
     output = output.expanduser().resolve()
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
@@ -118,8 +192,7 @@ def write_model_dir(
     old = None
     try:
         try:
-            model.save_pretrained(staging)
-            AutoTokenizer.from_pretrained(base_dir).save_pretrained(staging)
+            fill(staging)
             (staging / MARKER).write_text(json.dumps(meta, indent=2) + "\n")
         except Exception as exc:  # a full disk: one line, and the staging directory goes
             if isinstance(exc, OSError) or disk_full(exc):
@@ -143,15 +216,17 @@ def write_model_dir(
             shutil.rmtree(old)
 
 
-def _base_for(run, base: str | None, device: str) -> tuple[Path, dict[str, torch.Tensor]]:
-    model_dir = resolve_model(base or run.base_model)
-    master = load_base_master(model_dir, device)
-    if run.base_fingerprint and fingerprint(master) != run.base_fingerprint:
+def _base_for(run, base: str | None, device: str) -> Start:
+    start = load_start(base or run.base_model, run.config, run.noise_spec, run.param_selection, device)
+    if run.base_fingerprint and start.fingerprint != run.base_fingerprint:
+        what = "base"
+        if start.adapter is not None:
+            what = f"base (loaded with base_quantization {start.quantization}, with the initial adapter)"
         raise SeedLedgerError(
-            f"base {base or run.base_model!r} is not the model {run.name} was trained from "
+            f"{what} {base or run.base_model!r} is not the model {run.name} was trained from "
             "(fingerprint differs); pass the right one with --base"
         )
-    return model_dir, master
+    return start
 
 
 def _unchecked(missing: tuple[int, str] | None, what: str, allow_unverified: bool) -> dict:
@@ -205,9 +280,10 @@ def verify_ref(ledger: Ledger, ref: str, device: str = "cpu") -> dict:
                 "error": message,
             },
         )
-    _, master = _base_for(run, None, device)
+    start = _base_for(run, None, device)
     try:
-        master, _ = rebuild(ledger, run.name, gen, master, verify="every", anchors_dir=None)
+        master, _ = rebuild(ledger, run.name, gen, start.master, verify="every", anchors_dir=None,
+                            frozen=start.frozen)
     except VerifyMismatch as exc:
         bad = exc.generation
         message = f"{run.name}@{gen} does not verify: {exc}"
@@ -234,7 +310,7 @@ def verify_ref(ledger: Ledger, ref: str, device: str = "cpu") -> dict:
 
 def rebuild_ref(
     ledger: Ledger, ref: str, output: Path, base: str | None, device: str,
-    *, verify: str = "end", force: bool = False, allow_unverified: bool = False,
+    *, verify: str = "end", force: bool = False, allow_unverified: bool = False, merge: bool = False,
 ) -> dict:
     """`RUN@G`, or `RUN@G#M`: `RUN@G-1` (checked against its fingerprint) plus member M's
     perturbation, the weights that member was evaluated with (`replay.rebuild.apply_member`)."""
@@ -245,8 +321,9 @@ def rebuild_ref(
     fps = ledger.fingerprints(run.name, upto)
     wanted = fps if verify == "every" else {g: fp for g, fp in fps.items() if g == upto}
     checked = _unchecked(missing_fingerprint(run.base_fingerprint, wanted), f"{run.name}@{upto}", allow_unverified)
-    model_dir, master = _base_for(run, base, device)
-    master, _ = rebuild(ledger, run.name, upto, master, verify=verify, anchors_dir=anchors_dir(ledger))
+    start = _base_for(run, base, device)
+    master, _ = rebuild(ledger, run.name, upto, start.master, verify=verify, anchors_dir=anchors_dir(ledger),
+                        frozen=start.frozen)
     meta: dict = {"run": run.name, "generation": gen}
     if member is not None:
         m = ledger.generation(run.name, gen).members[member]
@@ -254,16 +331,17 @@ def rebuild_ref(
         meta |= {"member": member, "parent_fingerprint": fps[upto] if upto else run.base_fingerprint}
     fp = fingerprint(master)
     meta |= {"fingerprint": fp, "base_model": run.base_model}
-    write_model_dir(model_dir, master, output, meta, force, keep)
-    return {**meta, "output": str(output), "verify": verify, **checked}
+    written = write_output(start, master, output, meta, merge=merge, force=force, keep=keep)
+    return {**meta, **written, "output": str(output), "verify": verify, **checked}
 
 
 def rebuild_seedfile(
     path: Path, output: Path, base: str | None, device: str,
     *, verify: str = "end", force: bool = False, keep: Path | None = None,
-    allow_unverified: bool = False,
+    allow_unverified: bool = False, merge: bool = False,
 ) -> dict:
-    """Rebuild from a seed file alone: its header names the base and every step."""
+    """Rebuild from a seed file alone: its header names the base, the trained parameters
+    (an adapter's spec and config) and every step."""
     from ledger.seedfile import read_seedfile
     from replay.seedcheck import check_seedfile
 
@@ -272,29 +350,29 @@ def rebuild_seedfile(
     fps = {s.index: fp for s, fp in zip(seeds.steps, seeds.fingerprints, strict=True)}
     wanted = fps if verify == "every" else {g: fp for g, fp in fps.items() if g == seeds.generation}
     checked = _unchecked(missing_fingerprint(seeds.base_fingerprint, wanted), str(path), allow_unverified)
-    model_dir = resolve_model(base or seeds.base_model)
-    master = load_base_master(model_dir, device)
-    if seeds.base_fingerprint is not None and fingerprint(master) != seeds.base_fingerprint:
+    h = seeds.header
+    start = load_start(base or seeds.base_model, h["config"], h["noise_spec"], h["param_selection"], device)
+    if seeds.base_fingerprint is not None and start.fingerprint != seeds.base_fingerprint:
         raise SeedLedgerError(
             f"{path}: base {base or seeds.base_model!r} has a different fingerprint than the "
             "seed file's base; pass the right one with --base"
         )
     try:
-        master, _ = replay_steps(master, seeds.steps, expected=fps if verify == "every" else None)
+        master, _ = replay_steps(start.master, seeds.steps, expected=fps if verify == "every" else None)
     except VerifyMismatch as exc:
         raise VerifyMismatch(f"{path}: {exc}") from None
     fp = fingerprint(master)
     if seeds.final_fingerprint is not None and fp != seeds.final_fingerprint:
         raise VerifyMismatch(f"{path}: rebuilt fingerprint {fp} differs from the file's {seeds.final_fingerprint}")
     meta = {"run": seeds.header["run"], "generation": seeds.generation, "fingerprint": fp, "base_model": seeds.base_model}
-    write_model_dir(model_dir, master, output, meta, force, keep)
-    return {**meta, "output": str(output), "verify": verify, **checked}
+    written = write_output(start, master, output, meta, merge=merge, force=force, keep=keep)
+    return {**meta, **written, "output": str(output), "verify": verify, **checked}
 
 
 def rebuild_source(
     ledger_location: str, source: str, output: Path, base: str | None, device: str,
     *, verify: str = "end", force: bool = False, upgrade: bool = True,
-    allow_unverified: bool = False,
+    allow_unverified: bool = False, merge: bool = False,
 ) -> dict:
     """`seedledger rebuild SOURCE`: a run (RUN or RUN@G) when the ledger has one by that
     name, else a seed file; both at once is refused as ambiguous (write ./FILE for the file)."""
@@ -321,12 +399,12 @@ def rebuild_source(
         if is_run:
             return rebuild_ref(
                 led, source, output, base, device,
-                verify=verify, force=force, allow_unverified=allow_unverified,
+                verify=verify, force=force, allow_unverified=allow_unverified, merge=merge,
             )
         if is_file:
             return rebuild_seedfile(
                 Path(source), output, base, device,
-                verify=verify, force=force, keep=ledger_file, allow_unverified=allow_unverified,
+                verify=verify, force=force, keep=ledger_file, allow_unverified=allow_unverified, merge=merge,
             )
         where = f"in {ledger_location}" if has_ledger else f"(no ledger at {ledger_location})"
         raise SeedLedgerError(f"{source!r} is neither a run {where} nor a seed file")

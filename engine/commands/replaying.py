@@ -103,13 +103,18 @@ def rebuild(
         bool, typer.Option("--force", help="Replace DIR even if it is not an earlier rebuild's output.")
     ] = False,
     allow_unverified: AllowUnverified = False,
+    merge: Annotated[
+        bool, typer.Option("--merge", help="LoRA runs: write the base with the adapter merged in.")
+    ] = False,
     ledger: LedgerOpt = DEFAULT_LEDGER,
     as_json: JsonOpt = False,
 ):
     """Rebuild the model at RUN@G (or from a seed file) as a Hugging Face directory.
 
     SOURCE is a run when it names one in the ledger (RUN or RUN@G), else a seed file;
-    write ./NAME for a file that shares its name with a run.
+    write ./NAME for a file that shares its name with a run. A LoRA run gives a PEFT
+    adapter directory (adapter_config.json, adapter_model.safetensors), or with --merge
+    the merged model.
     """
     from engine.commands import rebuild as rebuilding
     from engine.devices import check_device
@@ -118,6 +123,7 @@ def rebuild(
     report = rebuilding.rebuild_source(
         ledger or DEFAULT_LEDGER, source, output, base, device,
         verify=verify_.value, force=force, upgrade=State.upgrade, allow_unverified=allow_unverified,
+        merge=merge,
     )
     unverified = f"; NOT VERIFIED: {report['not_verified']}" if not report["verified"] else ""
     emit(report, as_json, f"wrote {report['output']} ({report['run']}@{report['generation']}, "

@@ -1,0 +1,228 @@
+"""LoRA-ES against low-rank full-parameter ES on SmolLM2, HF backend, this machine.
+
+    speed   one generation's evaluation, same members, rows and new tokens: seconds to
+            build the members' terms (LoRA: every member's perturbed adapter; low-rank:
+            the factors), seconds to decode, generated tokens/s
+    memory  peak resident memory (ru_maxrss) of one ES generation run by the real loop
+            (`session.start`, 1 generation) in a fresh process per kind: full-parameter,
+            low-rank, LoRA, LoRA on an int8 base; also the resident memory after it
+    learn   held-out reward gain on the demo task at equal wall time, LoRA-ES vs low-rank
+            full-parameter ES, with paired standard errors over the same test rows
+
+    .venv/bin/python benchmarks/lora_bench.py speed [--members 8] [--prompts 8] [--new-tokens 32]
+    .venv/bin/python benchmarks/lora_bench.py memory
+    .venv/bin/python benchmarks/lora_bench.py learn [--seconds 1800] [--rows 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+from engine.models import quiet_hf_env  # noqa: E402
+
+quiet_hf_env()  # torchao's import chatter (transformers imports it when installed)
+
+MODEL = "smollm2-135m-instruct"
+KINDS = {  # config overrides per kind (the rest: configs/demo.yaml)
+    "full": [],
+    "lowrank": ["perturbation.kind=lowrank", "perturbation.rank=1"],
+    "lora": ["train.kind=lora", "train.rank=8"],
+    "lora-int8": ["train.kind=lora", "train.rank=8", "base_quantization=int8"],
+}
+
+
+# ----------------------------------------------------------------------------- speed
+
+
+def speed(args) -> None:
+    import torch
+
+    from engine.backends.hf import HFBackend
+    from engine.models import resolve_model
+    from replay import noise
+    from replay.adapter import LoraSpec
+    from replay.perturbation import Perturbation
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from population_bench import QUESTIONS, _members
+
+    model_dir = resolve_model(args.model)
+    prompts = [[{"role": "user", "content": q}] for q in (QUESTIONS * 8)[: args.prompts]]
+    keys, signs = _members(args.members)
+    rows = [q for _ in keys for q in prompts]
+    sigma = noise.round_coefficient(1e-3)
+    kinds = {f"low-rank r={r}": Perturbation.lowrank(r) for r in args.lowrank_ranks}
+    kinds |= {f"LoRA r={r}": Perturbation.lora(LoraSpec(r, 2.0 * r, Perturbation.lowrank(1).targets, "seed:0"))
+              for r in args.lora_ranks}
+    print(f"{args.members} members × {args.prompts} prompts = {len(rows)} rows, {args.new_tokens} new tokens, "
+          f"{torch.get_num_threads()} threads")
+    for label, p in kinds.items():
+        backend = HFBackend(model_dir, perturbation=p)
+        master = backend.master()
+        if p.adapter is not None:  # a trained adapter (B ≠ 0), not the initial one
+            master = {n: t + 0.01 * noise.generate(noise.tensor_key(1, n), t.numel()).view(t.shape)
+                      for n, t in master.items()}
+        backend.load_master(master)
+        backend._decode(rows[:4], [None] * 4, 2, batch=4)  # warm-up
+        best = None
+        for _ in range(args.repeat):
+            t0 = time.perf_counter()
+            with backend.members(master, keys, signs, sigma):
+                t1 = time.perf_counter()
+                ids = backend._decode(rows, [None] * len(rows), args.new_tokens, batch=len(rows))
+            t2 = time.perf_counter()
+            tokens = sum(len(r) for r in ids)
+            run = {"kind": label, "build_s": round(t1 - t0, 3), "decode_s": round(t2 - t1, 2),
+                   "tokens": tokens, "tokens_per_s": round(tokens / (t2 - t0), 1)}
+            best = run if best is None or run["tokens_per_s"] > best["tokens_per_s"] else best
+        print(json.dumps(best))
+        del backend
+
+
+# ----------------------------------------------------------------------------- memory
+
+
+def memory(args) -> None:
+    for kind in args.kinds:
+        proc = subprocess.run([sys.executable, __file__, "_generation", kind, "--model", args.model],
+                              capture_output=True, text=True, cwd=ROOT)
+        line = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else proc.stderr[-500:]
+        print(line)
+
+
+def _rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def one_generation(args) -> None:
+    """One ES generation of `kind` through the real loop, in this fresh process."""
+    from engine import session
+    from ledger import Ledger
+
+    overrides = KINDS[args.kind] + [f"model={args.model}", "generations=1", "anchor_every=0",
+                                    f"population={args.population}", f"batch_size={args.batch}",
+                                    f"max_new_tokens={args.new_tokens}"]
+    with tempfile.TemporaryDirectory() as tmp, Ledger.open(str(Path(tmp) / "l.db")) as led:
+        t0 = time.perf_counter()
+        session.start(led, str(ROOT / "configs" / "demo.yaml"), "m", overrides, 1)
+        seconds = time.perf_counter() - t0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps({"kind": args.kind, "peak_rss_mb": round(peak), "rss_after_mb": round(_rss_mb()),
+                      "seconds": round(seconds, 1), "population": args.population,
+                      "rows_per_member": args.batch, "new_tokens": args.new_tokens}))
+
+
+# ----------------------------------------------------------------------------- learning
+
+
+def learn(args) -> None:
+    """Each kind trains the demo config until `seconds` of wall time have passed (the
+    generation in flight then finishes), then base and final score the same test rows."""
+    from engine import session
+    from engine.config import validate
+    from engine.evaluator import Evaluator
+    from engine.loop import Hooks
+    from engine.models import resolve_model
+    from ledger import Ledger
+
+    class Budget(Exception):
+        pass
+
+    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="lora-bench-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    scores: dict[str, list[float]] = {}
+    base_scores: dict[str, list[float]] = {}
+    for kind in args.learn_kinds:
+        ledger_path = workdir / f"{kind}.db"
+        started = time.perf_counter()
+
+        def stop(record, _seconds, started=started):
+            if time.perf_counter() - started > args.seconds:
+                raise Budget()
+
+        overrides = KINDS[kind] + [f"model={args.model}", "generations=100000", "anchor_every=0"]
+        overrides += [f"sigma={args.sigma}", f"lr={args.lr}"] if kind.startswith("lora") else []
+        with Ledger.open(str(ledger_path)) as led:
+            if not led.has_run(kind):
+                try:
+                    session.start(led, str(ROOT / "configs" / "demo.yaml"), kind, overrides, None,
+                                  hooks=Hooks(on_generation_end=stop))
+                except Budget:
+                    pass
+            run = led.get_run(kind)
+            latest = led.latest_generation(kind)
+            cfg = validate(run.config)
+            ev = Evaluator(cfg, resolve_model(cfg.model))
+            base_scores[kind] = [r or 0.0 for r in ev.held_out_rewards(args.rows)]
+            ev.restore(led, kind, latest, None)
+            scores[kind] = [r or 0.0 for r in ev.held_out_rewards(args.rows)]
+        gain, se = _paired(scores[kind], base_scores[kind])
+        print(json.dumps({"kind": kind, "generations": latest, "wall_s": round(time.perf_counter() - started),
+                          "base": _mean(base_scores[kind]), "final": _mean(scores[kind]),
+                          "gain": round(gain, 4), "gain_se": round(se, 4)}))
+    if len(scores) == 2:
+        a, b = args.learn_kinds
+        diff, se = _paired([x - y for x, y in zip(scores[a], base_scores[a], strict=True)],
+                           [x - y for x, y in zip(scores[b], base_scores[b], strict=True)])
+        print(json.dumps({"gain_difference": f"{a} - {b}", "value": round(diff, 4), "se": round(se, 4)}))
+
+
+def _mean(xs: list[float]) -> float:
+    return round(sum(xs) / len(xs), 4)
+
+
+def _paired(a: list[float], b: list[float]) -> tuple[float, float]:
+    d = [x - y for x, y in zip(a, b, strict=True)]
+    m = sum(d) / len(d)
+    var = sum((x - m) ** 2 for x in d) / (len(d) - 1)
+    return m, math.sqrt(var / len(d))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("what", nargs="?", default="speed", choices=["speed", "memory", "learn", "_generation"])
+    ap.add_argument("kind", nargs="?", choices=list(KINDS))
+    ap.add_argument("--model", default=MODEL)
+    ap.add_argument("--members", type=int, default=8)
+    ap.add_argument("--prompts", type=int, default=8)
+    ap.add_argument("--new-tokens", type=int, default=32)
+    ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--lowrank-ranks", type=int, nargs="*", default=[1, 16])
+    ap.add_argument("--lora-ranks", type=int, nargs="*", default=[8])
+    ap.add_argument("--kinds", nargs="*", default=list(KINDS))
+    ap.add_argument("--population", type=int, default=8)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--seconds", type=float, default=1800)
+    ap.add_argument("--rows", type=int, default=200)
+    ap.add_argument("--learn-kinds", nargs=2, default=["lora", "lowrank"])
+    ap.add_argument("--sigma", type=float, default=1e-2, help="LoRA runs' σ (the adapter's scale differs)")
+    ap.add_argument("--lr", type=float, default=5e-3, help="LoRA runs' lr")
+    ap.add_argument("--workdir")
+    args = ap.parse_args()
+    if args.what == "_generation":
+        args.new_tokens = min(args.new_tokens, 16)
+        one_generation(args)
+    else:
+        {"speed": speed, "memory": memory, "learn": learn}[args.what](args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,190 @@
+"""LoRA adapters as the trained parameters: the spec a run stores and the initial adapter.
+
+An adapter run trains only a LoRA adapter on a frozen base. Its master is the adapter
+itself, fp32 tensors named as PEFT saves them (``base_model.model.<module>.lora_A.weight``
+[r, in] and ``....lora_B.weight`` [out, r] for every targeted linear ``<module>``), so the
+update, optimizer state, fingerprints and anchors of ``replay`` apply to it unchanged:
+member noise is spec v1 full-rank noise on the adapter tensors (they are small, and PEFT
+trains every entry of both factors). The model a run describes is W + (alpha/r)·B·A on
+every targeted linear of the frozen base.
+
+The run stores the spec as its ``param_selection`` (noise spec ``v1``), canonical:
+
+    lora-v1:r=R,alpha=ALPHA,init=INIT,targets=t1,t2,...
+
+- ALPHA is ``repr(float)``; the model's scale alpha/R is PEFT's ``lora_alpha / r``.
+- INIT ``seed:N``: A from the noise table under a key of its own, scaled to PEFT's default
+  initialisation variance, B = 0 (``initial_adapter``); ``peft:FP``: a PEFT adapter
+  directory whose tensors have fingerprint FP (an SFT warm start; the engine loads it).
+- targets: linear-module name suffixes, as PEFT's ``target_modules`` match them.
+
+A: PEFT initialises lora_A with ``kaiming_uniform_(a=√5)``, i.e. U(−1/√in, 1/√in), of
+variance 1/(3·in). Here A[i] = c·ε(key, i) with c = 1/√(3·in) rounded to 12 significant
+bits, so c·ε is exact in fp32 (12 × 12 bits) and A is the same on every device; its
+variance matches PEFT's (Gaussian rather than uniform entries).
+
+Generation 0 of an adapter run is the frozen base *as loaded* (quantized weights
+included) together with the initial adapter: ``start_fingerprint`` combines the two, and
+the run's base fingerprint is that value, so a base loaded or quantized differently is
+refused wherever a run is replayed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import torch
+
+from ledger.errors import SeedLedgerError
+
+from .fingerprint import fingerprint
+from .hashing import MASK64, mix, stable_hash
+from .noise import perturb_, round_coefficient, run_key, tensor_key
+
+SPEC = "lora-v1"
+PREFIX = "base_model.model."  # how PEFT names an adapter's tensors in its safetensors file
+MAX_RANK = 4096
+_TARGET = re.compile(r"[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*")
+_FP = re.compile(r"[0-9a-f]{32}")
+_SELECTION = re.compile(r"lora-v1:r=(\d+),alpha=([^,]+),init=(seed:\d+|peft:[0-9a-f]{32}),targets=(.+)")
+_INIT_DOMAIN = stable_hash("seedledger/lora/v1/init")
+
+
+@dataclass(frozen=True)
+class LoraSpec:
+    """What an adapter run trains: rank, alpha, targeted linears, and where A, B start."""
+
+    rank: int
+    alpha: float
+    targets: tuple[str, ...]
+    init: str  # "seed:N" or "peft:<fingerprint>"
+
+    def __post_init__(self) -> None:
+        if isinstance(self.rank, bool) or not isinstance(self.rank, int) or not 1 <= self.rank <= MAX_RANK:
+            raise SeedLedgerError(f"LoRA rank must be an integer in 1..{MAX_RANK}, not {self.rank!r}")
+        if isinstance(self.alpha, bool) or not isinstance(self.alpha, (int, float)) \
+                or not math.isfinite(self.alpha) or self.alpha <= 0:
+            raise SeedLedgerError(f"LoRA alpha must be a positive finite number, not {self.alpha!r}")
+        object.__setattr__(self, "alpha", float(self.alpha))
+        targets = tuple(self.targets)
+        if not targets or len(set(targets)) != len(targets):
+            raise SeedLedgerError("LoRA target_modules must be a non-empty list without repeats")
+        for t in targets:
+            if not isinstance(t, str) or not _TARGET.fullmatch(t):
+                raise SeedLedgerError(f"bad LoRA target module {_short(t)} (letters, digits, _ and inner dots)")
+        object.__setattr__(self, "targets", targets)
+        kind, _, value = str(self.init).partition(":")
+        ok = (kind == "seed" and value.isdigit() and int(value) < 2**63) or (kind == "peft" and _FP.fullmatch(value))
+        if not ok:
+            raise SeedLedgerError(f"bad LoRA init {_short(self.init)} (seed:N or peft:<32 hex fingerprint>)")
+
+    @property
+    def selection(self) -> str:
+        """The run's ``param_selection`` (canonical)."""
+        return f"{SPEC}:r={self.rank},alpha={self.alpha!r},init={self.init},targets={','.join(self.targets)}"
+
+    @property
+    def scale(self) -> float:
+        """alpha / r, as PEFT computes ``scaling`` (evaluation and merging, never replay)."""
+        return self.alpha / self.rank
+
+    @property
+    def init_seed(self) -> int | None:
+        return int(self.init[5:]) if self.init.startswith("seed:") else None
+
+    def matches(self, module: str) -> bool:
+        """Is linear module ``module`` targeted? (PEFT's rule: the name or a dotted suffix.)"""
+        return any(module == t or module.endswith(f".{t}") for t in self.targets)
+
+
+def parse_selection(selection: str) -> LoraSpec:
+    """The spec of a stored ``param_selection``; one-line SeedLedgerError unless canonical."""
+    m = _SELECTION.fullmatch(selection)
+    if m is None:
+        raise SeedLedgerError(f"bad LoRA parameter selection {_short(selection)} "
+                              f"(lora-v1:r=R,alpha=A,init=seed:N|peft:FP,targets=NAME,...)")
+    try:
+        alpha = float(m.group(2))
+    except ValueError:
+        raise SeedLedgerError(f"bad LoRA alpha {_short(m.group(2))}") from None
+    spec = LoraSpec(int(m.group(1)), alpha, tuple(m.group(4).split(",")), m.group(3))
+    if spec.selection != selection:
+        raise SeedLedgerError(f"LoRA parameter selection {_short(selection)} is not canonical "
+                              f"({spec.selection!r})")
+    return spec
+
+
+def is_selection(selection: str) -> bool:
+    return selection.startswith(f"{SPEC}:")
+
+
+def tensor_names(module: str) -> tuple[str, str]:
+    """(lora_A, lora_B) master names of targeted linear ``module`` (PEFT's file names)."""
+    return f"{PREFIX}{module}.lora_A.weight", f"{PREFIX}{module}.lora_B.weight"
+
+
+def init_scale(in_features: int) -> float:
+    """c = 1/√(3·in) to 12 significant bits: A = c·ε has PEFT's lora_A variance, exactly."""
+    return round_coefficient(1.0 / math.sqrt(3.0 * int(in_features)))
+
+
+def init_key(seed: int) -> int:
+    """The key under which the initial A of a run seeded ``seed`` is drawn."""
+    return mix(run_key(seed), _INIT_DOMAIN) & MASK64
+
+
+def initial_adapter(spec: LoraSpec, linears: Mapping[str, tuple[int, int]],
+                    device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
+    """The seeded initial adapter: A = c·ε, B = 0 for every (module, (out, in)) in order.
+
+    ``linears`` are the targeted modules (the engine finds them in the model). A run with
+    a ``peft:`` init starts from its adapter directory instead (ValueError here).
+    """
+    seed = spec.init_seed
+    if seed is None:
+        raise ValueError(f"{spec.init} is not a seeded initialisation")
+    key = init_key(seed)
+    master: dict[str, torch.Tensor] = {}
+    for module, (out_f, in_f) in linears.items():
+        a_name, b_name = tensor_names(module)
+        zeros = torch.zeros(spec.rank, in_f, dtype=torch.float32, device=device)
+        master[a_name] = perturb_(torch.empty_like(zeros), zeros, tensor_key(key, a_name), init_scale(in_f))
+        master[b_name] = torch.zeros(out_f, spec.rank, dtype=torch.float32, device=device)
+    return master
+
+
+def check_adapter(spec: LoraSpec, master: Mapping[str, torch.Tensor],
+                  linears: Mapping[str, tuple[int, int]], source: str) -> None:
+    """Refuse (one line) an adapter whose tensors are not exactly the spec's on ``linears``."""
+    want: dict[str, tuple[int, int]] = {}
+    for module, (out_f, in_f) in linears.items():
+        a_name, b_name = tensor_names(module)
+        want[a_name], want[b_name] = (spec.rank, in_f), (out_f, spec.rank)
+    extra = sorted(set(master) - set(want))
+    missing = sorted(set(want) - set(master))
+    if extra or missing:
+        what = f"unexpected tensor {extra[0]!r}" if extra else f"no tensor {missing[0]!r}"
+        raise SeedLedgerError(f"{source}: {what} (LoRA r={spec.rank} on {', '.join(spec.targets)})")
+    for name, shape in want.items():
+        t = master[name]
+        if tuple(t.shape) != shape:
+            raise SeedLedgerError(f"{source}: tensor {name!r} has shape {tuple(t.shape)}, expected {shape}")
+
+
+def start_fingerprint(master: Mapping[str, torch.Tensor], frozen: str | None = None) -> str:
+    """Generation 0's fingerprint: the master's, or for an adapter run (``frozen``: the
+    fingerprint of the frozen base as loaded) both together."""
+    if frozen is None:
+        return fingerprint(master)
+    h = hashlib.blake2b(b"seedledger/adapter-start/v1", digest_size=16)
+    h.update(frozen.encode() + b"\0" + fingerprint(master).encode())
+    return h.hexdigest()
+
+
+def _short(x: object) -> str:
+    text = repr(x)
+    return text if len(text) <= 80 else text[:77] + "..."
