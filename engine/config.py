@@ -276,6 +276,7 @@ class TrainConfig(Strict):
             raise ValueError("cmaes: settings given but algorithm is not cmaes")
         if self.algorithm == "cmaes" and self.cmaes and self.cmaes.mu and self.cmaes.mu > self.population:
             raise ValueError("cmaes.mu: more parents than the population holds")
+        return self
 
     @model_validator(mode="after")
     def _adapters_and_quantization(self) -> TrainConfig:
