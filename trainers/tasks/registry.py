@@ -173,8 +173,10 @@ def _load_mix(items: Any, seed: int) -> Task:
             sub, weight = item, item.get("weight", 1.0)
         else:
             sub, weight = item, 1.0
-        if isinstance(weight, bool) or not isinstance(weight, int | float) or not 0 < weight < math.inf:
-            raise SeedLedgerError(f"task mix: weight {weight!r} is not a finite positive number")
+        if isinstance(weight, bool) or not isinstance(weight, int | float):
+            raise SeedLedgerError(f"task mix: weight {weight!r} is not a number")
+        if not 0 <= weight < math.inf:  # weight 0 keeps a task for held-out rows only
+            raise SeedLedgerError(f"task mix: weight {weight!r} must be finite and >= 0")
         tasks.append(load_task(sub, seed))
         weights.append(float(weight))
     return MixtureTask(tasks, weights, seed=seed)
