@@ -284,7 +284,7 @@ def test_run_records_the_adapter_and_verifies(reference, tiny_model_dir):
                                             "target_modules": ["q_proj", "v_proj", "down_proj"],
                                             "init_fingerprint": None}
         assert run.config["members_per_forward"] == 4
-        from engine.commands.rebuild import verify_ref
+        from engine.rebuilding import verify_ref
 
         assert verify_ref(led, "ref")["fingerprint"] == fps[-1]
         from replay.rebuild import rebuild
@@ -309,7 +309,7 @@ def test_fork_continues_the_adapter_and_refuses_another(reference, tmp_path):
     with Ledger.open(str(ledger_path)) as led:
         child = session.fork(led, "ref@2", "lower-lr", ["lr=0.02", "seed=9"], 1)
         assert led.get_run("lower-lr").param_selection == led.get_run("ref").param_selection
-        from engine.commands.rebuild import verify_ref
+        from engine.rebuilding import verify_ref
 
         assert verify_ref(led, "lower-lr")["fingerprint"] == child.fingerprint
         assert child.fingerprint not in fps
@@ -344,7 +344,7 @@ def test_seed_file_rebuild_equals_ledger_rebuild_and_peft_dir(reference, tmp_pat
 
 
 def test_anchors_hold_the_adapter(reference, tmp_path, tiny_model_dir):
-    from engine.commands.rebuild import load_start
+    from engine.rebuilding import load_start
     from replay.anchors import load_anchor, max_anchor_bytes, save_anchor
     from replay.rebuild import rebuild
 

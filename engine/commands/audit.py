@@ -212,7 +212,7 @@ def _replay_pair(ledger: Ledger, a: tuple[RunInfo, int], b: tuple[RunInfo, int],
     against the ledger's fingerprint (replay raises VerifyMismatch otherwise)."""
     import copy
 
-    from engine.commands.rebuild import load_start
+    from engine.rebuilding import load_start
     from engine.session import anchors_dir
     from replay.rebuild import rebuild, replay_steps
     from replay.update import OptimizerState

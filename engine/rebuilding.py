@@ -1,4 +1,4 @@
-"""Rebuild and verify from the command line: base model in, replayed weights out.
+"""Rebuild and verify: base model in, replayed weights out (the CLI and engine.api).
 
 The replay arithmetic is `replay.rebuild`; this module adds what replay must not know:
 where the base model comes from, and how a Hugging Face directory is written.
@@ -132,17 +132,37 @@ def _sqlite_file_in(directory: Path) -> Path | None:
     return None
 
 
-def write_model_dir(
-    base_dir: Path, master: dict[str, torch.Tensor], output: Path, meta: dict,
-    force: bool = False, keep: Path | None = None,
-) -> None:
-    """Write a transformers/vLLM-loadable directory in the base model's own dtype."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def model_from_master(base_dir: Path, master: dict[str, torch.Tensor]) -> Any:
+    """The base model's transformers model (in its own dtype) holding `master`'s weights."""
+    from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(base_dir, dtype="auto", local_files_only=True, use_safetensors=True)
     with torch.no_grad():
         for name, param in model.named_parameters():
             param.copy_(master[name].to(device=param.device, dtype=param.dtype))
+    return model
+
+
+def merged_weights(start: Start, master: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Every weight of the model `master` stands for: itself for a full run; for an adapter
+    run the base with the adapter merged in (an int8 base dequantized first, since
+    re-quantizing would round the adapter away)."""
+    if start.adapter is None:
+        return master
+    from engine import adapters
+
+    modules = list(adapters.target_linears(start.model, start.adapter))
+    return adapters.merge(adapters.dequantized(start.model), master, start.adapter, modules)
+
+
+def write_model_dir(
+    base_dir: Path, master: dict[str, torch.Tensor], output: Path, meta: dict,
+    force: bool = False, keep: Path | None = None,
+) -> None:
+    """Write a transformers/vLLM-loadable directory in the base model's own dtype."""
+    from transformers import AutoTokenizer
+
+    model = model_from_master(base_dir, master)
 
     def fill(staging: Path) -> None:
         model.save_pretrained(staging)
@@ -166,9 +186,7 @@ def write_output(start: Start, master: dict[str, torch.Tensor], output: Path, me
 
     meta = {**meta, "adapter": start.adapter.selection, "base_quantization": start.quantization}
     if merge:
-        modules = list(adapters.target_linears(start.model, start.adapter))
-        weights = adapters.merge(adapters.dequantized(start.model), master, start.adapter, modules)
-        write_model_dir(start.model_dir, weights, output, {**meta, "merged": True}, force, keep)
+        write_model_dir(start.model_dir, merged_weights(start, master), output, {**meta, "merged": True}, force, keep)
         return {"format": "merged"}
     publish(output, lambda staging: adapters.write_peft_dir(staging, master, start.adapter, str(start.model_dir)),
             meta, force, keep)
@@ -308,16 +326,16 @@ def verify_ref(ledger: Ledger, ref: str, device: str = "cpu") -> dict:
     )
 
 
-def rebuild_ref(
-    ledger: Ledger, ref: str, output: Path, base: str | None, device: str,
-    *, verify: str = "end", force: bool = False, allow_unverified: bool = False, merge: bool = False,
-) -> dict:
-    """`RUN@G`, or `RUN@G#M`: `RUN@G-1` (checked against its fingerprint) plus member M's
-    perturbation, the weights that member was evaluated with (`replay.rebuild.apply_member`)."""
+def ref_master(
+    ledger: Ledger, ref: str, base: str | None = None, device: str = "cpu",
+    *, verify: str = "end", allow_unverified: bool = False,
+) -> tuple[Start, dict[str, torch.Tensor], dict, dict]:
+    """The fp32 master at `RUN@G` in memory: (its start, the master, meta, the report's
+    `verified` fields). `RUN@G#M` is `RUN@G-1` (checked against its fingerprint) plus
+    member M's perturbation, the weights that member was evaluated with
+    (`replay.rebuild.apply_member`). Shared by `rebuild -o DIR` and the Python API."""
     run, gen, member = resolve_member(ledger, ref)
     upto = gen if member is None else gen - 1
-    keep = sqlite_path(to_url(ledger.location))
-    check_output(output, force, keep)
     fps = ledger.fingerprints(run.name, upto)
     wanted = fps if verify == "every" else {g: fp for g, fp in fps.items() if g == upto}
     checked = _unchecked(missing_fingerprint(run.base_fingerprint, wanted), f"{run.name}@{upto}", allow_unverified)
@@ -331,22 +349,36 @@ def rebuild_ref(
         meta |= {"member": member, "parent_fingerprint": fps[upto] if upto else run.base_fingerprint}
     fp = fingerprint(master)
     meta |= {"fingerprint": fp, "base_model": run.base_model}
+    return start, master, meta, checked
+
+
+def rebuild_ref(
+    ledger: Ledger, ref: str, output: Path, base: str | None, device: str,
+    *, verify: str = "end", force: bool = False, allow_unverified: bool = False, merge: bool = False,
+) -> dict:
+    """Write the model at `RUN@G` or `RUN@G#M` (`ref_master`) to `output`."""
+    resolve_member(ledger, ref)  # a bad reference is reported before the output is judged
+    keep = sqlite_path(to_url(ledger.location))
+    check_output(output, force, keep)
+    start, master, meta, checked = ref_master(ledger, ref, base, device, verify=verify,
+                                              allow_unverified=allow_unverified)
     written = write_output(start, master, output, meta, merge=merge, force=force, keep=keep)
     return {**meta, **written, "output": str(output), "verify": verify, **checked}
 
 
-def rebuild_seedfile(
-    path: Path, output: Path, base: str | None, device: str,
-    *, verify: str = "end", force: bool = False, keep: Path | None = None,
-    allow_unverified: bool = False, merge: bool = False,
-) -> dict:
-    """Rebuild from a seed file alone: its header names the base, the trained parameters
-    (an adapter's spec and config) and every step."""
+def seedfile_master(
+    path: Path, base: str | None = None, device: str = "cpu",
+    *, verify: str = "end", allow_unverified: bool = False, before: Callable[[], None] | None = None,
+) -> tuple[Start, dict[str, torch.Tensor], dict, dict]:
+    """The fp32 master a seed file describes, in memory (its header names the base, the
+    trained parameters and every step): as `ref_master`. `before` runs once the file is
+    read, before any work."""
     from ledger.seedfile import read_seedfile
     from replay.seedcheck import check_seedfile
 
     seeds = read_seedfile(path, key_fn=member_key, check=check_seedfile)
-    check_output(output, force, keep=keep)
+    if before is not None:
+        before()
     fps = {s.index: fp for s, fp in zip(seeds.steps, seeds.fingerprints, strict=True)}
     wanted = fps if verify == "every" else {g: fp for g, fp in fps.items() if g == seeds.generation}
     checked = _unchecked(missing_fingerprint(seeds.base_fingerprint, wanted), str(path), allow_unverified)
@@ -365,6 +397,19 @@ def rebuild_seedfile(
     if seeds.final_fingerprint is not None and fp != seeds.final_fingerprint:
         raise VerifyMismatch(f"{path}: rebuilt fingerprint {fp} differs from the file's {seeds.final_fingerprint}")
     meta = {"run": seeds.header["run"], "generation": seeds.generation, "fingerprint": fp, "base_model": seeds.base_model}
+    return start, master, meta, checked
+
+
+def rebuild_seedfile(
+    path: Path, output: Path, base: str | None, device: str,
+    *, verify: str = "end", force: bool = False, keep: Path | None = None,
+    allow_unverified: bool = False, merge: bool = False,
+) -> dict:
+    """Rebuild from a seed file alone (`seedfile_master`) into `output`."""
+    start, master, meta, checked = seedfile_master(
+        path, base, device, verify=verify, allow_unverified=allow_unverified,
+        before=lambda: check_output(output, force, keep=keep),
+    )
     written = write_output(start, master, output, meta, merge=merge, force=force, keep=keep)
     return {**meta, **written, "output": str(output), "verify": verify, **checked}
 
@@ -422,3 +467,19 @@ def _run_part(source: str) -> str | None:
     return name
 
 
+def quick_report(led: Ledger, ref: str) -> dict:
+    """`verify --quick`: the hash chain of RUN@G's lineage, recomputed from the rows (no
+    model, no replay); a `verify` event records the outcome either way."""
+    from ledger.errors import ChainBroken
+
+    run, gen = resolve_ref(led, ref)
+    report = {"run": run.name, "generation": gen, "quick": True}
+    try:
+        digest, checked = led.check_chain(run.name, gen)
+    except ChainBroken as exc:
+        report |= {"ok": False, "generations_checked": 0, "first_bad_generation": exc.generation,
+                   "error": f"{run.name}@{gen} does not verify: {exc}"}
+    else:
+        report |= {"ok": True, "generations_checked": checked, "digest": digest}
+    led.log_event(run.name, "verify", {k: v for k, v in report.items() if k != "run"})
+    return report
