@@ -69,7 +69,7 @@ def test_run_records_its_kind_and_group_size_and_verifies(reference):
         assert run.noise_spec == "lowrank-v1:r=4"
         assert run.param_selection.startswith("suffix:q_proj,")
         assert run.config["members_per_forward"] == 4
-        from engine.commands.rebuild import verify_ref
+        from engine.rebuilding import verify_ref
 
         assert verify_ref(led, "ref")["fingerprint"] == fps[-1]
 
@@ -124,7 +124,7 @@ def test_fork_changes_kind_and_both_verify(reference, tmp_path):
         child = session.fork(led, "ref@2", "to-full", ["perturbation=full"], 1)
         assert led.get_run("to-full").noise_spec == "v1"
         assert led.get_run("to-full").config["members_per_forward"] == 1
-        from engine.commands.rebuild import verify_ref
+        from engine.rebuilding import verify_ref
 
         assert verify_ref(led, "to-full")["fingerprint"] == child.fingerprint
         assert child.fingerprint not in fps

@@ -74,7 +74,7 @@ def test_updates_happen_and_replay_verifies(reference):
         assert any(m.coefficient != 0.0 for m in rec.members)
         assert set(rec.members[0].components) == {"arithmetic", "tests.support.rewards:vowel_share"}
         assert rec.batch_indices and len(rec.batch_indices) == TINY["batch_size"]
-    from engine.commands.rebuild import verify_ref
+    from engine.rebuilding import verify_ref
 
     with Ledger.open(str(ledger_path)) as led:
         assert verify_ref(led, "ref@3")["fingerprint"] == fps[-1]

@@ -212,8 +212,8 @@ def _replay_pair(ledger: Ledger, a: tuple[RunInfo, int], b: tuple[RunInfo, int],
     against the ledger's fingerprint (replay raises VerifyMismatch otherwise)."""
     import copy
 
-    from engine.commands.rebuild import load_base_master
     from engine.models import resolve_model
+    from engine.rebuilding import load_base_master
     from engine.session import anchors_dir
     from replay.rebuild import rebuild, replay_steps
     from replay.update import OptimizerState

@@ -19,11 +19,11 @@ from rich.text import Text
 
 from engine import session
 from engine.commands.plot import plot_run
-from engine.commands.rebuild import rebuild_ref, verify_ref
 from engine.config import load_config
 from engine.evaluator import Evaluator
 from engine.models import resolve_model
 from engine.progress import TrainingProgress
+from engine.rebuilding import rebuild_ref, verify_ref
 from ledger import Ledger
 from ledger.errors import SeedLedgerError
 from ledger.seedio import export_seedfile

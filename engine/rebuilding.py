@@ -1,4 +1,4 @@
-"""Rebuild and verify from the command line: base model in, replayed weights out.
+"""Rebuild and verify: base model in, replayed weights out (the CLI and engine.api).
 
 The replay arithmetic is `replay.rebuild`; this module adds what replay must not know:
 where the base model comes from, and how a Hugging Face directory is written.
@@ -10,7 +10,9 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -91,6 +93,17 @@ def _sqlite_file_in(directory: Path) -> Path | None:
     return None
 
 
+def model_from_master(base_dir: Path, master: dict[str, torch.Tensor]) -> Any:
+    """The base model's transformers model (in its own dtype) holding `master`'s weights."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(base_dir, dtype="auto", local_files_only=True, use_safetensors=True)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            param.copy_(master[name].to(device=param.device, dtype=param.dtype))
+    return model
+
+
 def write_model_dir(
     base_dir: Path, master: dict[str, torch.Tensor], output: Path, meta: dict,
     force: bool = False, keep: Path | None = None,
@@ -103,12 +116,9 @@ def write_model_dir(
     run `check_output` before their expensive work; it runs again here just before the
     rename, for anything that appeared meanwhile.
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
-    model = AutoModelForCausalLM.from_pretrained(base_dir, dtype="auto", local_files_only=True, use_safetensors=True)
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            param.copy_(master[name].to(device=param.device, dtype=param.dtype))
+    model = model_from_master(base_dir, master)
     output = output.expanduser().resolve()
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
@@ -232,35 +242,48 @@ def verify_ref(ledger: Ledger, ref: str, device: str = "cpu") -> dict:
     )
 
 
-def rebuild_ref(
-    ledger: Ledger, ref: str, output: Path, base: str | None, device: str,
-    *, verify: str = "end", force: bool = False, allow_unverified: bool = False,
-) -> dict:
+def ref_master(
+    ledger: Ledger, ref: str, base: str | None = None, device: str = "cpu",
+    *, verify: str = "end", allow_unverified: bool = False,
+) -> tuple[Path, dict[str, torch.Tensor], dict, dict]:
+    """The fp32 master at RUN@G, in memory: (base model directory, master, meta, the
+    report's `verified` fields). Shared by `rebuild -o DIR` and the Python API."""
     run, gen = resolve_ref(ledger, ref)
-    keep = sqlite_path(to_url(ledger.location))
-    check_output(output, force, keep)
     fps = ledger.fingerprints(run.name, gen)
     wanted = fps if verify == "every" else {g: fp for g, fp in fps.items() if g == gen}
     checked = _unchecked(missing_fingerprint(run.base_fingerprint, wanted), f"{run.name}@{gen}", allow_unverified)
     model_dir, master = _base_for(run, base, device)
     master, _ = rebuild(ledger, run.name, gen, master, verify=verify, anchors_dir=anchors_dir(ledger))
-    fp = fingerprint(master)
-    meta = {"run": run.name, "generation": gen, "fingerprint": fp, "base_model": run.base_model}
+    meta = {"run": run.name, "generation": gen, "fingerprint": fingerprint(master), "base_model": run.base_model}
+    return model_dir, master, meta, checked
+
+
+def rebuild_ref(
+    ledger: Ledger, ref: str, output: Path, base: str | None, device: str,
+    *, verify: str = "end", force: bool = False, allow_unverified: bool = False,
+) -> dict:
+    resolve_ref(ledger, ref)  # a bad reference is reported before the output is judged
+    keep = sqlite_path(to_url(ledger.location))
+    check_output(output, force, keep)
+    model_dir, master, meta, checked = ref_master(
+        ledger, ref, base, device, verify=verify, allow_unverified=allow_unverified
+    )
     write_model_dir(model_dir, master, output, meta, force, keep)
     return {**meta, "output": str(output), "verify": verify, **checked}
 
 
-def rebuild_seedfile(
-    path: Path, output: Path, base: str | None, device: str,
-    *, verify: str = "end", force: bool = False, keep: Path | None = None,
-    allow_unverified: bool = False,
-) -> dict:
-    """Rebuild from a seed file alone: its header names the base and every step."""
+def seedfile_master(
+    path: Path, base: str | None = None, device: str = "cpu",
+    *, verify: str = "end", allow_unverified: bool = False, before: Callable[[], None] | None = None,
+) -> tuple[Path, dict[str, torch.Tensor], dict, dict]:
+    """The fp32 master a seed file describes, in memory (its header names the base and
+    every step): as `ref_master`. `before` runs once the file is read, before any work."""
     from ledger.seedfile import read_seedfile
     from replay.seedcheck import check_seedfile
 
     seeds = read_seedfile(path, key_fn=member_key, check=check_seedfile)
-    check_output(output, force, keep=keep)
+    if before is not None:
+        before()
     fps = {s.index: fp for s, fp in zip(seeds.steps, seeds.fingerprints, strict=True)}
     wanted = fps if verify == "every" else {g: fp for g, fp in fps.items() if g == seeds.generation}
     checked = _unchecked(missing_fingerprint(seeds.base_fingerprint, wanted), str(path), allow_unverified)
@@ -279,6 +302,19 @@ def rebuild_seedfile(
     if seeds.final_fingerprint is not None and fp != seeds.final_fingerprint:
         raise VerifyMismatch(f"{path}: rebuilt fingerprint {fp} differs from the file's {seeds.final_fingerprint}")
     meta = {"run": seeds.header["run"], "generation": seeds.generation, "fingerprint": fp, "base_model": seeds.base_model}
+    return model_dir, master, meta, checked
+
+
+def rebuild_seedfile(
+    path: Path, output: Path, base: str | None, device: str,
+    *, verify: str = "end", force: bool = False, keep: Path | None = None,
+    allow_unverified: bool = False,
+) -> dict:
+    """Rebuild from a seed file alone: its header names the base and every step."""
+    model_dir, master, meta, checked = seedfile_master(
+        path, base, device, verify=verify, allow_unverified=allow_unverified,
+        before=lambda: check_output(output, force, keep=keep),
+    )
     write_model_dir(model_dir, master, output, meta, force, keep)
     return {**meta, "output": str(output), "verify": verify, **checked}
 
@@ -334,3 +370,19 @@ def _run_part(source: str) -> str | None:
     return name
 
 
+def quick_report(led: Ledger, ref: str) -> dict:
+    """`verify --quick`: the hash chain of RUN@G's lineage, recomputed from the rows (no
+    model, no replay); a `verify` event records the outcome either way."""
+    from ledger.errors import ChainBroken
+
+    run, gen = resolve_ref(led, ref)
+    report = {"run": run.name, "generation": gen, "quick": True}
+    try:
+        digest, checked = led.check_chain(run.name, gen)
+    except ChainBroken as exc:
+        report |= {"ok": False, "generations_checked": 0, "first_bad_generation": exc.generation,
+                   "error": f"{run.name}@{gen} does not verify: {exc}"}
+    else:
+        report |= {"ok": True, "generations_checked": checked, "digest": digest}
+    led.log_event(run.name, "verify", {k: v for k, v in report.items() if k != "run"})
+    return report
