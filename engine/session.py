@@ -206,14 +206,20 @@ def _run_loop(ledger: Ledger, run: RunInfo, cfg: TrainConfig, pool, generations:
 
 def start(
     ledger: Ledger,
-    config_path: str | None,
+    config: str | os.PathLike[str] | dict | None,
     run_name: str | None,
     overrides: list[str],
     generations: int | None,
     hooks: Hooks | None = None,
 ) -> SessionResult:
-    cfg = load_config(config_path, overrides)
-    name = check_run_name(run_name or (Path(config_path).stem if config_path else "run"))
+    """Create a run from `config` (a YAML file, a dict of config keys, or None for the
+    defaults) and train it; the run is named `run_name`, else the file's stem, else `run`."""
+    if isinstance(config, dict):
+        cfg = validate(apply_overrides(dict(config), overrides), "config", overrides=overrides)
+        name = check_run_name(run_name or "run")
+    else:
+        cfg = load_config(config, overrides)
+        name = check_run_name(run_name or (Path(config).stem if config else "run"))
     check_device(cfg.device)
     if ledger.has_run(name):
         raise SeedLedgerError(f"run {name!r} exists: `seedledger resume {name}` or pick another --run")

@@ -1,7 +1,8 @@
 """Quality gates: every module imports, and imports point one way (DESIGN.md).
 
 `engine → trainers → replay → ledger` (skipping a step is fine, going back up is not);
-`migrations` belongs to `ledger`; nothing imports `engine`.
+`migrations` belongs to `ledger`; nothing imports `engine` but the `seedledger` package,
+which re-exports the public API (engine.api).
 """
 
 import ast
@@ -11,13 +12,14 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ["ledger", "migrations", "replay", "trainers", "engine"]
+PACKAGES = ["ledger", "migrations", "replay", "trainers", "engine", "seedledger"]
 ALLOWED = {
     "ledger": {"ledger", "migrations"},
     "migrations": {"migrations", "ledger"},
     "replay": {"replay", "ledger"},
     "trainers": {"trainers", "replay", "ledger"},
     "engine": {"engine", "trainers", "replay", "ledger", "migrations"},
+    "seedledger": {"seedledger", "engine", "ledger"},  # the public API: engine.api, re-exported
 }
 
 

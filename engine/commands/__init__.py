@@ -2,8 +2,8 @@
 
 Command modules are light, since every start of the CLI imports them all: app (the typer
 app, shared options, error mapping), training, search, replaying, seeds, auditing, remove, example, db. The work
-they call is imported when a command runs: rebuild, audit, audit_render, plot, demo (and
-the runtime of engine/). Nothing outside engine.commands imports it.
+they call is imported when a command runs: audit, audit_render, plot, demo (and
+the runtime of engine/, e.g. engine.api and engine.rebuilding). Nothing outside engine.commands imports it.
 """
 
 # each module registers its commands on `app`; --help lists them in this order

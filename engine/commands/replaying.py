@@ -1,5 +1,5 @@
 """Commands that replay a history: `verify` (check every fingerprint) and `rebuild`
-(write the model as a Hugging Face directory). The work is engine.commands.rebuild,
+(write the model as a Hugging Face directory). The work is engine.api and engine.rebuilding,
 imported when a command runs.
 """
 
@@ -24,25 +24,6 @@ from engine.commands.app import (
 )
 
 
-def quick_report(led, ref: str) -> dict:
-    """`verify --quick`: the hash chain of RUN@G's lineage, recomputed from the rows (no
-    model, no replay); a `verify` event records the outcome either way."""
-    from engine.refs import resolve_ref
-    from ledger.errors import ChainBroken
-
-    run, gen = resolve_ref(led, ref)
-    report = {"run": run.name, "generation": gen, "quick": True}
-    try:
-        digest, checked = led.check_chain(run.name, gen)
-    except ChainBroken as exc:
-        report |= {"ok": False, "generations_checked": 0, "first_bad_generation": exc.generation,
-                   "error": f"{run.name}@{gen} does not verify: {exc}"}
-    else:
-        report |= {"ok": True, "generations_checked": checked, "digest": digest}
-    led.log_event(run.name, "verify", {k: v for k, v in report.items() if k != "run"})
-    return report
-
-
 @app.command()
 def verify(
     ref: Annotated[str, typer.Argument(help="RUN or RUN@G.")],
@@ -61,13 +42,10 @@ def verify(
     from ledger.errors import NotVerified, VerifyMismatch
 
     check_device(device)
-    with open_ledger(ledger) as led:
-        if quick:
-            report = quick_report(led, ref)
-        else:
-            from engine.commands import rebuild as rebuilding
+    from engine import api
 
-            report = rebuilding.verify_ref(led, ref, device)
+    with open_ledger(ledger) as led:
+        report = api.verify(ref, ledger=led, device=device, quick=quick)
     if quick and report["ok"]:
         emit(report, as_json, f"chain verified {report['run']}@{report['generation']}: "
              f"{report['generations_checked']} rows match their digests (head {report['digest']})")
@@ -116,12 +94,12 @@ def rebuild(
     adapter directory (adapter_config.json, adapter_model.safetensors), or with --merge
     the merged model.
     """
-    from engine.commands import rebuild as rebuilding
+    from engine import api
     from engine.devices import check_device
 
     check_device(device)
-    report = rebuilding.rebuild_source(
-        ledger or DEFAULT_LEDGER, source, output, base, device,
+    report = api.rebuild_to(
+        source, output, ledger=ledger or DEFAULT_LEDGER, base=base, device=device,
         verify=verify_.value, force=force, upgrade=State.upgrade, allow_unverified=allow_unverified,
         merge=merge,
     )

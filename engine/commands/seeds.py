@@ -1,5 +1,5 @@
 """Commands that move seed files: `export` (a run's lineage to a file) and `import` (a
-file as a run). The work is ledger.seedio.
+file as a run). The work is engine.api (ledger.seedio).
 """
 
 from __future__ import annotations
@@ -32,15 +32,11 @@ def export(
     as_json: JsonOpt = False,
 ):
     """Write RUN@G as a seed file: keys and coefficients, kilobytes instead of gigabytes."""
-    from engine.refs import resolve_ref
-    from ledger.seedio import export_seedfile
-    from replay.noise import member_key
+    from engine import api
 
     with open_ledger(ledger) as led:
-        run, gen = resolve_ref(led, ref)
-        export_seedfile(led, run.name, gen, output, key_fn=member_key, force=force)
-    payload = {"run": run.name, "generation": gen, "file": str(output), "bytes": output.stat().st_size}
-    emit(payload, as_json, f"wrote {output} ({payload['bytes']:,} bytes) for {run.name}@{gen}")
+        payload = api.export(ref, output, ledger=led, force=force)
+    emit(payload, as_json, f"wrote {output} ({payload['bytes']:,} bytes) for {payload['run']}@{payload['generation']}")
 
 
 @app.command("import")
@@ -56,19 +52,10 @@ def import_(
 ):
     """Import a seed file into the ledger as a run (refused when it lacks fingerprints,
     unless --allow-unverified, or holds more than --max-members members)."""
-    from ledger.seedio import import_seedfile
-    from replay.noise import member_key
-    from replay.seedcheck import check_seedfile
+    from engine import api
 
     with open_ledger(ledger, create=True) as led:
-        info = import_seedfile(
-            led, file, run, key_fn=member_key, allow_unverified=allow_unverified,
-            check=check_seedfile, max_members=max_members,
-        )
-        latest = led.latest_generation(info.name)
-        why = led.events(info.name, "import")[-1].payload.get("not_verified")
-    payload = {"run": info.name, "latest_generation": latest, "verified": why is None}
-    if why is not None:
-        payload["not_verified"] = why
-    note = f" (NOT VERIFIED: {why})" if why is not None else ""
-    emit(payload, as_json, f"imported {info.name}@{latest}{note}")
+        payload = api.import_seeds(file, run, ledger=led, allow_unverified=allow_unverified,
+                                   max_members=max_members)
+    note = f" (NOT VERIFIED: {payload['not_verified']})" if not payload["verified"] else ""
+    emit(payload, as_json, f"imported {payload['run']}@{payload['latest_generation']}{note}")

@@ -1,5 +1,5 @@
 """Commands that train: `train`, `resume`, `fork`, and `demo` (train, rebuild, verify,
-export, report). The work is engine.session and engine.commands.demo, imported when a
+export, report). The work is engine.api (engine.session) and engine.commands.demo, imported when a
 command runs, so that starting the CLI stays light.
 """
 
@@ -74,12 +74,10 @@ def train(
     as_json: JsonOpt = False,
 ):
     """Start a new run from CONFIG and train it."""
-    from engine import session
+    from engine import api
 
-    _session(
-        ledger, as_json, lambda led, hooks: session.start(led, config, run, set_ or [], generations, hooks),
-        create=True,
-    )
+    _session(ledger, as_json, lambda led, hooks: api.train(
+        config, run=run, overrides=set_ or [], generations=generations, ledger=led, hooks=hooks), create=True)
 
 
 @app.command()
@@ -99,11 +97,12 @@ def resume(
 
     By default towards its config's `generations` (a run already there is an error);
     --generations N trains N more, past it if need be."""
-    from engine import session
+    from engine import api
     from ledger.errors import SeedLedgerError
 
     def body(led, hooks):
-        result = session.resume(led, run, generations, hooks, take_over, trust_code=trust_code)
+        result = api.resume(run, generations=generations, ledger=led, hooks=hooks, take_over=take_over,
+                            trust_code=trust_code)
         if generations is None and not result.records:  # at its target: say so, not exit 0 silently
             raise SeedLedgerError(
                 f"run {run} is at its target generation {result.latest_generation} "
@@ -126,10 +125,10 @@ def fork(
     as_json: JsonOpt = False,
 ):
     """Start a child run at RUN@G (optionally with changed settings) and train it."""
-    from engine import session
+    from engine import api
 
-    _session(ledger, as_json, lambda led, hooks: session.fork(
-        led, ref, run, set_ or [], generations, hooks, trust_code=trust_code))
+    _session(ledger, as_json, lambda led, hooks: api.fork(
+        ref, run, overrides=set_ or [], generations=generations, ledger=led, hooks=hooks, trust_code=trust_code))
 
 
 @app.command()

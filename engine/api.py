@@ -1,0 +1,318 @@
+"""The public Python API (`import seedledger as sl`): what the command line does, from a
+script or a notebook. The `seedledger` commands call these functions, so both stay one.
+
+Every function takes `ledger=`: an open `Ledger` (from `open_ledger`, left open), a path
+or SQLAlchemy URL (opened and closed around the call), or None for `$SEEDLEDGER_DB`, else
+`./seedledger.db`. References are `RUN` (its latest generation), `RUN@G`, or for `rebuild` also `RUN@G#M`. Bad input
+raises `SeedLedgerError` with a one-line message; nothing already committed is lost.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ledger import GenerationRecord, Ledger, RunInfo
+from ledger.errors import SeedLedgerError
+from ledger.seedio import IMPORT_MAX_MEMBERS
+
+if TYPE_CHECKING:
+    import pandas
+    import torch
+
+    from engine.loop import Hooks
+    from engine.session import SessionResult
+
+__all__ = [
+    "DEFAULT_LEDGER", "export", "fork", "history", "history_frame", "import_seeds", "open_ledger",
+    "rebuild", "rebuild_model", "rebuild_to", "resume", "train", "verify",
+]
+
+DEFAULT_LEDGER = "seedledger.db"
+
+LedgerArg = Ledger | str | os.PathLike[str] | None
+
+
+def open_ledger(location: str | os.PathLike[str] | None = None, *, create: bool = False,
+                upgrade: bool = True) -> Ledger:
+    """Open a ledger (a SQLite path or a SQLAlchemy URL; None: `$SEEDLEDGER_DB`, else
+    `./seedledger.db`). Use it as a context manager, which closes it. A missing SQLite file
+    is an error unless `create`, so a mistyped path is reported, not made into an empty
+    ledger; an older schema is upgraded (after a backup) unless `upgrade=False`."""
+    where = os.fspath(location) if location is not None else os.environ.get("SEEDLEDGER_DB") or DEFAULT_LEDGER
+    return Ledger.open(where, upgrade=upgrade, create=create)
+
+
+@contextmanager
+def _opened(ledger: LedgerArg, create: bool = False) -> Iterator[Ledger]:
+    """`ledger` itself when it is open (the caller closes it), else opened for this call."""
+    if isinstance(ledger, Ledger):
+        yield ledger
+        return
+    with open_ledger(ledger, create=create) as led:
+        yield led
+
+
+def _printing_hooks() -> Hooks:
+    """One line per committed generation: progress for scripts and notebooks."""
+    from engine.loop import Hooks
+
+    def end(record: GenerationRecord, seconds: float) -> None:
+        mean = record.reward_stats()["mean"]
+        reward = "n/a" if mean is None else f"{mean:.4f}"
+        print(f"generation {record.index}: reward mean {reward} ({seconds:.1f}s)", flush=True)
+
+    return Hooks(on_generation_end=end, on_notice=lambda level, message: print(f"{level}: {message}"))
+
+
+def _hooks(hooks: Hooks | None, progress: bool) -> Hooks | None:
+    return hooks if hooks is not None or not progress else _printing_hooks()
+
+
+def train(
+    config: str | os.PathLike[str] | dict[str, Any] | None = None,
+    *,
+    run: str | None = None,
+    overrides: Sequence[str] = (),
+    generations: int | None = None,
+    ledger: LedgerArg = None,
+    hooks: Hooks | None = None,
+    progress: bool = False,
+) -> SessionResult:
+    """Start a new run and train it (`seedledger train`).
+
+    `config` is a YAML file, a dict of config keys, or None for the defaults; `overrides`
+    are `key=value` strings as `--set` takes them. The run is named `run`, else the config
+    file's stem (`run` for a dict). `generations` trains that many in this session (default:
+    the config's `generations`). `progress` prints a line per generation. The ledger is
+    created when it does not exist."""
+    from engine import session
+
+    with _opened(ledger, create=True) as led:
+        return session.start(led, config, run, list(overrides), generations, _hooks(hooks, progress))
+
+
+def resume(
+    run: str,
+    *,
+    generations: int | None = None,
+    ledger: LedgerArg = None,
+    take_over: bool = False,
+    trust_code: bool = False,
+    hooks: Hooks | None = None,
+    progress: bool = False,
+) -> SessionResult:
+    """Continue `run` from its last committed generation (`seedledger resume`): towards its
+    config's `generations` by default (no records when it is there), or `generations` more.
+    `take_over` takes the writer lease from a session on another host that is gone;
+    `trust_code` allows the reward code its stored config names to be imported."""
+    from engine import session
+
+    with _opened(ledger) as led:
+        return session.resume(led, run, generations, _hooks(hooks, progress), take_over, trust_code=trust_code)
+
+
+def fork(
+    ref: str,
+    run: str,
+    *,
+    overrides: Sequence[str] = (),
+    generations: int | None = None,
+    ledger: LedgerArg = None,
+    trust_code: bool = False,
+    hooks: Hooks | None = None,
+    progress: bool = False,
+) -> SessionResult:
+    """Start the child run `run` at `ref` (RUN@G), with `overrides` changing its settings,
+    and train it (`seedledger fork`). The child replays its parent up to G, then trains
+    on its own; the parent is untouched."""
+    from engine import session
+
+    with _opened(ledger) as led:
+        return session.fork(led, ref, run, list(overrides), generations, _hooks(hooks, progress),
+                            trust_code=trust_code)
+
+
+def history(run: str, *, ledger: LedgerArg = None) -> list[GenerationRecord]:
+    """Every generation record along `run`'s lineage (RUN or RUN@G), oldest first:
+    hyperparameters in force, members with their keys, coefficients and rewards, fingerprint."""
+    from engine.refs import resolve_ref
+
+    with _opened(ledger) as led:
+        info, gen = resolve_ref(led, run)
+        return led.records(info.name, gen)
+
+
+def history_frame(run: str, *, ledger: LedgerArg = None) -> pandas.DataFrame:
+    """`run`'s lineage as a pandas DataFrame, one row per generation (what `seedledger log`
+    shows): generation, run, reward mean/max/min/std, lr, sigma, population, fingerprint,
+    committed_at, and one `time_<phase>` column per timed phase. Needs pandas."""
+    try:
+        import pandas
+    except ImportError:
+        raise ImportError("history_frame needs pandas: pip install pandas") from None
+    from engine.refs import resolve_ref
+
+    with _opened(ledger) as led:
+        info, gen = resolve_ref(led, run)
+        rows = led.summaries(info.name, gen)
+    flat = [{**{k: v for k, v in r.items() if k != "timings"},
+             **{f"time_{k}": v for k, v in (r["timings"] or {}).items()}} for r in rows]
+    return pandas.DataFrame(flat).set_index("generation") if flat else pandas.DataFrame()
+
+
+def _is_seedfile(source: str | os.PathLike[str], ledger: LedgerArg) -> bool:
+    """A `Path` is a seed file; a string is one when it names a file and no run of the ledger."""
+    from engine.refs import parse_ref, split_member
+
+    if isinstance(source, os.PathLike):
+        return True
+    if not Path(source).is_file():
+        return False
+    try:
+        name, _ = parse_ref(split_member(source)[0])
+        with _opened(ledger) as led:
+            return not led.has_run(name)
+    except SeedLedgerError:  # not a run's name, or no ledger to hold one
+        return True
+
+
+def _master(source: str | os.PathLike[str], ledger: LedgerArg, base: str | None, device: str,
+            verify: str, allow_unverified: bool):
+    from engine import rebuilding
+
+    if _is_seedfile(source, ledger):
+        return rebuilding.seedfile_master(Path(source), base, device, verify=verify,
+                                          allow_unverified=allow_unverified)
+    with _opened(ledger) as led:
+        return rebuilding.ref_master(led, source, base, device, verify=verify,
+                                     allow_unverified=allow_unverified)
+
+
+def rebuild(
+    source: str | os.PathLike[str],
+    *,
+    ledger: LedgerArg = None,
+    base: str | None = None,
+    device: str = "cpu",
+    verify: str = "end",
+    allow_unverified: bool = False,
+) -> dict[str, torch.Tensor]:
+    """The fp32 master weights at `source` in memory, by parameter name: the base model
+    plus the replay of the history (for a LoRA run, the adapter's weights). `source` is
+    RUN, RUN@G or RUN@G#M (the weights member M was evaluated with) in the ledger, or a
+    seed file (a `Path`, or a string naming a file and no run of the ledger).
+    `verify` checks the fingerprint of the last ("end") or every ("every") generation;
+    `base` replaces the recorded base model (same weights, other place)."""
+    return _master(source, ledger, base, device, verify, allow_unverified)[1]
+
+
+def rebuild_model(
+    source: str | os.PathLike[str],
+    *,
+    ledger: LedgerArg = None,
+    base: str | None = None,
+    device: str = "cpu",
+    verify: str = "end",
+    allow_unverified: bool = False,
+) -> tuple[Any, Any]:
+    """(transformers model, tokenizer) at `source` (as in `rebuild`), in the base model's
+    dtype, ready for `model.generate`; a LoRA run's adapter comes merged into its base."""
+    from transformers import AutoTokenizer
+
+    from engine.rebuilding import merged_weights, model_from_master
+
+    start, master, _, _ = _master(source, ledger, base, device, verify, allow_unverified)
+    model = model_from_master(start.model_dir, merged_weights(start, master)).to(device)
+    return model.eval(), AutoTokenizer.from_pretrained(start.model_dir)
+
+
+def rebuild_to(
+    source: str | os.PathLike[str],
+    directory: str | os.PathLike[str],
+    *,
+    ledger: LedgerArg = None,
+    base: str | None = None,
+    device: str = "cpu",
+    verify: str = "end",
+    force: bool = False,
+    allow_unverified: bool = False,
+    upgrade: bool = True,
+    merge: bool = False,
+) -> dict[str, Any]:
+    """Write the model at `source` (RUN, RUN@G or a seed file) as a Hugging Face directory
+    that transformers and vLLM load (`seedledger rebuild -o`), atomically; returns the
+    report (run, generation, fingerprint, output, verified). A directory that is neither
+    empty nor an earlier rebuild's output is refused unless `force`. A LoRA run gives a
+    PEFT adapter directory, or with `merge` the base with the adapter merged in."""
+    from engine import rebuilding
+
+    output = Path(directory)
+    if isinstance(ledger, Ledger):
+        if _is_seedfile(source, ledger):
+            return rebuilding.rebuild_seedfile(Path(source), output, base, device, verify=verify, force=force,
+                                               allow_unverified=allow_unverified, merge=merge)
+        return rebuilding.rebuild_ref(ledger, os.fspath(source), output, base, device, verify=verify,
+                                      force=force, allow_unverified=allow_unverified, merge=merge)
+    where = os.fspath(ledger) if ledger is not None else os.environ.get("SEEDLEDGER_DB") or DEFAULT_LEDGER
+    return rebuilding.rebuild_source(where, os.fspath(source), output, base, device, verify=verify,
+                                     force=force, upgrade=upgrade, allow_unverified=allow_unverified, merge=merge)
+
+
+def verify(ref: str, *, ledger: LedgerArg = None, device: str = "cpu", quick: bool = False) -> dict[str, Any]:
+    """Replay `ref` from its base and compare every generation's fingerprint, or with
+    `quick` only recompute the rows' hash chain (no model). Returns the report (`ok`, the
+    first bad generation, `error`); a mismatch is reported, not raised. Recorded as a
+    `verify` event."""
+    from engine import rebuilding
+
+    with _opened(ledger) as led:
+        return rebuilding.quick_report(led, ref) if quick else rebuilding.verify_ref(led, ref, device)
+
+
+def export(ref: str, path: str | os.PathLike[str], *, ledger: LedgerArg = None,
+           force: bool = False) -> dict[str, Any]:
+    """Write RUN@G with its whole lineage as a seed file (keys and exact coefficients:
+    kilobytes); returns run, generation, file and bytes. An existing file is replaced only
+    with `force` (never a directory or a ledger)."""
+    from engine.refs import resolve_ref
+    from ledger.seedio import export_seedfile
+    from replay.noise import member_key
+
+    output = Path(path)
+    with _opened(ledger) as led:
+        info, gen = resolve_ref(led, ref)
+        export_seedfile(led, info.name, gen, output, key_fn=member_key, force=force)
+    return {"run": info.name, "generation": gen, "file": str(output), "bytes": output.stat().st_size}
+
+
+def import_seeds(
+    path: str | os.PathLike[str],
+    run: str | None = None,
+    *,
+    ledger: LedgerArg = None,
+    allow_unverified: bool = False,
+    max_members: int = IMPORT_MAX_MEMBERS,
+) -> dict[str, Any]:
+    """Import a seed file as one new run (named `run`, else as in the file), checked in
+    full first and committed in one transaction; refused when it holds no fingerprint to
+    check a replay against, unless `allow_unverified`. Returns run, latest_generation and
+    verified (with `not_verified` saying why not). The ledger is created if need be."""
+    from ledger.seedio import import_seedfile
+    from replay.noise import member_key
+    from replay.seedcheck import check_seedfile
+
+    with _opened(ledger, create=True) as led:
+        info: RunInfo = import_seedfile(
+            led, path, run, key_fn=member_key, allow_unverified=allow_unverified,
+            check=check_seedfile, max_members=max_members,
+        )
+        latest = led.latest_generation(info.name)
+        why = led.events(info.name, "import")[-1].payload.get("not_verified")
+    report: dict[str, Any] = {"run": info.name, "latest_generation": latest, "verified": why is None}
+    if why is not None:
+        report["not_verified"] = why
+    return report

@@ -1,0 +1,29 @@
+"""seedledger from Python: `import seedledger as sl`.
+
+The functions are engine.api's (the command line calls the same ones); see its docstring
+for how ledgers and references are named.
+"""
+
+from engine.api import (
+    DEFAULT_LEDGER,
+    export,
+    fork,
+    history,
+    history_frame,
+    import_seeds,
+    open_ledger,
+    rebuild,
+    rebuild_model,
+    rebuild_to,
+    resume,
+    train,
+    verify,
+)
+from ledger import GenerationRecord, Ledger, RunInfo
+from ledger.errors import SeedLedgerError
+
+__all__ = [
+    "DEFAULT_LEDGER", "GenerationRecord", "Ledger", "RunInfo", "SeedLedgerError", "export", "fork",
+    "history", "history_frame", "import_seeds", "open_ledger", "rebuild", "rebuild_model", "rebuild_to",
+    "resume", "train", "verify",
+]
