@@ -75,6 +75,23 @@ def test_rebuild_in_memory_matches_the_ledger(trained, tiny_model_dir):
     assert out.shape[1] == ids.shape[1] + 3
 
 
+def test_rebuild_a_member_in_memory(trained):
+    """RUN@G#M: the weights member M of generation G was evaluated with, i.e. RUN@G-1 plus
+    its perturbation."""
+    from replay.rebuild import apply_member
+
+    where, result = trained
+    member = sl.rebuild("a@2#1", ledger=where)
+    parent = sl.rebuild("a@1", ledger=where)
+    with sl.open_ledger(where) as led:
+        m = led.generation("a", 2).members[1]
+        apply_member(parent, led.replay_history("a", upto=2)[-1], m.key, m.sign)
+    assert fingerprint(member) == fingerprint(parent)
+    assert fingerprint(member) not in {r.fingerprint for r in result.records}
+    with pytest.raises(sl.SeedLedgerError, match="members 0..3"):
+        sl.rebuild("a@2#4", ledger=where)
+
+
 def test_fork_resume_verify(tmp_path, trained):
     where, result = trained
     led_path = tmp_path / "copy.db"
