@@ -342,6 +342,17 @@ def test_seed_file_rebuild_equals_ledger_rebuild_and_peft_dir(reference, tmp_pat
     merged = json.loads(_cli("rebuild", "ref@2", "-o", str(tmp_path / "m"), "--merge", "--json", *led_args).stdout)
     assert merged["format"] == "merged" and (tmp_path / "m" / "model.safetensors").is_file()
 
+    from safetensors.torch import load_file
+
+    import seedledger as sl
+
+    assert fingerprint(sl.rebuild("ref@2", ledger=ledger_path)) == fps[1]  # the adapter, in memory
+    model, _ = sl.rebuild_model("ref@2", ledger=ledger_path)  # the base with the adapter merged in
+    written = load_file(tmp_path / "m" / "model.safetensors")
+    params = dict(model.named_parameters())
+    assert set(written) <= set(params)
+    assert all(torch.equal(params[name].detach(), t) for name, t in written.items())
+
 
 def test_anchors_hold_the_adapter(reference, tmp_path, tiny_model_dir):
     from engine.rebuilding import load_start
