@@ -15,16 +15,11 @@ import torch
 
 import seedledger as sl
 from replay.fingerprint import fingerprint
+from tests.support.configs import TINY
 
-CONFIG = {
-    "model": "tiny",
-    "task": {"name": "arithmetic", "rewards": ["task", {"fn": "length", "limit": 40}]},
-    "population": 4,
-    "generations": 2,
-    "batch_size": 2,
-    "max_new_tokens": 8,
-    "seed": 7,
-}
+# the suite's tiny config, with longer completions (a generate() of the rebuilt model follows)
+CONFIG = {**TINY, "task": {"name": "arithmetic", "rewards": ["task", {"fn": "length", "limit": 40}]},
+          "max_new_tokens": 8}
 
 
 @pytest.fixture(scope="module")
