@@ -82,6 +82,8 @@ def _fingerprints(ledger_path: Path, run: str) -> list[str]:
 # ----------------------------------------------------------------------------- runs
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(3600)  # three engine starts (train, the killed train, resume) and a verify
 def test_lora_run_on_vllm_trains_resumes_and_verifies(tmp_path: Path, smollm2_dir: Path) -> None:
     config = tmp_path / "lora.yaml"
     config.write_text(yaml.safe_dump(RUN))
