@@ -92,6 +92,13 @@ def initial_adapter(model: nn.Module, spec: LoraSpec, init: str | os.PathLike[st
     `init`, which must have the fingerprint the spec records."""
     shapes = linear_shapes(model, spec)
     device = next(iter(target_linears(model, spec).values())).weight.device
+    return adapter_for_shapes(shapes, spec, init, device)
+
+
+def adapter_for_shapes(shapes: dict[str, tuple[int, int]], spec: LoraSpec, init: str | os.PathLike[str] | None,
+                       device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
+    """`initial_adapter` from the targeted linears' (out, in) alone: a backend that never
+    builds a transformers model (vLLM) reads them off a meta-device one."""
     if spec.init_seed is not None:
         return seeded_adapter(spec, shapes, device)
     if init is None:

@@ -286,8 +286,9 @@ class TrainConfig(Strict):
         if self.base_quantization != "none" and self.train == "full":
             raise ValueError(f"base_quantization {self.base_quantization}: only an adapter's frozen "
                              "base can be quantized (train: lora)")
-        if self.train != "full" and self.backend == "vllm":
-            raise ValueError("LoRA runs evaluate on the hf backend for now")
+        if self.base_quantization != "none" and self.backend == "vllm":
+            raise ValueError(f"base_quantization {self.base_quantization}: the vllm backend serves the "
+                             "frozen base as stored; use backend: hf")
         return self
 
     @model_validator(mode="after")

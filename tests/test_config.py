@@ -107,6 +107,28 @@ def test_cli_refuses_a_bad_curriculum_with_exit_2(tmp_path):
     assert "single difficulty level" in proc.stderr and "Traceback" not in proc.stderr
 
 
+# -- LoRA runs on the vllm backend: taken, except with an int8 base (served as stored) --
+
+
+def test_vllm_takes_lora_runs():
+    cfg = load_config(None, ["backend=vllm", "train=lora"])
+    assert cfg.backend == "vllm" and cfg.train.kind == "lora"
+
+
+def test_vllm_refuses_an_int8_base_in_one_line(tmp_path):
+    with pytest.raises(SeedLedgerError, match="base_quantization int8: the vllm backend") as info:
+        load_config(None, ["backend=vllm", "train=lora", "base_quantization=int8"])
+    assert "\n" not in str(info.value) and info.value.exit_code == 2
+    path = tmp_path / "c.yaml"
+    path.write_text("model: tiny\nbackend: vllm\ntrain: lora\nbase_quantization: int8\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "engine.cli", "train", str(path), "--ledger", str(tmp_path / "l.db")],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "use backend: hf" in proc.stderr
+
+
 # -- relative paths in a config are the config file's; the run stores them absolute --
 
 

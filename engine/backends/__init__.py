@@ -32,7 +32,10 @@ def make_backend(cfg: Any, model_dir: Path) -> Backend:
     if cfg.backend == "vllm":
         from engine.backends.vllm import VLLMBackend
 
-        return VLLMBackend(model_dir, **kwargs)
+        if cfg.members_per_forward is not None:  # the run's stored group: its LoRA slots
+            kwargs["members_per_forward"] = cfg.members_per_forward
+        init = cfg.train.init if cfg.train != "full" else None
+        return VLLMBackend(model_dir, base_quantization=cfg.base_quantization, adapter_init=init, **kwargs)
     raise SeedLedgerError(f"unknown backend {cfg.backend!r}: use hf or vllm")
 
 

@@ -11,6 +11,17 @@ worker, fresh adapter ids per evaluation); all members' rows, member-major, then
 then sample, go to one `llm.generate`, each row with its member's `LoRARequest` and
 sampling seed `(member seed, prompt, sample)`, as in the full-rank path.
 
+LoRA runs (`train: lora`, also `keeps_master`): the engine loads the frozen base from the
+checkpoint once and never reloads it; the master is the fp32 adapter. `load_master` hands
+it to the worker (once per generation); each member of a group is its adapter
+cast(master + sign·σ·ε) in its own LoRA slot, made in the worker from its key, and the
+rows decode as above. Outside a group (held-out scoring, plain generation) every row
+carries the master adapter itself, registered under a fresh id: what the HF backend's
+resident adapter is (`hf_lowrank`). The frozen base's fingerprint is that of the fp32
+checkpoint tensors under their transformers names, which is what the HF backend
+fingerprints for an unquantized base, so a run may move between the backends. The base
+is served as stored: an int8 base (`base_quantization`) is the HF backend's alone.
+
 After every weight load the prefix cache is reset: vLLM keys cached KV blocks by tokens
 (and adapter name), not by weights, so a block computed under earlier weights would
 otherwise be reused for a shared prompt prefix.
@@ -40,7 +51,9 @@ import torch
 from engine.backends.base import Messages, Population, PopulationOutput, evaluate_one_by_one
 from engine.backends.hf import prompt_stream_seed
 from engine.backends.vllm_lora import NO_PATH, engine_kwargs
+from ledger.errors import SeedLedgerError
 from replay import noise
+from replay.fingerprint import fingerprint
 from replay.perturbation import Perturbation
 
 _EXTENSION = "engine.backends.vllm_worker.SeedLedgerWorkerExtension"
@@ -80,6 +93,15 @@ def _guard_llvmlite_dunders() -> None:
     wrapper_cls._seedledger_guarded = True
 
 
+def _meta_model(model_dir: Path) -> torch.nn.Module:
+    """The checkpoint's transformers model on the meta device: names and shapes, no weights."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(str(model_dir), local_files_only=True)
+    with torch.device("meta"):
+        return AutoModelForCausalLM.from_config(config)
+
+
 def read_master(model_dir: Path) -> dict[str, torch.Tensor]:
     """fp32 master from the checkpoint, named and ordered as `model.named_parameters()`.
 
@@ -87,11 +109,8 @@ def read_master(model_dir: Path) -> dict[str, torch.Tensor]:
     so no second copy of the weights is built.
     """
     from safetensors import safe_open
-    from transformers import AutoConfig, AutoModelForCausalLM
 
-    config = AutoConfig.from_pretrained(str(model_dir), local_files_only=True)
-    with torch.device("meta"):
-        names = [n for n, _ in AutoModelForCausalLM.from_config(config).named_parameters()]
+    names = [n for n, _ in _meta_model(model_dir).named_parameters()]
     tensors: dict[str, torch.Tensor] = {}
     for file in sorted(model_dir.glob("*.safetensors")):
         with safe_open(str(file), framework="pt") as f:
@@ -117,13 +136,21 @@ class VLLMBackend:
         max_model_len: int = 2048,
         perturbation: Perturbation | None = None,
         members_per_forward: int = 32,
+        base_quantization: str = "none",
+        adapter_init: str | os.PathLike[str] | None = None,
         **llm_kwargs: Any,
     ) -> None:
-        """`members_per_forward` (low-rank only): the LoRA slots, so the most members
-        one `evaluate` takes; rows decoded together default to that many × `batch_size`."""
+        """`members_per_forward` (low-rank and LoRA runs): the LoRA slots, so the most
+        members one `evaluate` takes; rows decoded together default to that many ×
+        `batch_size`. `perturbation.adapter` set: a LoRA run on the frozen base, its
+        master seeded or read from `adapter_init` (a PEFT directory)."""
         self.perturbation = perturbation or Perturbation()
-        self.keeps_master = self.perturbation.kind != "full"
+        self.adapter = self.perturbation.adapter
+        self.keeps_master = self.perturbation.kind != "full" or self.adapter is not None
         self.members_per_forward = members_per_forward
+        if base_quantization != "none":
+            raise SeedLedgerError(f"base_quantization {base_quantization}: the vllm backend serves "
+                                  "the base as stored; use backend: hf")
         if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "0") not in ("0", "false", "False"):
             raise NotImplementedError(
                 "the vLLM backend runs its engine in-process; unset VLLM_ENABLE_V1_MULTIPROCESSING"
@@ -137,16 +164,28 @@ class VLLMBackend:
         self.model_dir = Path(model_dir)
         self.temperature = temperature
         self.top_p = top_p
-        self._master = read_master(self.model_dir)
+        self.frozen: str | None = None  # a LoRA run's frozen base, as loaded
+        if self.adapter is not None:
+            from engine.adapters import adapter_for_shapes, linear_shapes
+
+            self.frozen = fingerprint(read_master(self.model_dir))  # the base: then dropped
+            shapes = linear_shapes(_meta_model(self.model_dir), self.adapter)
+            self._master = adapter_for_shapes(shapes, self.adapter, adapter_init)
+        else:
+            self._master = read_master(self.model_dir)
         self._targets = [
             (n, tuple(t.shape)) for n, t in self._master.items()
-            if self.keeps_master and self.perturbation.trained(n, tuple(t.shape))
+            if self.perturbation.kind == "lowrank" and self.perturbation.trained(n, tuple(t.shape))
         ]
         if batch_size is not None:  # the HF backend's knob: sequences decoded together
             rows = batch_size * (members_per_forward if self.keeps_master else 1)
             llm_kwargs.setdefault("max_num_seqs", rows)
-        if self.keeps_master:
-            llm_kwargs = {**engine_kwargs(self.perturbation, members_per_forward), **llm_kwargs}
+        if self.adapter is not None:
+            lora = engine_kwargs(self.adapter.rank, self.adapter.targets, members_per_forward)
+            llm_kwargs = {**lora, **llm_kwargs}
+        elif self.keeps_master:
+            lora = engine_kwargs(self.perturbation.rank, self.perturbation.targets, members_per_forward)
+            llm_kwargs = {**lora, **llm_kwargs}
         _guard_llvmlite_dunders()
         self.llm = LLM(
             model=str(self.model_dir),
@@ -161,21 +200,32 @@ class VLLMBackend:
         )
         self.tokenizer = AutoTokenizer.from_pretrained(str(self.model_dir), local_files_only=True)
         self._next_adapter = 1  # adapter ids are never reused (see vllm_lora)
+        self._served: Any = None  # a LoRA run's master adapter request, while registered
+        if self.adapter is not None:
+            self.load_master(self._master)
 
     # ------------------------------------------------------------------ weights
 
     def master(self) -> dict[str, torch.Tensor]:
-        """fp32, contiguous clones in `named_parameters()` order (the HF backend's names)."""
+        """fp32, contiguous clones in `named_parameters()` order (the HF backend's names;
+        a LoRA run: the initial adapter, named as PEFT names it)."""
         return {n: t.clone() for n, t in self._master.items()}
 
     def load_member(self, master: dict[str, torch.Tensor], key: int, sign: int, sigma: float) -> None:
         """Set the engine's weights to `cast(master + sign*sigma*eps(key))` (built on the worker)."""
+        if self.adapter is not None:
+            raise ValueError("adapter members are evaluated together: use evaluate()")
         scale = noise.round_coefficient(float(sign) * float(sigma))
         self.llm.collective_rpc("seedledger_load", args=(key, scale, master))
         self.llm.reset_prefix_cache()
 
     def load_master(self, master: dict[str, torch.Tensor]) -> None:
-        """Write the master itself into the engine (this drops every LoRA adapter)."""
+        """Write the master itself into the engine (this drops every LoRA adapter); a LoRA
+        run's adapter goes to the worker instead, which serves it between members."""
+        if self.adapter is not None:
+            self.llm.collective_rpc("seedledger_adapter_master", args=(self.adapter, master))
+            self._served = None  # registered again, under a fresh id, when next served
+            return
         self.llm.collective_rpc("seedledger_load", args=(0, 0.0, master))
         self.llm.reset_prefix_cache()
 
@@ -203,25 +253,16 @@ class VLLMBackend:
         samples: int = 1,
     ) -> PopulationOutput:
         """Every member's completions (see `engine.backends.base`). Full-rank: one weight
-        reload and one `generate` per member. Low-rank: the engine must hold the master
-        (`load_master` after each update); one adapter per member, one `generate`."""
+        reload and one `generate` per member. Low-rank and LoRA runs: the engine must hold
+        the master (`load_master` after each update); one adapter per member, one `generate`."""
         if not self.keeps_master:
             return evaluate_one_by_one(self, master, population, prompts, max_new_tokens, samples)
-        from vllm.lora.request import LoRARequest
-
         if len(population) > self.members_per_forward:
             raise ValueError(
                 f"{len(population)} members exceed the engine's {self.members_per_forward} LoRA slots"
             )
         started = time.perf_counter()
-        ids = list(range(self._next_adapter, self._next_adapter + len(population)))
-        self._next_adapter += len(population)
-        p = self.perturbation
-        scales = [float(sign) * population.sigma * p.inv_sqrt_rank for sign in population.signs]
-        self.llm.collective_rpc(
-            "seedledger_members", args=(ids, list(population.keys), scales, self._targets, p.rank)
-        )
-        adapters = [LoRARequest(f"seedledger-member-{i}", i, NO_PATH) for i in ids]
+        adapters = self._register_members(population)
         loaded = time.perf_counter()
         entries = [(m, i, s) for m in range(len(population))
                    for i in range(len(prompts)) for s in range(samples)]
@@ -235,6 +276,41 @@ class VLLMBackend:
             [texts[m * per : (m + 1) * per] for m in range(len(population))],
             {"load_member": loaded - started, "generate": time.perf_counter() - loaded},
         )
+
+    def _fresh_ids(self, n: int) -> list[int]:
+        ids = list(range(self._next_adapter, self._next_adapter + n))
+        self._next_adapter += n
+        return ids
+
+    def _register_members(self, population: Population) -> list[Any]:
+        """One adapter per member, made in the worker from keys and signs·σ (`vllm_lora`);
+        their `LoRARequest`s, in member order."""
+        from vllm.lora.request import LoRARequest
+
+        ids = self._fresh_ids(len(population))
+        keys, signs = list(population.keys), population.signs
+        if self.adapter is not None:
+            scales = [noise.round_coefficient(float(s) * float(population.sigma)) for s in signs]
+            self.llm.collective_rpc("seedledger_lora_members", args=(ids, keys, scales))
+            self._served = None  # the members replaced the master adapter
+        else:
+            p = self.perturbation
+            scales = [float(s) * population.sigma * p.inv_sqrt_rank for s in signs]
+            self.llm.collective_rpc("seedledger_members", args=(ids, keys, scales, self._targets, p.rank))
+        return [LoRARequest(f"seedledger-member-{i}", i, NO_PATH) for i in ids]
+
+    def _master_adapter(self) -> Any:
+        """A LoRA run's master adapter as a `LoRARequest` (None for other runs), registered
+        under a fresh id if members or a `load_master` replaced it since it was last served."""
+        if self.adapter is None:
+            return None
+        if self._served is None:
+            from vllm.lora.request import LoRARequest
+
+            (lora_id,) = self._fresh_ids(1)
+            self.llm.collective_rpc("seedledger_lora_members", args=([lora_id], [None], [0.0]))
+            self._served = LoRARequest(f"seedledger-master-{lora_id}", lora_id, NO_PATH)
+        return self._served
 
     # ------------------------------------------------------------------ generation
 
@@ -267,9 +343,11 @@ class VLLMBackend:
             raise ValueError(f"samples must be >= 1, not {samples}")
         entries = [(i, s) for i in range(len(prompts)) for s in range(samples)]
         streams = [_stream(seed, i, s) for i, s in entries]
+        served = self._master_adapter()
         return self._generate_rows(
             [i for i, _ in entries], prompts, streams, max_new_tokens,
             temperature=temperature, top_p=top_p,
+            adapters=None if served is None else [served] * len(entries),
         )
 
     def _generate_rows(

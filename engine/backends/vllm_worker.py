@@ -4,7 +4,10 @@ vLLM loads this class into its worker (`worker_extension_cls`), so these methods
 to the model and are reached through `LLM.collective_rpc` with a key, a sign·σ scale and
 the fp32 master (by reference: the engine runs in-process); the perturbed weights are built here
 with replay's `perturb_`, never by subtracting noise. Low-rank members become LoRA
-adapters made here from their keys (`vllm_lora`), on top of the master loaded once.
+adapters made here from their keys (`vllm_lora`), on top of the master loaded once. A
+LoRA run's master adapter is handed over once per `load_master` and kept here (a copy:
+the evaluator updates its master in place); its members' adapters are then made here
+from their keys and signs·σ alone, on top of the frozen base the engine loaded.
 
 Why `reload_weights` and not an in-place write: on CPU vLLM repacks every linear weight
 into a kernel layout at load time (oneDNN / sgl handles) and empties the parameter, so
@@ -20,8 +23,9 @@ from collections.abc import Iterator, Mapping
 
 import torch
 
-from engine.backends.vllm_lora import Target, register_members
+from engine.backends.vllm_lora import Target, lora_adapters, lowrank_adapters, register
 from replay import noise
+from replay.adapter import LoraSpec
 
 Master = Mapping[str, torch.Tensor]
 
@@ -54,7 +58,18 @@ class SeedLedgerWorkerExtension:
     ) -> None:
         """Replace the engine's LoRA adapters by one per low-rank member (`vllm_lora`)."""
         model = self.model_runner.get_model()  # type: ignore[attr-defined]
-        register_members(model, ids, keys, scales, targets, rank)
+        register(model, lowrank_adapters(ids, keys, scales, targets, rank), rank)
+
+    def seedledger_adapter_master(self, spec: LoraSpec, master: Master) -> None:
+        """Keep a LoRA run's fp32 master adapter (a copy) for the adapters made from it."""
+        self._seedledger_adapter = (spec, {n: t.detach().clone() for n, t in master.items()})
+
+    def seedledger_lora_members(self, ids: list[int], keys: list[int | None], scales: list[float]) -> None:
+        """Replace the engine's LoRA adapters by cast(master + scale·ε(key)) per id (key
+        None: the master adapter itself), from the master kept by `seedledger_adapter_master`."""
+        spec, master = self._seedledger_adapter
+        model = self.model_runner.get_model()  # type: ignore[attr-defined]
+        register(model, lora_adapters(master, spec, ids, keys, scales), spec.rank)
 
     def _seedledger_redispatch_tied(self) -> None:
         model = self.model_runner.get_model()  # type: ignore[attr-defined]
