@@ -52,3 +52,8 @@ def resolve_member(ledger: Ledger, ref: str) -> tuple[RunInfo, int, int | None]:
         if member >= population:
             raise SeedLedgerError(f"{ref!r}: {head} has members 0..{population - 1}")
     return run, gen, member
+
+
+def format_ref(run: str, generation: int, member: int | None = None) -> str:
+    """The name a report's (run, generation, member) stands for: `RUN@G` or `RUN@G#M`."""
+    return f"{run}@{generation}" if member is None else f"{run}@{generation}#{member}"
