@@ -37,7 +37,9 @@ def split_member(ref: str) -> tuple[str, int | None]:
     if not sep:
         return ref, None
     name, gen = parse_ref(head)
-    if gen is None or gen < 1 or not member.isdigit():
+    if gen == 0:
+        raise SeedLedgerError(f"{ref!r}: {name}@0 is the base model, it has no members (G >= 1)")
+    if gen is None or not member.isdigit():
         raise SeedLedgerError(f"{ref!r}: a member is named RUN@G#M, with G >= 1 and M a member index")
     return head, int(member)
 
