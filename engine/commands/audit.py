@@ -336,10 +336,9 @@ def _member_weights(ledger: Ledger, info: RunInfo, g: int, index: int, parent: d
 
 def _side(ledger: Ledger, info: RunInfo, g: int, member: int | None, master: dict) -> dict[str, Any]:
     """One side of a diff: what it names and its fingerprint (a member's computed)."""
-    from engine.refs import format_ref
     from replay.fingerprint import fingerprint
 
-    out: dict[str, Any] = {"ref": format_ref(info.name, g, member), "run": info.name, "generation": g}
+    out: dict[str, Any] = {"run": info.name, "generation": g}
     if member is None:
         return out | {"fingerprint": _recorded(ledger, info, g)}
     return out | {"member": member, "fingerprint": fingerprint(master),

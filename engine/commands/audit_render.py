@@ -198,7 +198,11 @@ def member_view(data: dict[str, Any]) -> RenderableType:
 
 def diff_view(data: dict[str, Any], top: int | None = None) -> RenderableType:
     a, b, tot = data["a"], data["b"], data["total"]
-    title = f"{b['ref']} − {a['ref']}  (shared generations 1..{data['shared_generations']})"
+    from engine.refs import format_ref
+
+    title = (f"{format_ref(b['run'], b['generation'], b.get('member'))} − "
+             f"{format_ref(a['run'], a['generation'], a.get('member'))}  "
+             f"(shared generations 1..{data['shared_generations']})")
     t = Table(title=title, title_justify="left")
     for col in ["tensor", "shape", "L2", "max |Δ|", "changed"]:  # numbers never wrap; names fold
         t.add_column(col, justify="left" if col in ("tensor", "shape") else "right",
@@ -212,9 +216,10 @@ def diff_view(data: dict[str, Any], top: int | None = None) -> RenderableType:
     t.add_section()
     t.add_row(Text("total", style="bold"), f"{tot['tensors']} tensors", f"{tot['l2']:.4g}",
               f"{tot['max_abs']:.4g}", f"{tot['changed']:,}/{tot['numel']:,}")
-    if not data["notes"]:
+    notes = data.get("notes", [])  # a member on either side (a payload may predate them)
+    if not notes:
         return t
-    return Group(t, *[Text(f"note: {n}", style="dim") for n in data["notes"]])
+    return Group(t, *[Text(f"note: {n}", style="dim") for n in notes])
 
 
 def print_view(view: RenderableType) -> None:
