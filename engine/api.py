@@ -3,7 +3,8 @@ script or a notebook. The `seedledger` commands call these functions, so both st
 
 Every function takes `ledger=`: an open `Ledger` (from `open_ledger`, left open), a path
 or SQLAlchemy URL (opened and closed around the call), or None for `$SEEDLEDGER_DB`, else
-`./seedledger.db`. References are `RUN` (its latest generation), `RUN@G`, or for `rebuild` also `RUN@G#M`. Bad input
+`./seedledger.db`. References are `RUN` (its latest generation), `RUN@G`, or for `rebuild`,
+`rebuild_model`, `rebuild_to` and `export` also `RUN@G#M` (member M of generation G). Bad input
 raises `SeedLedgerError` with a one-line message; nothing already committed is lost.
 """
 
@@ -243,7 +244,7 @@ def rebuild_to(
     upgrade: bool = True,
     merge: bool = False,
 ) -> dict[str, Any]:
-    """Write the model at `source` (RUN, RUN@G or a seed file) as a Hugging Face directory
+    """Write the model at `source` (RUN, RUN@G, RUN@G#M or a seed file) as a Hugging Face directory
     that transformers and vLLM load (`seedledger rebuild -o`), atomically; returns the
     report (run, generation, fingerprint, output, verified). A directory that is neither
     empty nor an earlier rebuild's output is refused unless `force`. A LoRA run gives a
@@ -276,17 +277,22 @@ def verify(ref: str, *, ledger: LedgerArg = None, device: str = "cpu", quick: bo
 def export(ref: str, path: str | os.PathLike[str], *, ledger: LedgerArg = None,
            force: bool = False) -> dict[str, Any]:
     """Write RUN@G with its whole lineage as a seed file (keys and exact coefficients:
-    kilobytes); returns run, generation, file and bytes. An existing file is replaced only
-    with `force` (never a directory or a ledger)."""
-    from engine.refs import resolve_ref
+    kilobytes); returns run, generation, file and bytes. `RUN@G#M` writes a file that
+    names member M (the lineage to G-1 and the member's key, sign, σ and perturbation;
+    `rebuild` takes it, `import` refuses it) and the report adds `member`. An existing
+    file is replaced only with `force` (never a directory or a ledger)."""
+    from engine.refs import resolve_member
     from ledger.seedio import export_seedfile
     from replay.noise import member_key
 
     output = Path(path)
     with _opened(ledger) as led:
-        info, gen = resolve_ref(led, ref)
-        export_seedfile(led, info.name, gen, output, key_fn=member_key, force=force)
-    return {"run": info.name, "generation": gen, "file": str(output), "bytes": output.stat().st_size}
+        info, gen, member = resolve_member(led, ref)
+        export_seedfile(led, info.name, gen, output, key_fn=member_key, force=force, member=member)
+    report: dict[str, Any] = {"run": info.name, "generation": gen}
+    if member is not None:
+        report["member"] = member
+    return report | {"file": str(output), "bytes": output.stat().st_size}
 
 
 def import_seeds(

@@ -371,8 +371,9 @@ def seedfile_master(
     *, verify: str = "end", allow_unverified: bool = False, before: Callable[[], None] | None = None,
 ) -> tuple[Start, dict[str, torch.Tensor], dict, dict]:
     """The fp32 master a seed file describes, in memory (its header names the base, the
-    trained parameters and every step): as `ref_master`. `before` runs once the file is
-    read, before any work."""
+    trained parameters and every step): as `ref_master`; a member file (format 3) gives
+    its last generation's master (checked) plus the member's perturbation, as `RUN@G#M`
+    does. `before` runs once the file is read, before any work."""
     from ledger.seedfile import read_seedfile
     from replay.seedcheck import check_seedfile
 
@@ -396,7 +397,14 @@ def seedfile_master(
     fp = fingerprint(master)
     if seeds.final_fingerprint is not None and fp != seeds.final_fingerprint:
         raise VerifyMismatch(f"{path}: rebuilt fingerprint {fp} differs from the file's {seeds.final_fingerprint}")
-    meta = {"run": seeds.header["run"], "generation": seeds.generation, "fingerprint": fp, "base_model": seeds.base_model}
+    meta: dict = {"run": seeds.header["run"], "generation": seeds.generation}
+    if seeds.member is not None:  # RUN@G#M: the checked RUN@G-1 plus the member's perturbation
+        m = seeds.member
+        apply_member(master, m.step(), m.key, m.sign)
+        meta = {**meta, "generation": m.generation, "member": m.index,
+                "parent_fingerprint": seeds.final_fingerprint if seeds.generation else seeds.base_fingerprint}
+        fp = fingerprint(master)
+    meta |= {"fingerprint": fp, "base_model": seeds.base_model}
     return start, master, meta, checked
 
 

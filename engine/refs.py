@@ -37,7 +37,9 @@ def split_member(ref: str) -> tuple[str, int | None]:
     if not sep:
         return ref, None
     name, gen = parse_ref(head)
-    if gen is None or gen < 1 or not member.isdigit():
+    if gen == 0:
+        raise SeedLedgerError(f"{ref!r}: {name}@0 is the base model, it has no members (G >= 1)")
+    if gen is None or not member.isdigit():
         raise SeedLedgerError(f"{ref!r}: a member is named RUN@G#M, with G >= 1 and M a member index")
     return head, int(member)
 
@@ -52,3 +54,8 @@ def resolve_member(ledger: Ledger, ref: str) -> tuple[RunInfo, int, int | None]:
         if member >= population:
             raise SeedLedgerError(f"{ref!r}: {head} has members 0..{population - 1}")
     return run, gen, member
+
+
+def format_ref(run: str, generation: int, member: int | None = None) -> str:
+    """The name a report's (run, generation, member) stands for: `RUN@G` or `RUN@G#M`."""
+    return f"{run}@{generation}" if member is None else f"{run}@{generation}#{member}"

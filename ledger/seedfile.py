@@ -15,10 +15,14 @@ spec, parameter selection and config, lineage segments with their run keys and t
 perturbation, per-generation σ / lr / optimizer / schedule step / fingerprint), then the
 member arrays (signs, keys, coefficients: ledger.seedarrays).
 
-Versions: 2 (written) gives every segment its `noise_spec` and `param_selection`, and a
-lineage is split into segments wherever the perturbation changes (a low-rank run forked
-to full rank), so every step replays with its own kind. 1 (still read) had one
-perturbation for the whole file: its segments take the file's.
+Versions: 3 adds an optional `member` entry: the file then names one member M of
+generation G (`RUN@G#M`, the weights that member was evaluated with), its lineage covers
+1..G-1 and the entry says the rest (generation, index, key, sign, σ, the run and the
+perturbation kind of generation G). A file without a member is written as 2, so older
+readers still take every run's export. 2 gives every segment its `noise_spec` and
+`param_selection`, and a lineage is split into segments wherever the perturbation changes
+(a low-rank run forked to full rank), so every step replays with its own kind. 1 (still
+read) had one perturbation for the whole file: its segments take the file's.
 
 A hostile file cannot blow up memory or time. A real seed file is kilobytes (27.7 KB for
 500 generations x N=30), so the limits are generous for real runs and tight for bombs:
@@ -63,8 +67,9 @@ from ledger.records import GenerationRecord, ReplayStep, RunInfo
 from ledger.seedarrays import KeyFn
 
 MAGIC = b"SLSEEDS\x00"
-FORMAT_VERSION = 2  # 2: every segment names its own perturbation (noise_spec, param_selection)
-READABLE_VERSIONS = (1, 2)  # 1: one perturbation for the whole file
+FORMAT_VERSION = 3  # 3: an optional `member` entry (RUN@G#M); written only when there is one
+PLAIN_VERSION = 2  # a file without a member: every segment names its own perturbation
+READABLE_VERSIONS = (1, 2, 3)  # 1: one perturbation for the whole file
 PREFIX = struct.Struct("<8sHHQQ")
 DIGEST_SIZE = 32
 MAX_POPULATION = 1 << 16  # members per generation (the paper: 30)
@@ -84,6 +89,33 @@ MAX_NOISE_SPEC = 32
 MAX_DTYPE_POLICY = 64
 LEDGER_BYTES_PER_MEMBER = 70  # what an imported member costs a SQLite ledger, measured
 
+@dataclass(frozen=True)
+class SeedMember:
+    """Member `index` of generation `generation`, which a version-3 file names on top of
+    its lineage (1..generation-1): `RUN@G-1` plus sign·σ·ε(key) in the perturbation kind
+    (`noise_spec`, `param_selection`) of the run that recorded generation G (`run`)."""
+
+    generation: int
+    index: int
+    key: int
+    sign: int
+    sigma: float
+    run: str
+    noise_spec: str
+    param_selection: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"generation": self.generation, "index": self.index, "key": str(self.key),
+                "sign": self.sign, "sigma": self.sigma, "run": self.run,
+                "noise_spec": self.noise_spec, "param_selection": self.param_selection}
+
+    def step(self) -> ReplayStep:
+        """Generation G's step as `replay.rebuild.apply_member` takes it: this member's key,
+        σ and perturbation kind (the coefficient and optimizer are the member's to set)."""
+        return ReplayStep(self.run, self.generation, [self.key], [0.0], self.sigma, {"name": "sgd"},
+                          noise_spec=self.noise_spec, param_selection=self.param_selection)
+
+
 @dataclass
 class SeedFile:
     """A parsed seed file: the header and one ReplayStep per generation (oldest first)."""
@@ -96,10 +128,19 @@ class SeedFile:
     schedule_steps: list[int]
     digest: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    member: SeedMember | None = None  # version 3: the file names this member of generation+1
 
     @property
     def generation(self) -> int:
+        """The last generation of the lineage (a member file: the member's parent)."""
         return self.header["generation"]
+
+    @property
+    def ref(self) -> str:
+        """What the file names: `RUN@G`, or `RUN@G#M` for a member."""
+        if self.member is None:
+            return f"{self.header['run']}@{self.generation}"
+        return f"{self.header['run']}@{self.member.generation}#{self.member.index}"
 
     @property
     def base_model(self) -> str:
@@ -133,9 +174,11 @@ def encode(
     segment_runs: dict[str, RunInfo],
     records: list[GenerationRecord],
     key_fn: KeyFn | None = None,
+    member: SeedMember | None = None,
 ) -> tuple[dict[str, Any], bytes]:
     """(header, file bytes) for `info`@`g`: its lineage `segments` (run, first, last) with
-    each segment's run, and the `records` of generations 1..g, oldest first.
+    each segment's run, and the `records` of generations 1..g, oldest first; with `member`
+    (of generation g + 1) the file names that member instead (format 3).
 
     With `key_fn` (replay.noise.member_key) keys are stored as indices when every key is
     derived. Raises SeedLedgerError for a file that `read_seedfile` would refuse.
@@ -202,13 +245,18 @@ def encode(
         "software": info.software,
         "exported_at": datetime.now(UTC).isoformat(),
     }
+    if member is not None:
+        if member.generation != g + 1:
+            raise ValueError(f"member of generation {member.generation} on a lineage of {g}")
+        header["member"] = member.to_json()
     hjson = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
     body = b"".join([struct.pack("<I", len(hjson)), hjson, arrays])
     z = zstandard.ZstdCompressor(level=19, write_content_size=True).compress(body)
     too_big = _too_big(len(records), max_pop, len(signs), len(hjson), len(body), len(z))
     if too_big:
         raise SeedLedgerError(f"cannot export {run}@{g} as a seed file: {too_big}")
-    head = PREFIX.pack(MAGIC, FORMAT_VERSION, 0, len(z), len(body))
+    version = PLAIN_VERSION if member is None else FORMAT_VERSION
+    head = PREFIX.pack(MAGIC, version, 0, len(z), len(body))
     blob = head + z
     return header, blob + _digest(blob)
 
@@ -379,7 +427,28 @@ def _parse(body: bytes, key_fn: KeyFn | None, version: int = FORMAT_VERSION,
         )
         sign_lists.append(sl[at : at + n])
         at += n
-    return SeedFile(h, steps, sign_lists, fps, lrs, ssteps)
+    member = _member(h.get("member"), G, version)
+    return SeedFile(h, steps, sign_lists, fps, lrs, ssteps, member=member)
+
+
+def _member(m: Any, G: int, version: int) -> SeedMember | None:
+    """The header's `member` entry (format 3), checked; None when the file names none."""
+    if m is None:
+        return None
+    need(version >= 3, f"a member entry needs format 3, this file is format {version}")
+    need(isinstance(m, dict), "bad member")
+    need(set(m) == {"generation", "index", "key", "sign", "sigma", "run", "noise_spec", "param_selection"},
+         "bad member (unknown or missing fields)")
+    return SeedMember(
+        generation=integer(m["generation"], G + 1, G + 1, f"member generation (the lineage ends at {G})"),
+        index=integer(m["index"], 0, MAX_POPULATION - 1, "member index"),
+        key=u64_text(m["key"], "member key"),
+        sign=integer(m["sign"], -1, 1, "member sign"),
+        sigma=finite(m["sigma"], "member sigma"),
+        run=text(m["run"], "member run", MAX_NAME),
+        noise_spec=text(m["noise_spec"], "member noise_spec", MAX_NOISE_SPEC),
+        param_selection=text(m["param_selection"], "member param_selection"),
+    )
 
 
 class OverBudget(Exception):

@@ -16,7 +16,7 @@ from ledger.errors import SeedLedgerError
 from ledger.ledger import Ledger
 from ledger.names import RUN_NAME_RULE, printable, valid_run_name
 from ledger.records import GenerationRecord, MemberRecord, RunInfo, RunSpec, missing_fingerprint
-from ledger.seedfile import KeyFn, SeedFile, encode, read_seedfile
+from ledger.seedfile import KeyFn, SeedFile, SeedMember, encode, read_seedfile
 
 # Members an import takes without being asked (~18 MB of SQLite ledger, a few seconds):
 # far more than a real run (500 generations x 30 = 15,000), far less than a file can
@@ -32,8 +32,11 @@ def export_seedfile(
     *,
     key_fn: KeyFn | None = None,
     force: bool = False,
+    member: int | None = None,
 ) -> dict[str, Any]:
-    """Write `run@g` (default latest) and its lineage to `path`; returns the header.
+    """Write `run@g` (default latest) and its lineage to `path`; returns the header. With
+    `member`, the file names `run@g#member` instead: the lineage up to g - 1 and that
+    member's key, sign, σ and perturbation kind (format 3, `member_entry`).
 
     Pass `key_fn=replay.noise.member_key` for compact files (keys stored as indices).
     The file is written atomically; an existing file is replaced only with `force`, and a
@@ -42,11 +45,27 @@ def export_seedfile(
     info = ledger.get_run(run)
     g = ledger.latest_generation(run) if g is None else g
     ledger.check_chain(run, g)  # never ship a history edited outside seedledger
-    segments = ledger.ancestors(run, g)
+    entry = None if member is None else member_entry(ledger, run, g, member)
+    upto = g if member is None else g - 1
+    segments = ledger.ancestors(run, upto)
     segment_runs = {name: ledger.get_run(name) for name, _a, _b in segments}
-    header, data = encode(info, g, segments, segment_runs, ledger.records(run, g), key_fn)
+    header, data = encode(info, upto, segments, segment_runs, ledger.records(run, upto), key_fn, entry)
     write_file_durably(Path(path), data, force)
     return header
+
+
+def member_entry(ledger: Ledger, run: str, g: int, index: int) -> SeedMember:
+    """Member `index` of `run@g` as a seed file names it: its key and sign from the
+    generation's row, σ and the perturbation kind from the replay step that generation is
+    (its recording run's kind, or the generation's own)."""
+    if g < 1:
+        raise SeedLedgerError(f"{run}@0 is the base model: it has no members")
+    members = ledger.generation(run, g).members
+    if not 0 <= index < len(members):
+        raise SeedLedgerError(f"{run}@{g} has members 0..{len(members) - 1}, not {index}")
+    step = ledger.replay_history(run, upto=g)[-1]
+    m = members[index]
+    return SeedMember(g, index, m.key, m.sign, step.sigma, step.run, step.noise_spec, step.param_selection)
 
 
 def import_seedfile(
@@ -59,7 +78,9 @@ def import_seedfile(
     check: Callable[[SeedFile], None] | None = None,
     max_members: int = IMPORT_MAX_MEMBERS,
 ) -> RunInfo:
-    """Import a seed file as ONE new run holding generations 1..g (lineage flattened).
+    """Import a seed file as ONE new run holding generations 1..g (lineage flattened). A
+    file that names a member (`RUN@G#M`, format 3) is refused: a member is weights, not a
+    generation a run could hold or continue from.
 
     The file is fully checked first (`check`: what a replay can apply, see read_seedfile;
     at most `max_members` members); the run and all its generations then commit in one
@@ -71,6 +92,11 @@ def import_seedfile(
     The run is named `run_name`, else as in the file; either must be a valid run name.
     """
     sf = read_seedfile(path, key_fn=key_fn, check=check, max_members=max_members)
+    if sf.member is not None:
+        raise SeedLedgerError(
+            f"seed file {path} names one member ({printable(sf.ref)}), not a run's history: "
+            f"a member has no generation record to import; rebuild it with `seedledger rebuild {path} -o DIR`"
+        )
     name = run_name or sf.header["run"]
     if run_name is None and not valid_run_name(name):
         raise SeedLedgerError(

@@ -5,8 +5,9 @@ any float64; this module refuses well-formed values that no training run could h
 written, so they are rejected at import instead of failing (or silently doing nothing)
 later: an unknown perturbation kind in any segment, a coefficient that is not finite,
 not within ±2**100 or not rounded to 12 significant bits, a σ that is not positive or
-not rounded, an empty generation, an unknown optimizer rule or a non-finite setting, and
-a fingerprint that is not 32 lowercase hex digits.
+not rounded, an empty generation, an unknown optimizer rule or a non-finite setting, a
+fingerprint that is not 32 lowercase hex digits, and a member (format 3) whose kind is
+unknown or trains other parameters than its lineage, or whose σ is not positive and rounded.
 """
 
 from __future__ import annotations
@@ -61,6 +62,24 @@ def check_seedfile(sf: SeedFile) -> None:
     for g, lr in enumerate(sf.lrs, 1):
         if not (math.isfinite(lr) and lr >= 0):
             raise SeedLedgerError(f"generation {g}: lr {lr!r} is not a finite value >= 0")
+    if sf.member is not None:
+        _member(sf)
+
+
+def _member(sf: SeedFile) -> None:
+    """A member's perturbation must be one replay applies, on the parameters its lineage
+    trains (the master it is added to)."""
+    m = sf.member
+    what = f"member {m.index} of generation {m.generation}"
+    try:
+        kind = check_spec(m.noise_spec, m.param_selection)
+    except SeedLedgerError as exc:
+        raise SeedLedgerError(f"{what}: {exc}") from None
+    trains = check_spec(sf.noise_spec, sf.header["param_selection"]).adapter
+    if kind.adapter != trains:
+        raise SeedLedgerError(f"{what} perturbs other parameters ({m.param_selection}) than its lineage trains")
+    if not (m.sigma > 0 and _rounded(m.sigma)):
+        raise SeedLedgerError(f"{what}: σ {m.sigma!r} is not a positive rounded value")
 
 
 def _fingerprint(fp: str | None, what: str) -> None:

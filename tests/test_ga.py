@@ -174,11 +174,47 @@ def test_elites_and_genomes_rebuild_to_their_fingerprints(reference, tmp_path):
     assert json.loads(_cli("verify", "ref", "--ledger", str(ledger_path), "--json").stdout)["ok"]
 
 
+def test_member_refs_in_show_diff_and_export(reference, tmp_path):
+    """`show`, `diff` and `export` take a GA's genomes: the elite `RUN@G#0` is `RUN@G-1`, and
+    where a generation did not cross over its child `RUN@G#a` is `RUN@G` (show says so, diff
+    finds no weight changed, its seed file rebuilds to `RUN@G`'s fingerprint)."""
+    from engine.commands import audit
+
+    ledger_path, fps, _ = reference
+    with Ledger.open(str(ledger_path)) as led:
+        records = {g: led.generation("ref", g) for g in (1, 2, 3)}
+        base_fp = led.get_run("ref").base_fingerprint
+        plain = [g for g, r in records.items() if len(r.extra["ga"]["child"]) == 1]
+        assert plain, "seed 7 crosses over in every generation: pick a seed where one does not"
+        g = plain[0]
+        a = records[g].extra["ga"]["child"][0]
+        child, elite = audit.show_member(led, f"ref@{g}#{a}"), audit.show_member(led, "ref@1#0")
+        same = audit.diff(led, f"ref@{g}", f"ref@{g}#{a}")
+        elites = audit.diff(led, "ref@1#0", "ref@2#0")
+    told = records[g].extra["ga"]
+    assert child["same_weights_as"] == f"ref@{g}" and child["ga"]["child"] and child["ga"]["parent"]
+    assert (child["ga"]["fitness"], child["ga"]["species"]) == (told["fitness"][a], told["species"][a])
+    assert elite["same_weights_as"] == "ref@0" and elite["ga"]["elite"] and elite["sign"] == 0
+    assert elite["parent_fingerprint"] == base_fp
+    assert same["total"]["changed"] == 0 and same["b"]["fingerprint"] == fps[g - 1]
+    assert (elites["a"]["fingerprint"], elites["b"]["fingerprint"]) == (base_fp, fps[0])
+    for ref, want in ((f"ref@{g}#{a}", fps[g - 1]), ("ref@1#0", base_fp)):
+        seeds = tmp_path / "member.seeds"
+        _cli("export", ref, "-o", str(seeds), "--force", "--ledger", str(ledger_path))
+        assert _rebuilt(ledger_path, str(seeds), tmp_path / "s")["fingerprint"] == want
+
+
 def test_member_refs_refuse_what_does_not_exist(reference, tmp_path):
     ledger_path, _, _ = reference
-    for ref in ("ref@2#4", "ref@0#1", "ref#1", "ref@2#x"):
-        proc = _cli("rebuild", ref, "-o", str(tmp_path / "m"), "--ledger", str(ledger_path), check=False)
-        assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, (ref, proc.stderr)
+    every = ("ref@2#4", "ref@0#1", "ref#1", "ref@2#x", "ref@2#")  # one parser: the rest take two
+    calls = [("rebuild", ref, "-o", str(tmp_path / "m")) for ref in every]
+    calls += [("show", ref) for ref in every]
+    calls += [("diff", "ref@1", ref) for ref in ("ref@2#4", "ref@0#1")]
+    calls += [("export", ref, "-o", str(tmp_path / "m.seeds")) for ref in ("ref@2#4", "ref@2#x")]
+    for args in calls:
+        proc = _cli(*args, "--ledger", str(ledger_path), check=False)
+        assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, (args, proc.stderr)
+    assert not (tmp_path / "m").exists() and not (tmp_path / "m.seeds").exists()
 
 
 @pytest.mark.slow

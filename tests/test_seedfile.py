@@ -501,3 +501,64 @@ def test_paper_scale_size(tmp_path):
     assert (tmp_path / "p.seeds").stat().st_size < 50_000
     _same_steps(read_seedfile(tmp_path / "p.seeds", key_fn=mix).steps, led.replay_history("p2"))
     led.close()
+
+
+def _with_header(path, change) -> bytes:
+    """`path`'s file with its header JSON passed through `change`, resealed (a tamperer)."""
+    body = _body(path)
+    (hlen,) = struct.unpack_from("<I", body)
+    h = change(json.loads(body[4 : 4 + hlen]))
+    hj = json.dumps(h).encode()
+    version = struct.unpack_from("<H", path.read_bytes(), len(MAGIC))[0]
+    return _forge(struct.pack("<I", len(hj)) + hj + body[4 + hlen :], version=version)
+
+
+def test_member_files_name_one_member(source, tmp_path):
+    """`RUN@G#M` exports the lineage to G-1 plus a `member` entry (format 3; a run's file
+    stays format 2): the fork's first own generation, whose parent lies in its root, and a
+    generation-1 member, whose lineage is empty."""
+    led, d = source
+    export_seedfile(led, "kid", 3, tmp_path / "m.seeds", key_fn=mix, member=1)
+    sf = read_seedfile(tmp_path / "m.seeds", key_fn=mix)
+    m = led.generation("kid", 3).members[1]
+    want = seedfile.SeedMember(3, 1, m.key, m.sign, led.generation("kid", 3).sigma, "kid", "v1", "all")
+    assert sf.member == want and sf.ref == "kid@3#1" and sf.generation == 2
+    _same_steps(sf.steps, led.replay_history("kid", upto=2))
+    assert sf.final_fingerprint == led.generation("root", 2).fingerprint
+    version = lambda p: struct.unpack_from("<H", p.read_bytes(), len(MAGIC))[0]  # noqa: E731
+    assert version(tmp_path / "m.seeds") == FORMAT_VERSION == 3
+    assert version(d / "derived.seeds") == seedfile.PLAIN_VERSION == 2  # older readers take it
+    assert read_seedfile(d / "derived.seeds", key_fn=mix).member is None
+    export_seedfile(led, "root", 1, tmp_path / "first.seeds", key_fn=mix, member=0)
+    first = read_seedfile(tmp_path / "first.seeds", key_fn=mix)
+    assert first.steps == [] and first.member.generation == 1 and first.final_fingerprint is None
+    with pytest.raises(SeedLedgerError, match="members 0..3, not 4"):
+        export_seedfile(led, "kid", 3, tmp_path / "x.seeds", key_fn=mix, member=4)
+    with pytest.raises(SeedLedgerError, match="no members"):
+        export_seedfile(led, "kid", 0, tmp_path / "x.seeds", key_fn=mix, member=0)
+
+
+@pytest.mark.parametrize("change, needle", [
+    (lambda h: h["member"].update(generation=5) or h, "member generation"),
+    (lambda h: h["member"].update(sign=2) or h, "member sign"),
+    (lambda h: h["member"].update(key="-1") or h, "member key"),
+    (lambda h: h["member"].update(sigma=float("inf")) or h, "member sigma"),
+    (lambda h: h["member"].update(extra=1) or h, "unknown or missing"),
+    (lambda h: h["member"].pop("run") and h, "unknown or missing"),
+    (lambda h: h | {"member": [1]}, "bad member"),
+])
+def test_bad_member_entries_are_one_line(source, tmp_path, change, needle):
+    led, _d = source
+    export_seedfile(led, "kid", 4, tmp_path / "m.seeds", key_fn=mix, member=2)
+    assert needle in _reject(tmp_path / "bad.seeds", _with_header(tmp_path / "m.seeds", change))
+
+
+def test_member_entry_needs_format_3_and_import_refuses_it(source, dst, tmp_path):
+    led, _d = source
+    export_seedfile(led, "kid", 4, tmp_path / "m.seeds", key_fn=mix, member=2)
+    body = _body(tmp_path / "m.seeds")
+    assert "needs format 3" in _reject(tmp_path / "v2.seeds", _forge(body, version=2))
+    before = _state(dst)
+    with pytest.raises(SeedLedgerError, match=r"names one member \(kid@4#2\), not a run's history") as err:
+        import_seedfile(dst, tmp_path / "m.seeds", key_fn=mix)
+    assert "\n" not in str(err.value) and _state(dst) == before

@@ -189,6 +189,72 @@ def show_generation(
     }
 
 
+def show_member(ledger: Ledger, ref: str, with_samples: bool = False) -> dict[str, Any]:
+    """`show RUN@G#M`: member M's row of generation G (key, sign, reward, components,
+    coefficient), what its weights are (`RUN@G-1` plus sign·σ·ε(key) in the generation's
+    perturbation kind, and the generation a GA member's weights equal), and what the
+    algorithm recorded about it (GA: fitness, species, parent, child; CMA-ES: rank);
+    `with_samples` adds its stored outputs."""
+    from engine.refs import format_ref, resolve_member
+
+    info, g, index = resolve_member(ledger, ref)
+    if index is None:
+        raise SeedLedgerError(f"{ref!r}: expected a member, RUN@G#M")
+    record = ledger.generation(info.name, g)
+    m = record.members[index]
+    holder = ledger.get_run(_holder(ledger.ancestors(info.name, g), g))
+    parent = format_ref(info.name, g - 1)
+    return {
+        "run": info.name,
+        "generation": g,
+        "member": index,
+        "ref": format_ref(info.name, g, index),
+        "recorded_in": holder.name,
+        "parent": parent,
+        "parent_fingerprint": _recorded(ledger, info, g - 1),
+        "same_weights_as": _same_weights(info.name, g, m, record.extra),
+        "sigma": record.sigma,
+        "perturbation": {
+            "noise_spec": record.noise_spec or holder.noise_spec,
+            "param_selection": record.param_selection or holder.param_selection,
+        },
+        **{k: v for k, v in _member(m, with_samples).items() if k != "index"},
+        **_decision(record.extra, m),
+        "committed_at": record.committed_at.isoformat() if record.committed_at else None,
+    }
+
+
+def _same_weights(run: str, g: int, m, extra: dict[str, Any]) -> str | None:
+    """The generation whose master a member's weights are bit for bit, when the record
+    says so: sign 0 (a GA's elite) is `RUN@G-1`; a GA child that did not cross over is
+    `RUN@G` (its coefficient is σ·sign, applied with lr 1)."""
+    if m.sign == 0:
+        return f"{run}@{g - 1}"
+    child = (extra.get("ga") or {}).get("child")
+    return f"{run}@{g}" if child == [m.index] else None
+
+
+def _decision(extra: dict[str, Any], m) -> dict[str, Any]:
+    """What a GA or CMA-ES generation recorded about member `m` (nothing for ES)."""
+    index = m.index
+    out: dict[str, Any] = {}
+    ga = extra.get("ga")
+    if isinstance(ga, dict):
+        fitness, species = ga.get("fitness") or [], ga.get("species") or []
+        out["ga"] = {
+            "fitness": _num(fitness[index]) if index < len(fitness) else None,
+            "species": species[index] if index < len(species) else None,
+            "parent": index in (ga.get("parents") or []),
+            "child": index in (ga.get("child") or []),
+            "elite": m.sign == 0,
+        }
+    cm = extra.get("cmaes")
+    if isinstance(cm, dict) and index in (cm.get("ranking") or []):
+        rank = cm["ranking"].index(index)
+        out["cmaes"] = {"rank": rank, "selected": rank < cm.get("mu", 0)}
+    return out
+
+
 # ---------------------------------------------------------------------------------- diff
 
 
@@ -228,6 +294,10 @@ def _replay_pair(ledger: Ledger, a: tuple[RunInfo, int], b: tuple[RunInfo, int],
     steps_a = ledger.replay_history(run_a.name, upto=g_a)
     steps_b = ledger.replay_history(run_b.name, upto=g_b)
     k = _common_prefix(steps_a, steps_b)
+    if k == 0 and run_a.base_fingerprint and start.fingerprint != run_a.base_fingerprint:
+        raise SeedLedgerError(  # rebuild checks it otherwise; two sides at @0 (members of @1) would not
+            f"the base weights are not {run_a.base_model!r} as run {run_a.name!r} recorded it"
+        )
     anchors = anchors_dir(ledger)
     if k:  # rebuild consumes (and checks) the base; may start from an anchor
         last = steps_a[k - 1]
@@ -249,15 +319,48 @@ def _replay_pair(ledger: Ledger, a: tuple[RunInfo, int], b: tuple[RunInfo, int],
     return finish(steps_a, run_a, g_a), finish(steps_b, run_b, g_b), k
 
 
+MEMBER_NOTE = ("a member has no fingerprint in the ledger: its fingerprint here is computed from "
+               "its rebuilt weights (RUN@G-1, checked, plus its perturbation)")
+
+
+def _member_weights(ledger: Ledger, info: RunInfo, g: int, index: int, parent: dict) -> dict:
+    """Member `index` of `run@g` built on a copy of `parent` (the checked `run@g-1`, which
+    the other side of a diff may share): `replay.rebuild.apply_member`, as `rebuild`."""
+    from replay.rebuild import apply_member
+
+    m = ledger.generation(info.name, g).members[index]
+    master = {n: t.clone() for n, t in parent.items()}
+    apply_member(master, ledger.replay_history(info.name, upto=g)[-1], m.key, m.sign)
+    return master
+
+
+def _side(ledger: Ledger, info: RunInfo, g: int, member: int | None, master: dict) -> dict[str, Any]:
+    """One side of a diff: what it names and its fingerprint (a member's computed)."""
+    from replay.fingerprint import fingerprint
+
+    out: dict[str, Any] = {"run": info.name, "generation": g}
+    if member is None:
+        return out | {"fingerprint": _recorded(ledger, info, g)}
+    return out | {"member": member, "fingerprint": fingerprint(master),
+                  "parent_fingerprint": _recorded(ledger, info, g - 1)}
+
+
 def diff(ledger: Ledger, ref_a: str, ref_b: str, device: str = "cpu") -> dict[str, Any]:
-    """Per-tensor L2 norm and max |Δ| of (B − A), by replay, largest first, with a total."""
+    """Per-tensor L2 norm and max |Δ| of (B − A), by replay, largest first, with a total.
+    Either side may be a member, `RUN@G#M`: its parent `RUN@G-1` is replayed (sharing the
+    common prefix) and checked, then the member's perturbation is added to a copy."""
     import torch
 
-    from engine.refs import resolve_ref
+    from engine.refs import resolve_member
 
-    a = resolve_ref(ledger, ref_a)
-    b = resolve_ref(ledger, ref_b)
+    (run_a, g_a, m_a), (run_b, g_b, m_b) = resolve_member(ledger, ref_a), resolve_member(ledger, ref_b)
+    a = (run_a, g_a if m_a is None else g_a - 1)
+    b = (run_b, g_b if m_b is None else g_b - 1)
     master_a, master_b, shared = _replay_pair(ledger, a, b, device)
+    if m_a is not None:
+        master_a = _member_weights(ledger, run_a, g_a, m_a, master_a)
+    if m_b is not None:
+        master_b = _member_weights(ledger, run_b, g_b, m_b, master_b)
     tensors = []
     sq_total = 0.0
     max_total = 0.0
@@ -282,10 +385,12 @@ def diff(ledger: Ledger, ref_a: str, ref_b: str, device: str = "cpu") -> dict[st
             changed_total += changed
             numel_total += ta.numel()
     tensors.sort(key=lambda t: (-t["l2"], -t["max_abs"], t["tensor"]))
+    notes = [MEMBER_NOTE] if (m_a, m_b) != (None, None) else []
     return {
-        "a": {"run": a[0].name, "generation": a[1], "fingerprint": _recorded(ledger, *a)},
-        "b": {"run": b[0].name, "generation": b[1], "fingerprint": _recorded(ledger, *b)},
+        "a": _side(ledger, run_a, g_a, m_a, master_a),
+        "b": _side(ledger, run_b, g_b, m_b, master_b),
         "shared_generations": shared,
+        "notes": notes,
         "tensors": tensors,
         "total": {
             "l2": math.sqrt(sq_total),

@@ -164,9 +164,44 @@ def _cell(v: Any) -> str:
     return format(v, ".3f") if isinstance(v, float) else str(v)
 
 
+def member_view(data: dict[str, Any]) -> RenderableType:
+    """`show RUN@G#M`: what the member's weights are, its row, what the algorithm said."""
+    where = "" if data["recorded_in"] == data["run"] else f" (recorded in {data['recorded_in']})"
+    sign = {1: "+", 0: "0", -1: "−"}[data["sign"]]
+    head = Table.grid(padding=(0, 2))
+    head.add_row("member", Text.assemble((data["ref"], "bold"), where))
+    head.add_row("weights", f"{data['parent']} {sign} σ·ε(key)" if data["sign"] else f"{data['parent']} (sign 0)")
+    if data["same_weights_as"]:
+        head.add_row("same weights as", data["same_weights_as"])
+    head.add_row("parent fingerprint", data["parent_fingerprint"] or "–")
+    head.add_row("key", data["key"])
+    head.add_row("sign / σ", f"{sign} / {data['sigma']:{SIGMA}}")
+    kind = data["perturbation"]
+    head.add_row("perturbation", f"{kind['noise_spec']} on {kind['param_selection']}")
+    head.add_row("reward", _f(data["reward"]))
+    for name, value in data["components"].items():
+        head.add_row(f"  {name}", _component(name, value))
+    head.add_row("coefficient", repr(data["coefficient"]))
+    if "ga" in data:
+        ga = data["ga"]
+        roles = [r for r in ("elite", "parent", "child") if ga[r]]
+        head.add_row("ga", f"fitness {_f(ga['fitness'])}  species {ga['species'] if ga['species'] is not None else '–'}"
+                     f"  {', '.join(roles) or 'not selected'}")
+    if "cmaes" in data:
+        cm = data["cmaes"]
+        head.add_row("cmaes", f"rank {cm['rank']}{' (selected)' if cm['selected'] else ''}")
+    head.add_row("committed", data["committed_at"] or "–")
+    if "samples" not in data:
+        return head
+    return Group(head, _samples_view({"index": data["member"], "samples": data["samples"]}))
+
+
 def diff_view(data: dict[str, Any], top: int | None = None) -> RenderableType:
     a, b, tot = data["a"], data["b"], data["total"]
-    title = (f"{b['run']}@{b['generation']} − {a['run']}@{a['generation']}  "
+    from engine.refs import format_ref
+
+    title = (f"{format_ref(b['run'], b['generation'], b.get('member'))} − "
+             f"{format_ref(a['run'], a['generation'], a.get('member'))}  "
              f"(shared generations 1..{data['shared_generations']})")
     t = Table(title=title, title_justify="left")
     for col in ["tensor", "shape", "L2", "max |Δ|", "changed"]:  # numbers never wrap; names fold
@@ -181,7 +216,10 @@ def diff_view(data: dict[str, Any], top: int | None = None) -> RenderableType:
     t.add_section()
     t.add_row(Text("total", style="bold"), f"{tot['tensors']} tensors", f"{tot['l2']:.4g}",
               f"{tot['max_abs']:.4g}", f"{tot['changed']:,}/{tot['numel']:,}")
-    return t
+    notes = data.get("notes", [])  # a member on either side (a payload may predate them)
+    if not notes:
+        return t
+    return Group(t, *[Text(f"note: {n}", style="dim") for n in notes])
 
 
 def print_view(view: RenderableType) -> None:

@@ -41,35 +41,43 @@ def log(
 
 @app.command()
 def show(
-    ref: Annotated[str, typer.Argument(help="RUN@G (RUN alone: its latest).")],
+    ref: Annotated[str, typer.Argument(help="RUN@G (RUN alone: its latest), or RUN@G#M: one member.")],
     member: Annotated[int | None, typer.Argument(help="Member whose outputs --samples prints (default all).")] = None,
     samples: Annotated[bool, typer.Option("--samples", help="Print stored outputs: --samples [MEMBER].")] = False,
     ledger: LedgerOpt = DEFAULT_LEDGER,
     as_json: JsonOpt = False,
 ):
-    """Everything RUN@G committed: hyperparameters, batch, members, coefficients, fingerprint."""
+    """Everything RUN@G committed: hyperparameters, batch, members, coefficients, fingerprint.
+    RUN@G#M shows member M: its row, its weights (RUN@G-1 plus its perturbation), what a GA
+    or CMA-ES recorded about it, and with --samples its stored outputs."""
     from engine.commands import audit
     from engine.commands import audit_render as ar
+    from engine.refs import split_member
+    from ledger.errors import SeedLedgerError
 
+    named = split_member(ref)[1]
+    if named is not None and member is not None:
+        raise SeedLedgerError(f"{ref!r} names member {named} already: drop the MEMBER argument {member}")
     which = member if member is not None else ("all" if samples else None)
     with open_ledger(ledger) as led:
-        payload = audit.show_generation(led, ref, which)
+        payload = audit.show_generation(led, ref, which) if named is None else audit.show_member(led, ref, samples)
     if as_json:
         emit(payload, as_json)
     else:
-        ar.print_view(ar.show_view(ar.safe(payload)))
+        ar.print_view((ar.show_view if named is None else ar.member_view)(ar.safe(payload)))
 
 
 @app.command()
 def diff(
-    ref_a: Annotated[str, typer.Argument(help="RUN@A.")],
-    ref_b: Annotated[str, typer.Argument(help="RUN@B (any run of the same base).")],
+    ref_a: Annotated[str, typer.Argument(help="RUN@A, or RUN@A#M: a member.")],
+    ref_b: Annotated[str, typer.Argument(help="RUN@B or RUN@B#M (any run of the same base).")],
     top: Annotated[int | None, typer.Option("--top", help="Show only the N largest tensors.")] = None,
     device: Annotated[str, typer.Option("--device", help="cpu or cuda.")] = "cpu",
     ledger: LedgerOpt = DEFAULT_LEDGER,
     as_json: JsonOpt = False,
 ):
-    """Per-tensor L2 and max |Δ| between two models, rebuilt by replay, largest first."""
+    """Per-tensor L2 and max |Δ| between two models, rebuilt by replay, largest first. A
+    member RUN@G#M is rebuilt as `rebuild` does: RUN@G-1 (checked) plus its perturbation."""
     from engine.commands import audit
     from engine.commands import audit_render as ar
     from engine.devices import check_device

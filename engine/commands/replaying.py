@@ -72,7 +72,7 @@ VerifyOpt = Annotated[
 
 @app.command()
 def rebuild(
-    source: Annotated[str, typer.Argument(help="RUN, RUN@G in the ledger, or a FILE.seeds.")],
+    source: Annotated[str, typer.Argument(help="RUN, RUN@G, RUN@G#M in the ledger, or a FILE.seeds.")],
     output: Annotated[Path, typer.Option("-o", "--output", help="Directory to write.")],
     base: Annotated[str | None, typer.Option("--base", help="Base model alias or directory.")] = None,
     device: Annotated[str, typer.Option("--device", help="cpu or cuda.")] = "cpu",
@@ -104,5 +104,8 @@ def rebuild(
         merge=merge,
     )
     unverified = f"; NOT VERIFIED: {report['not_verified']}" if not report["verified"] else ""
-    emit(report, as_json, f"wrote {report['output']} ({report['run']}@{report['generation']}, "
+    from engine.refs import format_ref
+
+    named = format_ref(report["run"], report["generation"], report.get("member"))
+    emit(report, as_json, f"wrote {report['output']} ({named}, "
          f"fingerprint {report['fingerprint']}{unverified})")

@@ -23,7 +23,7 @@ from ledger.seedio import IMPORT_MAX_MEMBERS  # light: no torch
 
 @app.command()
 def export(
-    ref: Annotated[str, typer.Argument(help="RUN@G to export with its whole lineage.")],
+    ref: Annotated[str, typer.Argument(help="RUN@G to export with its whole lineage, or RUN@G#M: one member.")],
     output: Annotated[Path, typer.Option("-o", "--output", help="FILE.seeds to write.")],
     force: Annotated[
         bool, typer.Option("--force", help="Replace FILE if it exists (never a directory or a ledger).")
@@ -31,12 +31,17 @@ def export(
     ledger: LedgerOpt = DEFAULT_LEDGER,
     as_json: JsonOpt = False,
 ):
-    """Write RUN@G as a seed file: keys and coefficients, kilobytes instead of gigabytes."""
+    """Write RUN@G as a seed file: keys and coefficients, kilobytes instead of gigabytes.
+    RUN@G#M names member M of generation G (RUN@G-1 plus its perturbation): `rebuild` takes
+    that file, `import` refuses it (a member is weights, not a run's history)."""
     from engine import api
 
     with open_ledger(ledger) as led:
         payload = api.export(ref, output, ledger=led, force=force)
-    emit(payload, as_json, f"wrote {output} ({payload['bytes']:,} bytes) for {payload['run']}@{payload['generation']}")
+    from engine.refs import format_ref
+
+    named = format_ref(payload["run"], payload["generation"], payload.get("member"))
+    emit(payload, as_json, f"wrote {output} ({payload['bytes']:,} bytes) for {named}")
 
 
 @app.command("import")
