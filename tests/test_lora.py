@@ -412,6 +412,7 @@ def int8_run(tmp_path_factory):
     return tmp, ledger_path, _fingerprints(ledger_path, "q")
 
 
+@pytest.mark.int8
 def test_int8_base_is_quantized_and_fingerprinted_as_loaded(int8_run, reference, tiny_model_dir):
     from engine.adapters import frozen_fingerprint, frozen_tensors
     from engine.models import load_causal_lm
@@ -427,6 +428,7 @@ def test_int8_base_is_quantized_and_fingerprinted_as_loaded(int8_run, reference,
     assert len(set(fps)) == 2
 
 
+@pytest.mark.int8
 def test_int8_run_resumes_to_the_same_fingerprints_and_refuses_another_base(int8_run):
     tmp, ledger_path, fps = int8_run
     crash = tmp / "crash.db"
