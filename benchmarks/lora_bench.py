@@ -38,11 +38,11 @@ from engine.models import quiet_hf_env  # noqa: E402
 quiet_hf_env()  # torchao's import chatter (transformers imports it when installed)
 
 MODEL = "smollm2-135m-instruct"
-KINDS = {  # config overrides per kind (the rest: configs/demo.yaml)
-    "full": [],
-    "lowrank": ["perturbation.kind=lowrank", "perturbation.rank=1"],
-    "lora": ["train.kind=lora", "train.rank=8"],
-    "lora-int8": ["train.kind=lora", "train.rank=8", "base_quantization=int8"],
+KINDS = {  # config overrides per kind (the rest: configs/demo.yaml, whose own kind is not assumed)
+    "full": ["perturbation=full"],
+    "lowrank": ["perturbation=lowrank"],  # rank 1
+    "lora": ["perturbation=full", "train.kind=lora", "train.rank=8"],
+    "lora-int8": ["perturbation=full", "train.kind=lora", "train.rank=8", "base_quantization=int8"],
 }
 
 
