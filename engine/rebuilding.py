@@ -32,6 +32,14 @@ from replay.perturbation import check_spec
 from replay.rebuild import apply_member, rebuild, replay_steps
 
 
+def add_member(ledger: Ledger, run: str, g: int, index: int, master: dict[str, torch.Tensor]) -> None:
+    """Turn `master` (the weights at `run@g-1`) into member `index` of `run@g`, in place:
+    the weights it was evaluated with (`replay.rebuild.apply_member`, in the generation's
+    perturbation kind). One place for `rebuild`, `diff` and the API."""
+    m = ledger.generation(run, g).members[index]
+    apply_member(master, ledger.replay_history(run, upto=g)[-1], m.key, m.sign)
+
+
 def load_base_master(model_dir: Path, device: str = "cpu") -> dict[str, torch.Tensor]:
     """The base weights as an fp32 master, named as `named_parameters()` names them."""
     from transformers import AutoModelForCausalLM
@@ -344,8 +352,7 @@ def ref_master(
                         frozen=start.frozen)
     meta: dict = {"run": run.name, "generation": gen}
     if member is not None:
-        m = ledger.generation(run.name, gen).members[member]
-        apply_member(master, ledger.replay_history(run.name, upto=gen)[-1], m.key, m.sign)
+        add_member(ledger, run.name, gen, member, master)
         meta |= {"member": member, "parent_fingerprint": fps[upto] if upto else run.base_fingerprint}
     fp = fingerprint(master)
     meta |= {"fingerprint": fp, "base_model": run.base_model}

@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -28,8 +26,9 @@ from replay.adapter import (
     start_fingerprint,
 )
 from replay.perturbation import Perturbation
+from tests.support.runs import cli as _cli
+from tests.support.runs import fingerprints as _fingerprints
 
-ROOT = Path(__file__).resolve().parent.parent
 SIGMA = noise.round_coefficient(0.05)  # large enough that members really differ on `tiny`
 PROMPTS = [
     [{"role": "user", "content": "What is 2+3?"}],
@@ -54,19 +53,6 @@ def _config(tmp_path: Path, name: str = "lora", **changes) -> Path:
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(LORA | changes))
     return path
-
-
-def _fingerprints(ledger_path: Path, run: str) -> list[str]:
-    with Ledger.open(str(ledger_path)) as led:
-        return [led.generation(run, g).fingerprint for g in range(1, led.latest_generation(run) + 1)]
-
-
-def _cli(*args: str, env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "engine.cli", *args]
-    proc = subprocess.run(cmd, cwd=ROOT, env=env or os.environ.copy(), capture_output=True, text=True)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"{cmd} exited {proc.returncode}: {proc.stderr[-2000:]}")
-    return proc
 
 
 # ----------------------------------------------------------------------------- the spec

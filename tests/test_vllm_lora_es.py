@@ -19,8 +19,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -35,10 +33,11 @@ from replay import noise  # noqa: E402
 from replay.adapter import LoraSpec  # noqa: E402
 from replay.fingerprint import fingerprint  # noqa: E402
 from replay.perturbation import DEFAULT_TARGETS, Perturbation  # noqa: E402
+from tests.support.runs import cli as _cli
+from tests.support.runs import fingerprints as _fingerprints
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(1800)]
 
-ROOT = Path(__file__).resolve().parent.parent
 PROMPTS = [
     [{"role": "user", "content": f"What is {a} + {b}? Answer with the number only."}]
     for a, b in [(2, 3), (17, 25), (123, 456)]
@@ -64,19 +63,6 @@ RUN = {
     "max_new_tokens": 8,
     "seed": 3,
 }
-
-
-def _cli(*args: str, env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "engine.cli", *args]
-    proc = subprocess.run(cmd, cwd=ROOT, env=env or os.environ.copy(), capture_output=True, text=True)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"{cmd} exited {proc.returncode}: {proc.stderr[-2000:]}")
-    return proc
-
-
-def _fingerprints(ledger_path: Path, run: str) -> list[str]:
-    with Ledger.open(str(ledger_path)) as led:
-        return [led.generation(run, g).fingerprint for g in range(1, led.latest_generation(run) + 1)]
 
 
 # ----------------------------------------------------------------------------- runs

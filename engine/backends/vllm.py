@@ -180,12 +180,9 @@ class VLLMBackend:
         if batch_size is not None:  # the HF backend's knob: sequences decoded together
             rows = batch_size * (members_per_forward if self.keeps_master else 1)
             llm_kwargs.setdefault("max_num_seqs", rows)
-        if self.adapter is not None:
-            lora = engine_kwargs(self.adapter.rank, self.adapter.targets, members_per_forward)
-            llm_kwargs = {**lora, **llm_kwargs}
-        elif self.keeps_master:
-            lora = engine_kwargs(self.perturbation.rank, self.perturbation.targets, members_per_forward)
-            llm_kwargs = {**lora, **llm_kwargs}
+        if self.keeps_master:  # LoRA slots of the adapter's rank, or the low-rank members'
+            slots = self.adapter if self.adapter is not None else self.perturbation
+            llm_kwargs = {**engine_kwargs(slots.rank, slots.targets, members_per_forward), **llm_kwargs}
         _guard_llvmlite_dunders()
         self.llm = LLM(
             model=str(self.model_dir),

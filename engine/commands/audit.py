@@ -325,12 +325,11 @@ MEMBER_NOTE = ("a member has no fingerprint in the ledger: its fingerprint here 
 
 def _member_weights(ledger: Ledger, info: RunInfo, g: int, index: int, parent: dict) -> dict:
     """Member `index` of `run@g` built on a copy of `parent` (the checked `run@g-1`, which
-    the other side of a diff may share): `replay.rebuild.apply_member`, as `rebuild`."""
-    from replay.rebuild import apply_member
+    the other side of a diff may share), as `rebuild` builds it."""
+    from engine.rebuilding import add_member
 
-    m = ledger.generation(info.name, g).members[index]
     master = {n: t.clone() for n, t in parent.items()}
-    apply_member(master, ledger.replay_history(info.name, upto=g)[-1], m.key, m.sign)
+    add_member(ledger, info.name, g, index, master)
     return master
 
 
