@@ -7,7 +7,7 @@ reward, evaluations, wall time) and writes one plot.
 
     python benchmarks/algorithms_bench.py                       # tiny: a smoke test
     python benchmarks/algorithms_bench.py --model smollm2-135m-instruct --generations 20 \\
-        --population 8 --batch 16 --rows 64
+        --population 8 --batch 16 --rows 64 --sigma 0.001 --lr 0.0005 --tokens 24   # the README's
 """
 
 from __future__ import annotations
