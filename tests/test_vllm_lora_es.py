@@ -2,9 +2,8 @@
 member's adapter cast(master + sign·σ·ε), the master adapter between members.
 
 SmolLM2 (vLLM on CPU has no attention kernel for `tiny`'s head_dim 16). The runs come
-first: the killed one in its own process, then the reference and the resume on one engine
-in this process (vLLM takes a minute or more to start on 2 cores), closed before the
-backends start side by side here, so that one engine is alive here at a time.
+first, each in its own process (vLLM takes a minute or more to start on 2 cores), then the
+backends side by side in this process, so that one engine is alive here at a time.
 
 Agreement with the HF backend is measured as the share of identical greedy completions,
 not asserted at 100%: both evaluate the same adapters bit for bit (`noise.perturb_`), but
@@ -17,6 +16,7 @@ that members visibly differ from the master and from each other.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from collections.abc import Iterator
@@ -68,67 +68,30 @@ RUN = {
 # ----------------------------------------------------------------------------- runs
 
 
-class _OneEngine:
-    """`make_backend` for every session in this process: the first builds the engine (as
-    the CLI builds it, from the run's resolved config), later ones with the same config
-    get it back. vLLM takes a minute or more to start on 2 cores; a session's restore
-    loads its own master into the engine first, so nothing carries over between runs."""
-
-    def __init__(self, make) -> None:
-        self.make, self.backend, self.config, self.built = make, None, None, 0
-
-    def __call__(self, cfg, model_dir: Path):
-        config = cfg.model_dump(mode="json")
-        if self.backend is None:
-            self.backend, self.config = self.make(cfg, model_dir), config
-            self.built += 1
-        assert config == self.config, "a session asked for another backend"
-        return self.backend
-
-    def close(self) -> None:
-        if self.backend is not None:
-            self.backend.close()
-
-
 @pytest.mark.slow
-@pytest.mark.timeout(3600)  # two engine starts (the killed train's, then this process's) and a verify
-def test_lora_run_on_vllm_trains_resumes_and_verifies(
-    tmp_path: Path, smollm2_dir: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The killed train is a CLI subprocess, SIGKILLed at a failpoint in generation 2. The
-    uninterrupted reference and the resume then train here, on one engine built by the
-    same `make_backend` from the same stored config, before the module's backends start."""
-    from engine import api, evaluator
-
+@pytest.mark.timeout(3600)  # three engine starts (train, the killed train, resume) and a verify
+def test_lora_run_on_vllm_trains_resumes_and_verifies(tmp_path: Path, smollm2_dir: Path) -> None:
     config = tmp_path / "lora.yaml"
     config.write_text(yaml.safe_dump(RUN))
+    ref = tmp_path / "ref.db"
+    _cli("train", str(config), "--run", "ref", "--ledger", str(ref), "--json")
+    fps = _fingerprints(ref, "ref")
+    with Ledger.open(str(ref)) as led:
+        run = led.get_run("ref")
+        assert run.param_selection == SPEC.selection.replace("seed:0", "seed:3")
+        assert run.config["backend"] == "vllm" and run.config["members_per_forward"] == 4
+        assert len(set(fps + [run.base_fingerprint])) == 3, "both generations moved the adapter"
+    # verify replays on the HF side: the run's base fingerprint (the frozen base as vLLM
+    # loaded it, with the initial adapter) is the one transformers' fp32 load gives
+    assert json.loads(_cli("verify", "ref", "--ledger", str(ref), "--json").stdout)["fingerprint"] == fps[-1]
+
     crash = tmp_path / "crash.db"
     cmd = ["train", str(config), "--run", "c", "--ledger", str(crash), "--json"]
     proc = _cli(*cmd, env=os.environ | {"SEEDLEDGER_FAILPOINT": "member@2"}, check=False)
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
-
-    engine = _OneEngine(evaluator.make_backend)
-    monkeypatch.setattr(evaluator, "make_backend", engine)
-    try:
-        ref = tmp_path / "ref.db"
-        api.train(config, run="ref", ledger=ref)
-        fps = _fingerprints(ref, "ref")
-        with Ledger.open(str(ref)) as led:
-            run = led.get_run("ref")
-            assert run.param_selection == SPEC.selection.replace("seed:0", "seed:3")
-            assert run.config["backend"] == "vllm" and run.config["members_per_forward"] == 4
-            assert len(set(fps + [run.base_fingerprint])) == 3, "both generations moved the adapter"
-        # verify replays on the HF side: the run's base fingerprint (the frozen base as vLLM
-        # loaded it, with the initial adapter) is the one transformers' fp32 load gives
-        report = api.verify("ref", ledger=ref)
-        assert report["ok"] and report["fingerprint"] == fps[-1], report
-
-        assert _fingerprints(crash, "c") == fps[:1]
-        assert api.resume("c", ledger=crash, trust_code=True).latest_generation == 2
-        assert _fingerprints(crash, "c") == fps
-        assert engine.built == 1
-    finally:
-        engine.close()
+    assert _fingerprints(crash, "c") == fps[:1]
+    assert json.loads(_cli("resume", "c", "--ledger", str(crash), "--json", "--trust-code").stdout)["latest_generation"] == 2
+    assert _fingerprints(crash, "c") == fps
 
 
 # ----------------------------------------------------------------------------- backends
