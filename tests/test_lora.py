@@ -1,6 +1,6 @@
 """LoRA adapters as the trained parameters: the spec, the exact initial adapter, batched
 member evaluation, PEFT in and out, merging, and adapter runs end to end on `tiny`
-(verify, SIGKILL + resume, forks, seed files, anchors, a warm start)."""
+(verify, SIGKILL + resume, forks, seed files, anchors, a warm start, CMA-ES on the adapter)."""
 
 from __future__ import annotations
 
@@ -383,6 +383,39 @@ def test_warm_start_from_a_peft_directory(reference, tmp_path):
     proc = _cli("resume", "warm", "--generations", "1", "--ledger", str(tmp_path / "w.db"), check=False)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert "fingerprint" in proc.stderr
+
+
+def test_cmaes_run_on_the_adapter_moves_verifies_and_resumes_after_sigkill(tmp_path):
+    """`algorithm: cmaes` with `train: lora`: the CMA mean is the adapter (population 4,
+    two generations); a SIGKILL in generation 2, then `resume`, reaches the same bits."""
+    config = _config(tmp_path, "cmaes-lora", algorithm="cmaes", generations=2, max_new_tokens=4)
+    ref = tmp_path / "ref.db"
+    with Ledger.open(str(ref)) as led:
+        result = session.start(led, str(config), "ref", [], None)
+    fps = _fingerprints(ref, "ref")
+    assert len(fps) == 2 and result.fingerprint == fps[-1]
+    with Ledger.open(str(ref)) as led:
+        run = led.get_run("ref")
+        assert run.config["algorithm"] == "cmaes"
+        assert run.param_selection == "lora-v1:r=4,alpha=16.0,init=seed:3,targets=q_proj,v_proj,down_proj"
+        assert len(set(fps + [run.base_fingerprint])) == 3, "each generation moved the adapter"
+        for g in (1, 2):
+            rec = led.generation("ref", g)
+            assert rec.lr == 1.0 and rec.extra["cmaes"]["mu"] == 2
+            assert sorted(rec.extra["cmaes"]["ranking"]) == [0, 1, 2, 3]
+        from engine.rebuilding import verify_ref
+
+        report = verify_ref(led, "ref")
+        assert report["ok"] and report["fingerprint"] == fps[-1], report
+
+    crash = tmp_path / "crash.db"
+    cmd = ["train", str(config), "--run", "c", "--ledger", str(crash)]
+    proc = _cli(*cmd, env=os.environ | {"SEEDLEDGER_FAILPOINT": "member@2"}, check=False)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+    assert _fingerprints(crash, "c") == fps[:1]
+    with Ledger.open(str(crash)) as led:
+        assert session.resume(led, "c", None).latest_generation == 2
+    assert _fingerprints(crash, "c") == fps
 
 
 # ----------------------------------------------------------------------------- an int8 base

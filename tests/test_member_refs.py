@@ -7,9 +7,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,8 +16,8 @@ from engine.commands import audit
 from ledger import Ledger
 from replay.fingerprint import fingerprint
 from tests.support.configs import TINY
+from tests.support.runs import cli as _cli
 
-ROOT = Path(__file__).resolve().parent.parent
 CONFIG = {**TINY, "keep_samples": True}  # the suite's tiny run, with its outputs stored
 
 
@@ -30,14 +27,6 @@ def es(tmp_path_factory, tiny_model_dir) -> Path:
     where = tmp_path_factory.mktemp("members") / "ledger.db"
     assert sl.train(CONFIG, run="e", ledger=where).latest_generation == 2
     return where
-
-
-def _cli(*args: str | Path, check: bool = True) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "engine.cli", *map(str, args)]
-    proc = subprocess.run(cmd, cwd=ROOT, env=os.environ.copy(), capture_output=True, text=True)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"{cmd} exited {proc.returncode}: {proc.stderr[-2000:]}")
-    return proc
 
 
 def test_show_a_member_as_json_and_text(es):

@@ -22,8 +22,9 @@ import yaml
 from engine import session
 from engine.loop import Hooks
 from ledger import Ledger
+from tests.support.runs import ROOT, fingerprints
+from tests.support.runs import cli as seedledger
 
-ROOT = Path(__file__).resolve().parent.parent
 # The reward names a module: this test's own code, so its resumes and forks pass
 # --trust-code (trust_code=True), as a user resuming their own run does.
 TINY = {
@@ -43,11 +44,6 @@ def write_config(tmp_path: Path, **changes) -> Path:
     path = tmp_path / "tiny.yaml"
     path.write_text(yaml.safe_dump(TINY | changes))
     return path
-
-
-def fingerprints(ledger_path: Path, run: str) -> list[str]:
-    with Ledger.open(str(ledger_path)) as led:
-        return [led.generation(run, g).fingerprint for g in range(1, led.latest_generation(run) + 1)]
 
 
 @pytest.fixture(scope="module")
@@ -112,14 +108,6 @@ def test_fork_shares_the_prefix_and_diverges(reference, tmp_path):
             session.fork(led, "ref@9", "child2", [], 1, trust_code=True)
     assert child[0] == fps[0]
     assert child[1] != fps[1]
-
-
-def seedledger(*args: str, env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "engine.cli", *args]
-    proc = subprocess.run(cmd, cwd=ROOT, env=env or os.environ.copy(), capture_output=True, text=True)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"{cmd} exited {proc.returncode}: {proc.stderr[-2000:]}")
-    return proc
 
 
 def test_failpoints_kill_at_once_or_after_a_delay_and_only_where_named():

@@ -7,17 +7,14 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import yaml
 
-from ledger import Ledger
+from tests.support.runs import cli as seedledger
+from tests.support.runs import fingerprints
 from tests.support.sandbox import need_bwrap
 
-ROOT = Path(__file__).resolve().parent.parent
 BASE = {"model": "tiny", "population": 4, "sigma": 0.05, "lr": 0.05, "generations": 2,
         "batch_size": 2, "max_new_tokens": 6, "seed": 11, "keep_samples": True}
 CONFIGS = {
@@ -27,19 +24,6 @@ CONFIGS = {
     "humaneval": {**BASE, "task": {"name": "code", "path": "humaneval",
                                    "rewards": ["task", {"fn": "length", "limit": 30}]}},
 }
-
-
-def seedledger(*args: str, env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "engine.cli", *args]
-    proc = subprocess.run(cmd, cwd=ROOT, env=env or os.environ.copy(), capture_output=True, text=True)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"{cmd} exited {proc.returncode}: {proc.stderr[-2000:]}")
-    return proc
-
-
-def fingerprints(ledger_path: Path, run: str) -> list[str]:
-    with Ledger.open(str(ledger_path)) as led:
-        return [led.generation(run, g).fingerprint for g in range(1, led.latest_generation(run) + 1)]
 
 
 @pytest.mark.slow

@@ -13,10 +13,10 @@ from ledger import Ledger
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def cli(*args: str, env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
-    """`python -m engine.cli ARGS` from the repository root; with `check`, a non-zero exit
-    fails the test with the end of its stderr."""
-    cmd = [sys.executable, "-m", "engine.cli", *args]
+def cli(*args: str | os.PathLike[str], env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    """`python -m engine.cli ARGS` from the repository root (paths may be given as Path);
+    with `check`, a non-zero exit fails the test with the end of its stderr."""
+    cmd = [sys.executable, "-m", "engine.cli", *map(str, args)]
     proc = subprocess.run(cmd, cwd=ROOT, env=env or os.environ.copy(), capture_output=True, text=True)
     if check and proc.returncode != 0:
         raise AssertionError(f"{cmd} exited {proc.returncode}: {proc.stderr[-2000:]}")
