@@ -14,6 +14,7 @@ import torch
 import yaml
 
 from engine import session
+from engine.rebuilding import verify_ref
 from ledger import Ledger
 from ledger.errors import SeedLedgerError
 from replay import noise
@@ -403,8 +404,6 @@ def test_cmaes_run_on_the_adapter_moves_verifies_and_resumes_after_sigkill(tmp_p
             rec = led.generation("ref", g)
             assert rec.lr == 1.0 and rec.extra["cmaes"]["mu"] == 2
             assert sorted(rec.extra["cmaes"]["ranking"]) == [0, 1, 2, 3]
-        from engine.rebuilding import verify_ref
-
         report = verify_ref(led, "ref")
         assert report["ok"] and report["fingerprint"] == fps[-1], report
 
