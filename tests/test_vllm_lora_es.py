@@ -2,8 +2,9 @@
 member's adapter cast(master + sign·σ·ε), the master adapter between members.
 
 SmolLM2 (vLLM on CPU has no attention kernel for `tiny`'s head_dim 16). The runs come
-first, each in its own process (vLLM takes a minute or more to start on 2 cores), then the
-backends side by side in this process, so that one engine is alive here at a time.
+first, each in its own process (the CLI path: train, SIGKILL, resume, as a user runs them;
+the whole run test takes about 73 s on an idle 2-core machine), then the backends side by
+side in this process, so that one engine is alive here at a time.
 
 Agreement with the HF backend is measured as the share of identical greedy completions,
 not asserted at 100%: both evaluate the same adapters bit for bit (`noise.perturb_`), but
