@@ -49,13 +49,28 @@ KINDS = {  # config overrides per kind (the rest: configs/demo.yaml, whose own k
 # ----------------------------------------------------------------------------- speed
 
 
+def lora_perturbation(rank: int):
+    """The benchmarks' LoRA-ES members: rank r, alpha 2r, on low-rank ES's target linears."""
+    from replay.adapter import LoraSpec
+    from replay.perturbation import Perturbation
+
+    return Perturbation.lora(LoraSpec(rank, 2.0 * rank, Perturbation.lowrank(1).targets, "seed:0"))
+
+
+def trained_adapter(master: dict) -> dict:
+    """A trained adapter (B ≠ 0) from the initial one: speed must not hinge on B = 0."""
+    from replay import noise
+
+    return {n: t + 0.01 * noise.generate(noise.tensor_key(1, n), t.numel()).view(t.shape)
+            for n, t in master.items()}
+
+
 def speed(args) -> None:
     import torch
 
     from engine.backends.hf import HFBackend
     from engine.models import resolve_model
     from replay import noise
-    from replay.adapter import LoraSpec
     from replay.perturbation import Perturbation
 
     sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -67,16 +82,14 @@ def speed(args) -> None:
     rows = [q for _ in keys for q in prompts]
     sigma = noise.round_coefficient(1e-3)
     kinds = {f"low-rank r={r}": Perturbation.lowrank(r) for r in args.lowrank_ranks}
-    kinds |= {f"LoRA r={r}": Perturbation.lora(LoraSpec(r, 2.0 * r, Perturbation.lowrank(1).targets, "seed:0"))
-              for r in args.lora_ranks}
+    kinds |= {f"LoRA r={r}": lora_perturbation(r) for r in args.lora_ranks}
     print(f"{args.members} members × {args.prompts} prompts = {len(rows)} rows, {args.new_tokens} new tokens, "
           f"{torch.get_num_threads()} threads")
     for label, p in kinds.items():
         backend = HFBackend(model_dir, perturbation=p)
         master = backend.master()
-        if p.adapter is not None:  # a trained adapter (B ≠ 0), not the initial one
-            master = {n: t + 0.01 * noise.generate(noise.tensor_key(1, n), t.numel()).view(t.shape)
-                      for n, t in master.items()}
+        if p.adapter is not None:
+            master = trained_adapter(master)
         backend.load_master(master)
         backend._decode(rows[:4], [None] * 4, 2, batch=4)  # warm-up
         best = None

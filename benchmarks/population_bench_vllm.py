@@ -78,10 +78,10 @@ def vllm_section(model_dir: Path, n_members: int, prompts: list, new_tokens: int
 
 def _one(path: str, job: dict) -> dict:
     """Time one generation on one path (in this process); the figures as a dict."""
+    from benchmarks.lora_bench import lora_perturbation, trained_adapter
     from engine.backends.base import Population
     from engine.backends.vllm import VLLMBackend
     from replay import noise
-    from replay.adapter import LoraSpec
     from replay.perturbation import Perturbation
 
     n, prompts, new = job["members"], job["prompts"], job["new_tokens"]
@@ -91,17 +91,14 @@ def _one(path: str, job: dict) -> dict:
         backend = VLLMBackend(job["model_dir"], perturbation=Perturbation.lowrank(job["rank"]),
                               members_per_forward=n, max_num_seqs=rows, max_model_len=1024)
     elif path == "adapter":
-        r = job["lora_rank"]
-        spec = LoraSpec(r, 2.0 * r, Perturbation.lowrank(1).targets, "seed:0")  # lora_bench's
-        backend = VLLMBackend(job["model_dir"], perturbation=Perturbation.lora(spec),
+        backend = VLLMBackend(job["model_dir"], perturbation=lora_perturbation(job["lora_rank"]),
                               members_per_forward=n, max_num_seqs=rows, max_model_len=1024)
     else:
         backend = VLLMBackend(job["model_dir"], max_num_seqs=rows if path == "pure" else len(prompts),
                               max_model_len=1024)
     master = backend.master()
-    if path == "adapter":  # a trained adapter (B ≠ 0), not the initial one
-        master = {name: t + 0.01 * noise.generate(noise.tensor_key(1, name), t.numel()).view(t.shape)
-                  for name, t in master.items()}
+    if path == "adapter":
+        master = trained_adapter(master)
     keys = [noise.member_key(noise.run_key(0), 1, i // 2) for i in range(n)]
     signs = [1 if i % 2 == 0 else -1 for i in range(n)]
     population = Population(tuple(keys), tuple(signs), noise.round_coefficient(1e-3), (None,) * n)
