@@ -21,7 +21,14 @@ import torch
 from torch import nn
 
 from ledger.errors import SeedLedgerError
-from replay.adapter import PREFIX, LoraSpec, check_adapter, tensor_names
+from replay.adapter import (
+    PREFIX,
+    LoraSpec,
+    check_adapter,
+    peft_adapter,
+    singular_form,
+    tensor_names,
+)
 from replay.adapter import initial_adapter as seeded_adapter
 from replay.fingerprint import fingerprint
 
@@ -112,6 +119,8 @@ def adapter_for_shapes(shapes: dict[str, tuple[int, int]], spec: LoraSpec, init:
     fp = fingerprint(master)
     if spec.init != f"peft:{fp}":
         raise SeedLedgerError(f"{init}: adapter fingerprint {fp} is not the one the run started from ({spec.init})")
+    if spec.essa:
+        master = singular_form(master, list(shapes))
     return {n: t.to(device) for n, t in master.items()}
 
 
@@ -196,18 +205,20 @@ def peft_config(spec: LoraSpec, base: str) -> dict[str, Any]:
 
 
 def write_peft_dir(directory: Path, master: dict[str, torch.Tensor], spec: LoraSpec, base: str) -> None:
-    """Write a PEFT adapter directory (fp32 tensors exactly as the master holds them)."""
+    """Write a PEFT adapter directory: the fp32 tensors exactly as the master holds them
+    (an ESSA master as the plain LoRA it describes, B = U·diag(s), A = Vᵀ)."""
     from safetensors.torch import save_file
 
     directory.mkdir(parents=True, exist_ok=True)
     (directory / CONFIG).write_text(json.dumps(peft_config(spec, base), indent=2) + "\n")
-    save_file({n: t.detach().cpu().contiguous() for n, t in master.items()}, str(directory / WEIGHTS),
-              metadata={"format": "pt"})
+    save_file({n: t.detach().cpu().contiguous() for n, t in peft_adapter(spec, master).items()},
+              str(directory / WEIGHTS), metadata={"format": "pt"})
 
 
 def merge(weights: dict[str, torch.Tensor], master: dict[str, torch.Tensor], spec: LoraSpec,
           modules: list[str]) -> dict[str, torch.Tensor]:
     """W + (alpha/r)·B·A in fp32 on every targeted module's weight, in place in `weights`."""
+    master = peft_adapter(spec, master)
     for module in modules:
         a_name, b_name = tensor_names(module)
         w = weights[f"{module}.weight"]
@@ -227,6 +238,9 @@ def resolve(cfg: Any) -> Any:
     if train == "full":
         return cfg
     update: dict[str, Any] = {}
+    if train.essa and train.init is None:
+        raise SeedLedgerError("train.essa trains the singular values of an SFT adapter: name its PEFT "
+                              "directory in train.init")
     if train.init is not None:
         params, tensors = read_peft_dir(train.init)
         for field, key in (("rank", "rank"), ("alpha", "alpha"), ("target_modules", "targets")):

@@ -146,12 +146,14 @@ class LoraTrain(Strict):
     init: str | None = Field(None, description="a PEFT adapter directory to start from (SFT warm start)")
     init_seed: int | None = Field(None, ge=0, lt=2**63, description="seed of the initial A (default: `seed`)")
     init_fingerprint: str | None = Field(None, description="the fingerprint of `init`'s tensors")
+    essa: bool = Field(False, description="train only the singular values of `init`'s B·A (ESSA, "
+                                          "arXiv 2507.04453): U and V stay fixed")
 
     def spec(self) -> LoraSpec:
         if self.rank is None or self.alpha is None or self.target_modules is None:
             raise ValueError("an adapter run's train block is resolved when the run is created")
         init = f"seed:{self.init_seed}" if self.init is None else f"peft:{self.init_fingerprint}"
-        return LoraSpec(self.rank, self.alpha, tuple(self.target_modules), init)
+        return LoraSpec(self.rank, self.alpha, tuple(self.target_modules), init, self.essa)
 
 
 def _shorthand(kinds: tuple[str, str]):

@@ -27,6 +27,16 @@ Generation 0 of an adapter run is the frozen base *as loaded* (quantized weights
 included) together with the initial adapter: ``start_fingerprint`` combines the two, and
 the run's base fingerprint is that value, so a base loaded or quantized differently is
 refused wherever a run is replayed.
+
+ESSA (Evolutionary Strategies for Scalable Alignment, arXiv 2507.04453): ``essa-v1:...``,
+same fields, ``init`` a PEFT adapter (the SFT warm start). The run trains only the
+singular values of each module's B·A = U·diag(s)·Vᵀ (``singular_form``): its master holds,
+per module, ``<module>.essa.s`` [r] (trained: perturbed and updated) and the fixed basis
+``<module>.essa.U`` [out, r] and ``<module>.essa.Vt`` [r, in] (never perturbed or updated,
+but fingerprinted with the master, so a basis computed differently is refused like a base
+loaded differently). The model it describes is the plain LoRA B = U·diag(s), A = Vᵀ
+(``peft_adapter``), which is also what it exports. A few thousand trained dimensions
+instead of the adapter's 10⁵–10⁶: the setting ESSA runs CMA-ES in.
 """
 
 from __future__ import annotations
@@ -46,12 +56,14 @@ from .hashing import MASK64, mix, stable_hash
 from .noise import perturb_, round_coefficient, run_key, tensor_key
 
 SPEC = "lora-v1"
+ESSA_SPEC = "essa-v1"
 PREFIX = "base_model.model."  # how PEFT names an adapter's tensors in its safetensors file
 MAX_RANK = 4096
 _TARGET = re.compile(r"[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*")
 _FP = re.compile(r"[0-9a-f]{32}")
-_SELECTION = re.compile(r"lora-v1:r=(\d+),alpha=([^,]+),init=(seed:\d+|peft:[0-9a-f]{32}),targets=(.+)")
+_SELECTION = re.compile(r"(lora|essa)-v1:r=(\d+),alpha=([^,]+),init=(seed:\d+|peft:[0-9a-f]{32}),targets=(.+)")
 _INIT_DOMAIN = stable_hash("seedledger/lora/v1/init")
+_S, _U, _VT = ".essa.s", ".essa.U", ".essa.Vt"  # an ESSA master's tensors, per module
 
 
 @dataclass(frozen=True)
@@ -62,6 +74,7 @@ class LoraSpec:
     alpha: float
     targets: tuple[str, ...]
     init: str  # "seed:N" or "peft:<fingerprint>"
+    essa: bool = False  # train only the singular values of the init adapter (see above)
 
     def __post_init__(self) -> None:
         if isinstance(self.rank, bool) or not isinstance(self.rank, int) or not 1 <= self.rank <= MAX_RANK:
@@ -81,11 +94,15 @@ class LoraSpec:
         ok = (kind == "seed" and value.isdigit() and int(value) < 2**63) or (kind == "peft" and _FP.fullmatch(value))
         if not ok:
             raise SeedLedgerError(f"bad LoRA init {_short(self.init)} (seed:N or peft:<32 hex fingerprint>)")
+        if self.essa and kind != "peft":
+            raise SeedLedgerError("ESSA trains the singular values of an SFT adapter: its init must be a PEFT "
+                                  "adapter directory (train.init), not a seeded one")
 
     @property
     def selection(self) -> str:
         """The run's ``param_selection`` (canonical)."""
-        return f"{SPEC}:r={self.rank},alpha={self.alpha!r},init={self.init},targets={','.join(self.targets)}"
+        prefix = ESSA_SPEC if self.essa else SPEC
+        return f"{prefix}:r={self.rank},alpha={self.alpha!r},init={self.init},targets={','.join(self.targets)}"
 
     @property
     def scale(self) -> float:
@@ -95,6 +112,10 @@ class LoraSpec:
     @property
     def init_seed(self) -> int | None:
         return int(self.init[5:]) if self.init.startswith("seed:") else None
+
+    def trains(self, name: str) -> bool:
+        """Is master tensor ``name`` perturbed and updated? (ESSA: the singular values only.)"""
+        return not self.essa or name.endswith(_S)
 
     def matches(self, module: str) -> bool:
         """Is linear module ``module`` targeted? (PEFT's rule: the name or a dotted suffix.)"""
@@ -106,12 +127,12 @@ def parse_selection(selection: str) -> LoraSpec:
     m = _SELECTION.fullmatch(selection)
     if m is None:
         raise SeedLedgerError(f"bad LoRA parameter selection {_short(selection)} "
-                              f"(lora-v1:r=R,alpha=A,init=seed:N|peft:FP,targets=NAME,...)")
+                              f"(lora-v1|essa-v1:r=R,alpha=A,init=seed:N|peft:FP,targets=NAME,...)")
     try:
-        alpha = float(m.group(2))
+        alpha = float(m.group(3))
     except ValueError:
-        raise SeedLedgerError(f"bad LoRA alpha {_short(m.group(2))}") from None
-    spec = LoraSpec(int(m.group(1)), alpha, tuple(m.group(4).split(",")), m.group(3))
+        raise SeedLedgerError(f"bad LoRA alpha {_short(m.group(3))}") from None
+    spec = LoraSpec(int(m.group(2)), alpha, tuple(m.group(5).split(",")), m.group(4), m.group(1) == "essa")
     if spec.selection != selection:
         raise SeedLedgerError(f"LoRA parameter selection {_short(selection)} is not canonical "
                               f"({spec.selection!r})")
@@ -119,12 +140,66 @@ def parse_selection(selection: str) -> LoraSpec:
 
 
 def is_selection(selection: str) -> bool:
-    return selection.startswith(f"{SPEC}:")
+    return selection.startswith((f"{SPEC}:", f"{ESSA_SPEC}:"))
 
 
 def tensor_names(module: str) -> tuple[str, str]:
     """(lora_A, lora_B) master names of targeted linear ``module`` (PEFT's file names)."""
     return f"{PREFIX}{module}.lora_A.weight", f"{PREFIX}{module}.lora_B.weight"
+
+
+def essa_names(module: str) -> tuple[str, str, str]:
+    """(s, U, Vt) master names of an ESSA run's targeted linear ``module``."""
+    return f"{PREFIX}{module}{_S}", f"{PREFIX}{module}{_U}", f"{PREFIX}{module}{_VT}"
+
+
+def singular_form(adapter: Mapping[str, torch.Tensor], modules: list[str]) -> dict[str, torch.Tensor]:
+    """An ESSA master from a plain adapter: B·A = U·diag(s)·Vᵀ per module, in float64.
+
+    Thin QRs of B and Aᵀ and the SVD of the r×r product of their R factors give the
+    factors without forming the out×in product. Signs are made canonical (each column
+    of U has its largest-magnitude entry positive; ties: the first), then everything is
+    rounded to fp32. LAPACK is deterministic for one build; across builds the basis may
+    differ in the last bit, which the master's fingerprint (the basis is in it) turns into
+    a refusal rather than a silent drift.
+    """
+    master: dict[str, torch.Tensor] = {}
+    for module in modules:
+        a_name, b_name = tensor_names(module)
+        a, b = adapter[a_name].double().cpu(), adapter[b_name].double().cpu()  # [r, in], [out, r]
+        rank = a.shape[0]
+        if rank > min(a.shape[1], b.shape[0]):
+            raise SeedLedgerError(f"ESSA: module {module!r} has rank {rank} > min(out, in) = "
+                                  f"{min(a.shape[1], b.shape[0])}: its singular form is not unique")
+        q_b, r_b = torch.linalg.qr(b)
+        q_a, r_a = torch.linalg.qr(a.T)
+        u, sv, vh = torch.linalg.svd(r_b @ r_a.T)
+        big_u, big_v = q_b @ u, q_a @ vh.T  # [out, r], [in, r]
+        pivot = big_u.abs().argmax(dim=0)
+        sign = torch.where(big_u[pivot, torch.arange(rank)] < 0, -1.0, 1.0).to(torch.float64)
+        device = adapter[a_name].device
+        for name, t in zip(essa_names(module), (sv, big_u * sign, (big_v * sign).T), strict=True):
+            master[name] = t.float().contiguous().to(device)
+    return master
+
+
+def essa_modules(master: Mapping[str, torch.Tensor]) -> list[str]:
+    """The modules of an ESSA master, in its order."""
+    return [n[len(PREFIX) : -len(_S)] for n in master if n.startswith(PREFIX) and n.endswith(_S)]
+
+
+def peft_adapter(spec: LoraSpec, master: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The plain LoRA tensors (PEFT names) a master describes: itself, or for ESSA
+    B = U·diag(s) and A = Vᵀ (new tensors; the master is never written)."""
+    if not spec.essa:
+        return dict(master)
+    out: dict[str, torch.Tensor] = {}
+    for module in essa_modules(master):
+        s_name, u_name, vt_name = essa_names(module)
+        a_name, b_name = tensor_names(module)
+        out[a_name] = master[vt_name]
+        out[b_name] = master[u_name] * master[s_name]
+    return out
 
 
 def init_scale(in_features: int) -> float:

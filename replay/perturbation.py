@@ -99,7 +99,10 @@ class Perturbation:
         return "all" if self.kind == "full" else _SUFFIX + ",".join(self.targets)
 
     def trained(self, name: str, shape: Sequence[int]) -> bool:
-        """Does this kind perturb and update tensor ``name``? (full: all; lowrank: targets)."""
+        """Does this kind perturb and update tensor ``name``? (full: all; lowrank: targets;
+        an adapter: what its spec trains, i.e. not an ESSA run's fixed basis)."""
+        if self.adapter is not None:
+            return self.adapter.trains(name)
         if self.kind == "full":
             return True
         return len(shape) == 2 and any(name == f"{t}.weight" or name.endswith(f".{t}.weight") for t in self.targets)

@@ -142,6 +142,8 @@ def apply_step(master: dict[str, torch.Tensor], state: OptimizerState, step: Any
         return
     groups: dict[tuple[Any, torch.device], list] = {}  # one call per kernel and device
     for tname, theta in master.items():
+        if not pert.trained(tname, theta.shape):  # an ESSA run's fixed basis
+            continue
         bufs = [state.buffer(kind, tname, theta) for kind in kinds]
         tkeys = [tensor_key(k, tname) for k in keys]
         groups.setdefault((_kernel(theta.device), theta.device), []).append((theta, tkeys, bufs))

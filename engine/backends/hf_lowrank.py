@@ -32,7 +32,7 @@ import torch
 from torch import nn
 
 from replay import noise
-from replay.adapter import LoraSpec, tensor_names
+from replay.adapter import LoraSpec, essa_names, tensor_names
 from replay.perturbation import Perturbation, stacked_factors
 
 
@@ -135,6 +135,8 @@ class RowTerms:
         bit-identical to what `perturb_` builds on any device."""
         dtype = self.dtype
         scales = [noise.round_coefficient(float(s) * float(sigma)) for s in signs]
+        if spec.essa:
+            return self._essa_adapters(spec, master, keys, scales)
         terms = {}
         for name in self.targets:
             a_name, b_name = tensor_names(name)
@@ -148,4 +150,24 @@ class RowTerms:
                     else:
                         noise.perturb_(out, src, noise.tensor_key(key, tname), scale)
             terms[name] = Term(down.transpose(1, 2).to(dtype), up.transpose(1, 2).to(dtype), post=spec.scale)
+        return terms
+
+    def _essa_adapters(self, spec: LoraSpec, master: dict[str, torch.Tensor], keys: Sequence[int | None],
+                       scales: Sequence[float]) -> dict[str, Term]:
+        """ESSA members: s_m = cast(s + scale_m·ε(key_m)) on the singular values only, the
+        adapter B = U·diag(s_m), A = Vᵀ (`replay.adapter.peft_adapter`), one Vᵀ for all."""
+        dtype = self.dtype
+        terms = {}
+        for name in self.targets:
+            s_name, u_name, vt_name = essa_names(name)
+            s, u, vt = master[s_name], master[u_name], master[vt_name]  # [r], [out, r], [r, in]
+            sm = torch.empty((len(keys),) + tuple(s.shape), dtype=torch.float32, device=s.device)
+            for m, (key, scale) in enumerate(zip(keys, scales, strict=True)):
+                if key is None or scale == 0.0:
+                    sm[m].copy_(s)
+                else:
+                    noise.perturb_(sm[m], s, noise.tensor_key(key, s_name), scale)
+            up = u.unsqueeze(0) * sm.unsqueeze(1)  # [M, out, r]: B_m = U·diag(s_m)
+            down = vt.T.unsqueeze(0).expand(len(keys), -1, -1)  # [M, in, r]
+            terms[name] = Term(down.to(dtype), up.transpose(1, 2).to(dtype), post=spec.scale)
         return terms
