@@ -117,6 +117,49 @@ def test_replay_updates_the_singular_values_only():
         torch.testing.assert_close(master[s_name], expected, atol=1e-7, rtol=0)
 
 
+def _toy_model() -> torch.nn.Module:
+    """Linears named as MODULES are, with SHAPES' (out, in)."""
+    root = torch.nn.Module()
+    root.model = torch.nn.Module()
+    root.model.layers = torch.nn.ModuleList([torch.nn.Module()])
+    layer = root.model.layers[0]
+    layer.self_attn, layer.mlp = torch.nn.Module(), torch.nn.Module()
+    layer.self_attn.q_proj = torch.nn.Linear(32, 24)
+    layer.mlp.down_proj = torch.nn.Linear(40, 32)
+    return root
+
+
+def test_hf_and_vllm_members_are_the_perturbed_singular_values_expanded():
+    """Both backends' member adapters, bit for bit: s_m = cast(s + sign·σ·ε) on the singular
+    values alone, then B = U·diag(s_m), A = Vᵀ (vLLM folds alpha/r into B)."""
+    from engine.backends.hf_lowrank import RowTerms
+    from engine.backends.vllm_lora import lora_adapters
+
+    spec = LoraSpec(RANK, 8.0, ("q_proj", "down_proj"), "peft:" + "0" * 32, essa=True)
+    master = singular_form(_adapter(), MODULES)
+    keys, signs, sigma = [None, 5, 5, 9], [1, 1, -1, 1], noise.round_coefficient(0.05)
+    scales = [noise.round_coefficient(s * sigma) for s in signs]
+    expected = []
+    for key, scale in zip(keys, scales, strict=True):
+        member = dict(master)
+        if key is not None:
+            for module in MODULES:
+                s_name = essa_names(module)[0]
+                member[s_name] = noise.perturb_(torch.empty_like(master[s_name]), master[s_name],
+                                                noise.tensor_key(key, s_name), scale)
+        expected.append(peft_adapter(spec, member))
+    assert not torch.equal(expected[1][tensor_names(MODULES[0])[1]], expected[2][tensor_names(MODULES[0])[1]])
+    terms = RowTerms(_toy_model(), lambda name, _m: spec.matches(name), "test").adapters(spec, master, keys, signs, sigma)
+    served = dict(lora_adapters(master, spec, range(len(keys)), keys, scales))
+    for m, want in enumerate(expected):
+        for module in MODULES:
+            a_name, b_name = tensor_names(module)
+            assert torch.equal(terms[module].down[m], want[a_name].T) and torch.equal(terms[module].up[m], want[b_name].T)
+            assert terms[module].post == spec.scale
+            a, b = served[m][module]
+            assert torch.equal(a, want[a_name]) and torch.equal(b, want[b_name] * spec.scale)
+
+
 # ----------------------------------------------------------------------------- a run on tiny
 
 ESSA = {

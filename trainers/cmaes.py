@@ -16,6 +16,11 @@ So in this regime sep-CMA-ES *is* the (μ/μ_w, λ)-ES kept here: recombination 
 c_m from CMA, σ from `sigma`/`schedule` (or `adaptation`, with mirrored pairs). The policy
 has no state beyond the master, so resume and fork need only the records.
 
+ESSA (`train.essa`, arXiv 2507.04453) runs this policy over an SFT adapter's singular
+values, a much smaller d: r·modules, e.g. 8 × 210 = 1,680 on SmolLM2. There, at λ = 8,
+SepCMA's c_μ is 7.4·10⁻⁴ and c_σ/d_σ 2.9·10⁻³ per generation: D and σ would drift by a few
+percent over tens of generations, which this policy leaves to `sigma`/`schedule`.
+
 Rewards are stored raw; ranking is by reward, ties broken by member index (the order
 `cmaes.SepCMA.tell`'s stable sort gives for equal values).
 """
