@@ -1,6 +1,7 @@
 """SmolLM2: a 6-trial Optuna study (`seedledger tune`) and a 4×3 PBT (`seedledger pbt`), each
-against the default config (σ = 1e-3, α = 5e-4) trained for the same total number of
-generations (the same evaluation budget: population and batch are fixed here).
+against the default config (the demo's: σ = 1e-3, α = 5e-4, rank-1 low-rank members)
+trained for the same total number of generations (the same evaluation budget: population
+and batch are fixed here).
 
 Rows: the search and PBT score on held-out test rows [report, report + search); the figures
 are on rows [0, report), which neither looked at. Prints one JSON document; `--small` runs
@@ -42,6 +43,7 @@ def main() -> None:
     search_rows, report_rows = (24, 48) if small else (64, 100)
     base = {
         "model": args.model, "task": "arithmetic", "population": 4 if small else 8,
+        "perturbation": "lowrank",  # the demo's: the population in one batched forward
         "sigma": 1e-3, "lr": 5e-4, "generations": gens, "batch_size": 4 if small else 16,
         "max_new_tokens": 12 if small else 24, "seed": 0, "evaluation": {"rows": report_rows},
     }
