@@ -238,9 +238,6 @@ def resolve(cfg: Any) -> Any:
     if train == "full":
         return cfg
     update: dict[str, Any] = {}
-    if train.essa and train.init is None:
-        raise SeedLedgerError("train.essa trains the singular values of an SFT adapter: name its PEFT "
-                              "directory in train.init")
     if train.init is not None:
         params, tensors = read_peft_dir(train.init)
         for field, key in (("rank", "rank"), ("alpha", "alpha"), ("target_modules", "targets")):

@@ -149,6 +149,13 @@ class LoraTrain(Strict):
     essa: bool = Field(False, description="train only the singular values of `init`'s B·A (ESSA, "
                                           "arXiv 2507.04453): U and V stay fixed")
 
+    @model_validator(mode="after")
+    def _essa_needs_init(self) -> LoraTrain:
+        if self.essa and self.init is None:
+            raise ValueError("train.essa trains the singular values of an SFT adapter: name its PEFT "
+                             "directory in train.init")
+        return self
+
     def spec(self) -> LoraSpec:
         if self.rank is None or self.alpha is None or self.target_modules is None:
             raise ValueError("an adapter run's train block is resolved when the run is created")

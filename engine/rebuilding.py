@@ -248,6 +248,11 @@ def _base_for(run, base: str | None, device: str) -> Start:
         what = "base"
         if start.adapter is not None:
             what = f"base (loaded with base_quantization {start.quantization}, with the initial adapter)"
+        if start.adapter is not None and start.adapter.essa:
+            raise SeedLedgerError(
+                f"{run.name}: the frozen base with the ESSA basis factored here from {run.config['train']['init']} "
+                "does not have the run's fingerprint: another base, or a LAPACK build that factors B·A "
+                "differently in the last bit (rebuild where the run was trained)")
         raise SeedLedgerError(
             f"{what} {base or run.base_model!r} is not the model {run.name} was trained from "
             "(fingerprint differs); pass the right one with --base"

@@ -64,6 +64,7 @@ _FP = re.compile(r"[0-9a-f]{32}")
 _SELECTION = re.compile(r"(lora|essa)-v1:r=(\d+),alpha=([^,]+),init=(seed:\d+|peft:[0-9a-f]{32}),targets=(.+)")
 _INIT_DOMAIN = stable_hash("seedledger/lora/v1/init")
 _S, _U, _VT = ".essa.s", ".essa.U", ".essa.Vt"  # an ESSA master's tensors, per module
+DEGENERATE = 1e-6  # s_r ≤ this·s_1: B·A is rank-deficient, its basis arbitrary (refused)
 
 
 @dataclass(frozen=True)
@@ -174,6 +175,10 @@ def singular_form(adapter: Mapping[str, torch.Tensor], modules: list[str]) -> di
         q_b, r_b = torch.linalg.qr(b)
         q_a, r_a = torch.linalg.qr(a.T)
         u, sv, vh = torch.linalg.svd(r_b @ r_a.T)
+        if not bool(sv[-1] > DEGENERATE * sv[0]):
+            raise SeedLedgerError(f"ESSA: B·A of module {module!r} has rank < {rank} (singular values "
+                                  f"{sv[0].item():.3g} … {sv[-1].item():.3g}), so its singular vectors are "
+                                  "arbitrary: start from a trained (SFT) adapter of full rank")
         big_u, big_v = q_b @ u, q_a @ vh.T  # [out, r], [in, r]
         pivot = big_u.abs().argmax(dim=0)
         sign = torch.where(big_u[pivot, torch.arange(rank)] < 0, -1.0, 1.0).to(torch.float64)

@@ -31,7 +31,7 @@ from replay.adapter import (
 )
 from replay.fingerprint import fingerprint
 from replay.perturbation import Perturbation
-from replay.rebuild import rebuild
+from replay.rebuild import apply_member, rebuild
 from replay.update import OptimizerState, apply_step
 from tests.support.runs import cli as _cli
 from tests.support.runs import fingerprints as _fingerprints
@@ -67,7 +67,6 @@ def test_singular_form_matches_the_svd_and_is_canonical():
         torch.testing.assert_close(u.T.double() @ u.double(), torch.eye(RANK, dtype=torch.float64), atol=1e-6, rtol=0)
         torch.testing.assert_close(vt.double() @ vt.T.double(), torch.eye(RANK, dtype=torch.float64), atol=1e-6, rtol=0)
         torch.testing.assert_close(plain[b_name].double() @ plain[a_name].double(), product, atol=1e-6, rtol=0)
-        assert torch.equal(plain[a_name], vt) and torch.equal(plain[b_name], u * s)
         pivot = u.abs().argmax(dim=0)
         assert bool((u[pivot, torch.arange(RANK)] > 0).all()), "each U column's largest entry is positive"
     again = singular_form({n: t.clone() for n, t in adapter.items()}, MODULES)
@@ -81,6 +80,28 @@ def test_singular_form_matches_the_svd_and_is_canonical():
     other = singular_form(flipped, MODULES)
     for n in master:
         torch.testing.assert_close(other[n], master[n], atol=1e-6, rtol=0)
+
+
+def test_degenerate_adapters_are_refused():
+    """A rank-deficient B·A (PEFT's untrained B = 0, or a dead component) has arbitrary
+    singular vectors; a rank above min(out, in) has no unique form."""
+    dead = _adapter()
+    dead[tensor_names(MODULES[1])[1]][:, 2] = 0.0
+    with pytest.raises(SeedLedgerError, match=r"B·A of module 'model.layers.0.mlp.down_proj' has rank < 4"):
+        singular_form(dead, MODULES)
+    zero = {n: torch.zeros_like(t) if n.endswith("lora_B.weight") else t for n, t in _adapter().items()}
+    with pytest.raises(SeedLedgerError, match="has rank < 4"):
+        singular_form(zero, MODULES)
+    wide = {tensor_names("m")[0]: torch.randn(4, 3), tensor_names("m")[1]: torch.randn(8, 4)}
+    with pytest.raises(SeedLedgerError, match="rank 4 > min"):
+        singular_form(wide, ["m"])
+
+
+def test_essa_config_needs_init():
+    from engine.config import validate
+
+    with pytest.raises(SeedLedgerError, match="train.essa trains the singular values"):
+        validate(ESSA | {"train": {"kind": "lora", "essa": True}})
 
 
 def test_essa_spec_round_trips_and_needs_a_peft_init():
@@ -107,6 +128,17 @@ def test_replay_updates_the_singular_values_only():
                       0.01, {"name": "sgd"}, "v1", spec.selection)
     state = OptimizerState()
     apply_step(master, state, step)
+    adam = ReplayStep("e", 2, [13], [noise.round_coefficient(0.01)], 0.01, {"name": "adam", "lr": 1e-3},
+                      "v1", spec.selection)
+    after_sgd = {n: t.clone() for n, t in master.items()}
+    apply_step(master, state, adam)
+    assert all(set(bufs) == {essa_names(m)[0] for m in MODULES} for bufs in state.buffers.values()), \
+        "optimizer state for the singular values only"
+    for module in MODULES:
+        s_name, u_name, vt_name = essa_names(module)
+        assert not torch.equal(master[s_name], after_sgd[s_name])
+        assert torch.equal(master[u_name], before[u_name]) and torch.equal(master[vt_name], before[vt_name])
+    master = {n: after_sgd[n] for n in master}
     for module in MODULES:
         s_name, u_name, vt_name = essa_names(module)
         assert not torch.equal(master[s_name], before[s_name])
@@ -130,8 +162,9 @@ def _toy_model() -> torch.nn.Module:
 
 
 def test_hf_and_vllm_members_are_the_perturbed_singular_values_expanded():
-    """Both backends' member adapters, bit for bit: s_m = cast(s + sign·σ·ε) on the singular
-    values alone, then B = U·diag(s_m), A = Vᵀ (vLLM folds alpha/r into B)."""
+    """Both backends' member adapters, bit for bit, are the plain LoRA of `RUN@G#M` as
+    replay builds it (`apply_member`: s + sign·σ·ε on the singular values alone), i.e.
+    B = U·diag(s_m), A = Vᵀ (vLLM folds alpha/r into B)."""
     from engine.backends.hf_lowrank import RowTerms
     from engine.backends.vllm_lora import lora_adapters
 
@@ -139,14 +172,12 @@ def test_hf_and_vllm_members_are_the_perturbed_singular_values_expanded():
     master = singular_form(_adapter(), MODULES)
     keys, signs, sigma = [None, 5, 5, 9], [1, 1, -1, 1], noise.round_coefficient(0.05)
     scales = [noise.round_coefficient(s * sigma) for s in signs]
+    step = ReplayStep("e", 1, [], [], sigma, {"name": "sgd"}, "v1", spec.selection)
     expected = []
-    for key, scale in zip(keys, scales, strict=True):
-        member = dict(master)
+    for key, sign in zip(keys, signs, strict=True):
+        member = {n: t.clone() for n, t in master.items()}
         if key is not None:
-            for module in MODULES:
-                s_name = essa_names(module)[0]
-                member[s_name] = noise.perturb_(torch.empty_like(master[s_name]), master[s_name],
-                                                noise.tensor_key(key, s_name), scale)
+            apply_member(member, step, key, sign)
         expected.append(peft_adapter(spec, member))
     assert not torch.equal(expected[1][tensor_names(MODULES[0])[1]], expected[2][tensor_names(MODULES[0])[1]])
     terms = RowTerms(_toy_model(), lambda name, _m: spec.matches(name), "test").adapters(spec, master, keys, signs, sigma)

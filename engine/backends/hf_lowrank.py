@@ -168,6 +168,6 @@ class RowTerms:
                 else:
                     noise.perturb_(sm[m], s, noise.tensor_key(key, s_name), scale)
             up = u.unsqueeze(0) * sm.unsqueeze(1)  # [M, out, r]: B_m = U·diag(s_m)
-            down = vt.T.unsqueeze(0).expand(len(keys), -1, -1)  # [M, in, r]
-            terms[name] = Term(down.to(dtype), up.transpose(1, 2).to(dtype), post=spec.scale)
+            down = vt.T.to(dtype).unsqueeze(0).expand(len(keys), -1, -1)  # [M, in, r], one copy
+            terms[name] = Term(down, up.transpose(1, 2).to(dtype), post=spec.scale)
         return terms
