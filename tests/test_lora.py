@@ -269,7 +269,7 @@ def test_run_records_the_adapter_and_verifies(reference, tiny_model_dir):
         assert run.dtype_policy == "fp32-adapter/none-base/float32-eval"
         assert run.config["train"] == {"kind": "lora", "rank": 4, "alpha": 16.0, "init": None, "init_seed": 3,
                                             "target_modules": ["q_proj", "v_proj", "down_proj"],
-                                            "init_fingerprint": None}
+                                            "init_fingerprint": None, "essa": False}
         assert run.config["members_per_forward"] == 4
         from engine.rebuilding import verify_ref
 
