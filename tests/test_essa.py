@@ -6,9 +6,6 @@ LoRA it describes, and resumes after SIGKILL to the same bits."""
 
 from __future__ import annotations
 
-import os
-import signal
-
 import pytest
 import torch
 import yaml
@@ -35,6 +32,7 @@ from replay.rebuild import apply_member, rebuild
 from replay.update import OptimizerState, apply_step
 from tests.support.runs import cli as _cli
 from tests.support.runs import fingerprints as _fingerprints
+from tests.support.runs import kill_train_and_resume
 
 MODULES = ["model.layers.0.self_attn.q_proj", "model.layers.0.mlp.down_proj"]
 SHAPES = {MODULES[0]: (24, 32), MODULES[1]: (32, 40)}  # (out, in)
@@ -253,11 +251,4 @@ def test_essa_run_moves_the_singular_values_alone_and_verifies(essa_run):
 def test_essa_run_resumes_after_sigkill_to_the_same_bits(essa_run):
     tmp, _, _ = essa_run
     fps = _fingerprints(tmp / "e.db", "e")
-    crash = tmp / "crash.db"
-    cmd = ["train", str(tmp / "essa.yaml"), "--run", "c", "--ledger", str(crash)]
-    proc = _cli(*cmd, env=os.environ | {"SEEDLEDGER_FAILPOINT": "member@2"}, check=False)
-    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
-    assert _fingerprints(crash, "c") == fps[:1]
-    with Ledger.open(str(crash)) as led:
-        assert session.resume(led, "c", None).latest_generation == 2
-    assert _fingerprints(crash, "c") == fps
+    kill_train_and_resume(tmp / "essa.yaml", tmp / "crash.db", fps)

@@ -29,6 +29,7 @@ from replay.adapter import (
 from replay.perturbation import Perturbation
 from tests.support.runs import cli as _cli
 from tests.support.runs import fingerprints as _fingerprints
+from tests.support.runs import kill_train_and_resume
 
 SIGMA = noise.round_coefficient(0.05)  # large enough that members really differ on `tiny`
 PROMPTS = [
@@ -407,14 +408,7 @@ def test_cmaes_run_on_the_adapter_moves_verifies_and_resumes_after_sigkill(tmp_p
         report = verify_ref(led, "ref")
         assert report["ok"] and report["fingerprint"] == fps[-1], report
 
-    crash = tmp_path / "crash.db"
-    cmd = ["train", str(config), "--run", "c", "--ledger", str(crash)]
-    proc = _cli(*cmd, env=os.environ | {"SEEDLEDGER_FAILPOINT": "member@2"}, check=False)
-    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
-    assert _fingerprints(crash, "c") == fps[:1]
-    with Ledger.open(str(crash)) as led:
-        assert session.resume(led, "c", None).latest_generation == 2
-    assert _fingerprints(crash, "c") == fps
+    kill_train_and_resume(config, tmp_path / "crash.db", fps)
 
 
 # ----------------------------------------------------------------------------- an int8 base

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -27,3 +28,18 @@ def fingerprints(ledger_path: Path, run: str) -> list[str]:
     """Generations 1.. of `run`, their fingerprints in order."""
     with Ledger.open(str(ledger_path)) as led:
         return [led.generation(run, g).fingerprint for g in range(1, led.latest_generation(run) + 1)]
+
+
+def kill_train_and_resume(config: Path, ledger_path: Path, reference: list[str], failpoint: str = "member@2") -> None:
+    """`train CONFIG` SIGKILLed at `failpoint` keeps exactly the generations before it, and
+    `resume` then reaches the uninterrupted run's fingerprints `reference` bit for bit."""
+    from engine import session
+
+    cmd = ["train", str(config), "--run", "c", "--ledger", str(ledger_path)]
+    proc = cli(*cmd, env=os.environ | {"SEEDLEDGER_FAILPOINT": failpoint}, check=False)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+    killed_in = int(failpoint.rpartition("@")[2])
+    assert fingerprints(ledger_path, "c") == reference[: killed_in - 1]
+    with Ledger.open(str(ledger_path)) as led:
+        assert session.resume(led, "c", None).latest_generation == len(reference)
+    assert fingerprints(ledger_path, "c") == reference
