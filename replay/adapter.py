@@ -207,6 +207,18 @@ def peft_adapter(spec: LoraSpec, master: Mapping[str, torch.Tensor]) -> dict[str
     return out
 
 
+def member_adapter(spec: LoraSpec, master: Mapping[str, torch.Tensor], key: int | None,
+                   scale: float) -> dict[str, torch.Tensor]:
+    """A member's plain LoRA tensors: the master's trained tensors as cast(t + scale·ε(key))
+    (`perturb_`, what `replay.rebuild.apply_member` builds), the rest shared, then
+    `peft_adapter`. Key None or scale 0: the master itself. The one definition both
+    backends evaluate."""
+    if key is not None and scale != 0.0:
+        master = {n: perturb_(torch.empty_like(t), t, tensor_key(key, n), scale) if spec.trains(n) else t
+                  for n, t in master.items()}
+    return peft_adapter(spec, master)
+
+
 def init_scale(in_features: int) -> float:
     """c = 1/√(3·in) to 12 significant bits: A = c·ε has PEFT's lora_A variance, exactly."""
     return round_coefficient(1.0 / math.sqrt(3.0 * int(in_features)))

@@ -32,7 +32,7 @@ import torch
 from torch import nn
 
 from replay import noise
-from replay.adapter import LoraSpec, essa_names, tensor_names
+from replay.adapter import LoraSpec, member_adapter, tensor_names
 from replay.perturbation import Perturbation, stacked_factors
 
 
@@ -130,44 +130,17 @@ class RowTerms:
 
     def adapters(self, spec: LoraSpec, master: dict[str, torch.Tensor], keys: Sequence[int | None],
                  signs: Sequence[int], sigma: float) -> dict[str, Term]:
-        """Member m's adapter cast(master + sign_m·σ·ε(key_m)) as its term (key None: the
-        master itself). σ·sign is rounded as for full-rank members, so each adapter is
-        bit-identical to what `perturb_` builds on any device."""
+        """Member m's adapter (`replay.adapter.member_adapter`: cast(master + sign_m·σ·ε(key_m))
+        on the trained tensors; key None: the master itself) as its term. σ·sign is rounded
+        as for full-rank members, so each adapter is bit-identical to what `perturb_` builds
+        on any device."""
         dtype = self.dtype
         scales = [noise.round_coefficient(float(s) * float(sigma)) for s in signs]
-        if spec.essa:
-            return self._essa_adapters(spec, master, keys, scales)
+        members = [member_adapter(spec, master, key, scale) for key, scale in zip(keys, scales, strict=True)]
         terms = {}
         for name in self.targets:
             a_name, b_name = tensor_names(name)
-            a, b = master[a_name], master[b_name]  # [r, in], [out, r]
-            down = torch.empty((len(keys),) + tuple(a.shape), dtype=torch.float32, device=a.device)
-            up = torch.empty((len(keys),) + tuple(b.shape), dtype=torch.float32, device=b.device)
-            for m, (key, scale) in enumerate(zip(keys, scales, strict=True)):
-                for out, src, tname in ((down[m], a, a_name), (up[m], b, b_name)):
-                    if key is None or scale == 0.0:
-                        out.copy_(src)
-                    else:
-                        noise.perturb_(out, src, noise.tensor_key(key, tname), scale)
-            terms[name] = Term(down.transpose(1, 2).to(dtype), up.transpose(1, 2).to(dtype), post=spec.scale)
-        return terms
-
-    def _essa_adapters(self, spec: LoraSpec, master: dict[str, torch.Tensor], keys: Sequence[int | None],
-                       scales: Sequence[float]) -> dict[str, Term]:
-        """ESSA members: s_m = cast(s + scale_m·ε(key_m)) on the singular values only, the
-        adapter B = U·diag(s_m), A = Vᵀ (`replay.adapter.peft_adapter`), one Vᵀ for all."""
-        dtype = self.dtype
-        terms = {}
-        for name in self.targets:
-            s_name, u_name, vt_name = essa_names(name)
-            s, u, vt = master[s_name], master[u_name], master[vt_name]  # [r], [out, r], [r, in]
-            sm = torch.empty((len(keys),) + tuple(s.shape), dtype=torch.float32, device=s.device)
-            for m, (key, scale) in enumerate(zip(keys, scales, strict=True)):
-                if key is None or scale == 0.0:
-                    sm[m].copy_(s)
-                else:
-                    noise.perturb_(sm[m], s, noise.tensor_key(key, s_name), scale)
-            up = u.unsqueeze(0) * sm.unsqueeze(1)  # [M, out, r]: B_m = U·diag(s_m)
-            down = vt.T.to(dtype).unsqueeze(0).expand(len(keys), -1, -1)  # [M, in, r], one copy
-            terms[name] = Term(down, up.transpose(1, 2).to(dtype), post=spec.scale)
+            down = torch.stack([m[a_name] for m in members]).transpose(1, 2)  # [M, in, r]
+            up = torch.stack([m[b_name] for m in members]).transpose(1, 2)  # [M, r, out]
+            terms[name] = Term(down.to(dtype), up.to(dtype), post=spec.scale)
         return terms

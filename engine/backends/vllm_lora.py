@@ -61,8 +61,7 @@ from typing import Any
 import torch
 
 from ledger.errors import SeedLedgerError
-from replay import noise
-from replay.adapter import PREFIX, LoraSpec, essa_modules, essa_names, tensor_names
+from replay.adapter import PREFIX, LoraSpec, member_adapter, tensor_names
 from replay.perturbation import factors
 
 NO_PATH = "/nonexistent/seedledger-in-memory-adapter"  # never read: see the docstring
@@ -131,46 +130,14 @@ def lora_adapters(
     master: Mapping[str, torch.Tensor], spec: LoraSpec, ids: Sequence[int],
     keys: Sequence[int | None], scales: Sequence[float],
 ) -> Iterator[tuple[int, Adapter]]:
-    """A LoRA run's members: cast(master + scale·ε(key)) on lora_A and lora_B (key None or
-    scale 0: the master itself), lora_B times alpha/r into a fresh tensor (see above).
+    """A LoRA run's members (`replay.adapter.member_adapter`: cast(master + scale·ε(key)) on
+    its trained tensors, an ESSA master expanded to B = U·diag(s), A = Vᵀ), lora_B times
+    alpha/r into a fresh tensor (see above).
     `scales` are sign·σ rounded by `noise.round_coefficient`, as `hf_lowrank` rounds them."""
-    if spec.essa:
-        yield from _essa_adapters(master, spec, ids, keys, scales)
-        return
-    modules = adapter_modules(master)
     for lora_id, key, scale in zip(ids, keys, scales, strict=True):
-        adapter: Adapter = {}
-        for module in modules:
-            pair = []
-            for tname in tensor_names(module):
-                src = master[tname]
-                if key is None or scale == 0.0:
-                    pair.append(src)
-                    continue
-                out = torch.empty_like(src)
-                noise.perturb_(out, src, noise.tensor_key(key, tname), scale)
-                pair.append(out)
-            a, b = pair
-            adapter[module] = (a, b * spec.scale)  # a new tensor: the master is never scaled
-        yield lora_id, adapter
-
-
-def _essa_adapters(
-    master: Mapping[str, torch.Tensor], spec: LoraSpec, ids: Sequence[int],
-    keys: Sequence[int | None], scales: Sequence[float],
-) -> Iterator[tuple[int, Adapter]]:
-    """An ESSA run's members: s_m = cast(s + scale·ε(key)) on the singular values only,
-    then lora_A = Vᵀ and lora_B = U·diag(s_m)·alpha/r (as `hf_lowrank` builds them)."""
-    modules = essa_modules(master)
-    for lora_id, key, scale in zip(ids, keys, scales, strict=True):
-        adapter: Adapter = {}
-        for module in modules:
-            s_name, u_name, vt_name = essa_names(module)
-            s = master[s_name]
-            if key is not None and scale != 0.0:
-                s = noise.perturb_(torch.empty_like(s), s, noise.tensor_key(key, s_name), scale)
-            adapter[module] = (master[vt_name], master[u_name] * s * spec.scale)
-        yield lora_id, adapter
+        plain = member_adapter(spec, master, key, scale)
+        yield lora_id, {module: (plain[a], plain[b] * spec.scale)  # a new tensor: the master is never scaled
+                        for module in adapter_modules(plain) for a, b in [tensor_names(module)]}
 
 
 def adapter_modules(master: Mapping[str, torch.Tensor]) -> list[str]:
