@@ -21,11 +21,12 @@ from ledger.errors import SeedLedgerError, VerifyMismatch
 from ledger.names import printable
 from ledger.records import RunInfo
 
+from . import paths
 from .adapter import start_fingerprint
 from .anchors import AnchorError, load_anchor, max_anchor_bytes
 from .fingerprint import fingerprint
 from .noise import round_coefficient
-from .perturbation import Perturbation, check_spec
+from .perturbation import Perturbation, check_spec, step_perturbation
 from .update import OptimizerState, apply_step
 
 log = logging.getLogger(__name__)
@@ -179,13 +180,26 @@ def verify(
     return fingerprint(master)
 
 
-def apply_member(master: dict[str, torch.Tensor], step: Any, key: int, sign: int) -> None:
+def apply_member(master: dict[str, torch.Tensor], step: Any, key: int, sign: int, *,
+                 member: int | None = None, state: OptimizerState | None = None) -> None:
     """``master`` (the generation's starting master, in place) → the member's genome
     ``master + sign·σ·ε(key)`` in ``step``'s perturbation kind: the fp32 weights the member
     was evaluated with. Built by ``apply_step`` as a one-term SGD step (the same code every
-    update runs); a sign-0 member (a GA's elite) is the master itself, untouched."""
-    scale = round_coefficient(sign * step.sigma)
-    if scale == 0.0:
-        return
-    one = dataclasses.replace(step, keys=[key], coefficients=[scale], optimizer={"name": "sgd", "lr": 1.0})
-    apply_step(master, OptimizerState(), one)
+    update runs); a sign-0 member (a GA's elite) is the master itself, untouched.
+
+    A ``paths`` step (LM-MA-ES) scales the noise by its recorded α and then adds member
+    ``member``'s path terms from ``state`` (the replay state at the generation's start)."""
+    shrink, terms = 1.0, []
+    if (step.optimizer or {}).get("name") == paths.NAME:
+        if member is None or state is None:
+            raise SeedLedgerError(f"generation {step.index}: an LM-MA-ES member needs its index and the replay state")
+        shrink, terms = paths.member_settings(step.optimizer, step.index, member)
+    scale = round_coefficient(sign * round_coefficient(step.sigma * shrink))
+    if scale != 0.0:
+        one = dataclasses.replace(step, keys=[key], coefficients=[scale], optimizer={"name": "sgd", "lr": 1.0})
+        apply_step(master, OptimizerState(), one)
+    if terms:
+        pert = step_perturbation(step)
+        for name, theta in master.items():
+            if pert.trained(name, theta.shape):
+                paths.member_(theta, name, state, terms)

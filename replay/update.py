@@ -24,6 +24,8 @@ Rules (spec v1; defaults apply when the recorded optimizer dict omits a key):
   adam:     m = m·β1 + g·(1−β1);  v = v·β2 + (g·g)·(1−β2);
             θ = θ + (m / (√v·(1/√bc2) + eps))·(lr/bc1)  (β1=0.9, β2=0.999, eps=1e-8,
             bc_k = 1 − β_k^t by repeated float64 multiplication, t = steps so far)
+  paths:    θ = θ + g + Σⱼ Mⱼ·moveⱼ;  Mⱼ = Mⱼ·decayⱼ + g·gainⱼ   (``replay.paths``: LM-MA-ES's
+            evolution paths as state; full-kind tensors only)
 """
 
 from __future__ import annotations
@@ -39,14 +41,14 @@ import torch
 from ledger.errors import SeedLedgerError
 
 from . import _reference as ref
-from . import lowrank
+from . import lowrank, paths
 from .hashing import MASK64
 from .noise import _use_fast, _use_triton, check_coefficient, noise_xkey, tensor_key
 from .perturbation import Perturbation, step_perturbation
 from .table import TABLE_NP
 
 RULES = {"sgd": 0, "momentum": 1, "adam": 2}
-BUFFERS = {"sgd": (), "momentum": ("momentum",), "adam": ("exp_avg", "exp_avg_sq")}
+BUFFERS = {"sgd": (), "momentum": ("momentum",), "adam": ("exp_avg", "exp_avg_sq"), paths.NAME: ()}
 
 
 @dataclass
@@ -124,7 +126,7 @@ def apply_step(master: dict[str, torch.Tensor], state: OptimizerState, step: Any
     keys, coefs, opt = _step_inputs(step)
     keys, coefs = _nonzero(keys, coefs)
     name = str(opt.get("name", "sgd"))
-    if name not in RULES:
+    if name not in BUFFERS:
         raise SeedLedgerError(f"generation {step.index}: unknown optimizer {name!r}")
     for tname, theta in master.items():  # check before any state changes
         if theta.dtype != torch.float32 or not theta.is_contiguous():
@@ -132,6 +134,12 @@ def apply_step(master: dict[str, torch.Tensor], state: OptimizerState, step: Any
     if state.name != name:
         state.reset(name)  # a fork may switch rules: state restarts from zero
     state.step += 1
+    if name == paths.NAME:
+        if pert.kind == "lowrank":
+            raise SeedLedgerError(f"generation {step.index}: optimizer paths needs full or adapter perturbations")
+        items = [(tname, theta) for tname, theta in master.items() if pert.trained(tname, theta.shape)]
+        paths.apply(items, state, opt, step.index, lambda tname, theta: _delta(theta, tname, keys, coefs))
+        return
     scal = _scalars(name, opt, state.step)
     rule = RULES[name]
     kinds = BUFFERS[name]
@@ -158,6 +166,13 @@ def _kernel(device: torch.device, reference: bool = False):
     if not reference and _use_triton(device):
         return _apply_triton
     return _apply_reference
+
+
+def _delta(theta: torch.Tensor, name: str, keys: Sequence[int], coefs: Sequence[float]) -> torch.Tensor:
+    """g = +0.0 + Σ c_i·ε_i for tensor `name` (the SGD kernel onto a zero tensor like theta)."""
+    g = torch.zeros_like(theta)
+    _kernel(g.device)([(g, [tensor_key(k, name) for k in keys], [])], coefs, RULES["sgd"], [])
+    return g
 
 
 def _nonzero(keys: Sequence[int], coefs: Sequence[float]) -> tuple[list[int], list[float]]:

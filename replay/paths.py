@@ -1,0 +1,167 @@
+"""Evolution paths as replay state: the update rule `paths` (LM-MA-ES, `trainers/lmmaes.py`).
+
+A limited-memory matrix-adaptation ES keeps m vectors Mⱼ the size of the trained weights
+(its evolution paths) and samples members along them. A path is a decayed sum of every
+earlier generation's weighted noise, so no finite list of keys names it; here it is
+replay state, derived by replaying from the base (or an anchor) exactly like Adam's
+moments, and kept in `OptimizerState.buffers["path{j}"]` (zero before the first step).
+
+A `paths` step records in its optimizer dict, besides ``name: paths``:
+
+- ``decay``, ``gain``, ``move``: m numbers each, the step's path arithmetic;
+- ``shrink``: α, the factor on every member's own noise;
+- ``members``: per member (member order) m path coefficients bᵢⱼ (rounded).
+
+Per trained tensor, with g = Σᵢ cᵢ·εᵢ (the SGD kernel's sum, onto +0.0):
+
+    θ  = θ + g;  θ = θ + M₀·move₀;  …;  θ = θ + Mₘ₋₁·moveₘ₋₁     (the paths before the step)
+    Mⱼ = Mⱼ·decayⱼ + g·gainⱼ
+
+and member i, evaluated before the step, is cast(θ + round(signᵢ·σ·α)·εᵢ) + M₀·bᵢ₀ + … in
+that order (`member_`). Every op is one fp32 IEEE op with fp32 scalars (each number
+rounded once from its float64 record), so CPU and CUDA give the same bits; the numbers
+themselves come from the policy's float64 arithmetic on dot products of the paths, which
+is why they are recorded rather than recomputed: replay never takes a dot product.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from ledger.errors import SeedLedgerError
+
+from .noise import generate, tensor_key
+
+NAME = "paths"
+
+
+def kind(j: int) -> str:
+    """The `OptimizerState.buffers` kind of path j."""
+    return f"path{j}"
+
+
+def _f32(x: float) -> float:
+    return float(np.float32(x))
+
+
+def _numbers(opt: Mapping[str, Any], field: str, index: int, m: int | None = None) -> list[float]:
+    values = opt.get(field)
+    if not isinstance(values, list | tuple) or (m is not None and len(values) != m):
+        want = f"a list of {m} numbers" if m is not None else "a list of numbers"
+        raise SeedLedgerError(f"generation {index}: optimizer paths needs {field!r} as {want}")
+    out = []
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+            raise SeedLedgerError(f"generation {index}: optimizer paths: {field!r} holds {v!r}, not a finite number")
+        out.append(_f32(v))
+    return out
+
+
+def settings(opt: Mapping[str, Any], index: int) -> tuple[list[float], list[float], list[float]]:
+    """(decay, gain, move) of a recorded `paths` optimizer dict, as fp32 scalars;
+    SeedLedgerError (one line) when malformed."""
+    decay = _numbers(opt, "decay", index)
+    if not decay:
+        raise SeedLedgerError(f"generation {index}: optimizer paths needs at least one path")
+    return decay, _numbers(opt, "gain", index, len(decay)), _numbers(opt, "move", index, len(decay))
+
+
+def member_settings(opt: Mapping[str, Any], index: int, member: int) -> tuple[float, list[float]]:
+    """(α, member `member`'s path coefficients) of a recorded `paths` optimizer dict."""
+    m = len(settings(opt, index)[0])
+    shrink = opt.get("shrink")
+    if isinstance(shrink, bool) or not isinstance(shrink, int | float) or not 0.0 < shrink <= 1.0:
+        raise SeedLedgerError(f"generation {index}: optimizer paths needs 'shrink' in (0, 1], got {shrink!r}")
+    rows = opt.get("members")
+    if not isinstance(rows, list | tuple) or not 0 <= member < len(rows):
+        raise SeedLedgerError(f"generation {index}: optimizer paths records no path coefficients for member {member}")
+    return float(shrink), _numbers({"b": rows[member]}, "b", index, m)
+
+
+def apply(items: Sequence[tuple[str, torch.Tensor]], state: Any, opt: Mapping[str, Any], index: int,
+          delta: Callable[[str, torch.Tensor], torch.Tensor]) -> None:
+    """One `paths` step on the trained tensors `items` (name, fp32 master), in place;
+    `delta(name, theta)` is g for that tensor (replay's SGD kernel onto zeros)."""
+    decay, gain, move = settings(opt, index)
+    for name, theta in items:
+        g = delta(name, theta)
+        paths = [state.buffer(kind(j), name, theta) for j in range(len(decay))]
+        theta.add_(g)
+        for path, mv in zip(paths, move, strict=True):
+            if mv != 0.0:
+                theta.add_(torch.mul(path, mv))
+        for path, dc, gn in zip(paths, decay, gain, strict=True):
+            path.mul_(dc)
+            path.add_(torch.mul(g, gn))
+
+
+def member_(out: torch.Tensor, name: str, state: Any, coefficients: Sequence[float]) -> torch.Tensor:
+    """Add member's path terms to `out` (its perturbed fp32 tensor `name`) in path order."""
+    bufs = state.buffers
+    for j, b in enumerate(coefficients):
+        b32 = _f32(b)
+        path = bufs.get(kind(j), {}).get(name)
+        if b32 != 0.0 and path is not None:
+            out.add_(torch.mul(path.to(out.device), b32))
+    return out
+
+
+def count(state: Any) -> int:
+    """How many paths `state` holds (0 before a `paths` step)."""
+    return sum(1 for k in state.buffers if k.startswith("path"))
+
+
+def gram(state: Any, names: Sequence[str], m: int) -> list[list[float]]:
+    """Mⱼ·Mₖ (j, k < m) over the tensors `names`, float64 on the CPU, one tensor at a time
+    (absent paths are zero)."""
+    total = torch.zeros(m, m, dtype=torch.float64)
+    for name in names:
+        rows = [state.buffers.get(kind(j), {}).get(name) for j in range(m)]
+        if all(r is None for r in rows):
+            continue
+        like = next(r for r in rows if r is not None)
+        p = torch.stack([(r if r is not None else torch.zeros_like(like)).detach().reshape(-1).cpu().double()
+                         for r in rows])
+        total += p @ p.T
+    return total.tolist()
+
+
+def projections(state: Any, names: Sequence[str], shapes: Mapping[str, int], key: int, m: int) -> list[float]:
+    """Mⱼ·ε(key) for j < m over the tensors `names` (numel by `shapes`), float64, CPU."""
+    out = [0.0] * m
+    for name in names:
+        eps = None
+        for j in range(m):
+            path = state.buffers.get(kind(j), {}).get(name)
+            if path is None:
+                continue
+            if eps is None:
+                eps = generate(tensor_key(key, name), shapes[name]).double()
+            out[j] += float(torch.dot(path.detach().reshape(-1).cpu().double(), eps))
+    return out
+
+
+class StateView:
+    """The replay state as LM-MA-ES reads it (`trainers.lmmaes.PathView`): the paths over
+    `master`'s tensors that `trained` selects."""
+
+    def __init__(self, master: Mapping[str, torch.Tensor], state: Any, trained: Callable[[str, Any], bool]):
+        self.names = [n for n, t in master.items() if trained(n, t.shape)]
+        self.shapes = {n: master[n].numel() for n in self.names}
+        self.dimension = sum(self.shapes.values())
+        self.state = state
+        self.steps = state.step if state.name == NAME else 0
+
+    def gram(self, m: int) -> list[list[float]]:
+        return gram(self.state, self.names, m)
+
+    def projections(self, key: int, m: int) -> list[float]:
+        return projections(self.state, self.names, self.shapes, key, m)
+
+
+__all__ = ["NAME", "StateView", "apply", "count", "gram", "kind", "member_", "member_settings", "projections", "settings"]

@@ -1,0 +1,224 @@
+"""LM-MA-ES: limited-memory matrix adaptation, with its paths as replay state.
+
+LM-MA-ES (Loshchilov, Glasmachers & Beyer 2019, "Large scale black-box optimization by
+limited-memory matrix adaptation", Algorithm 1) samples along m evolution paths Mⱼ of the
+problem's dimension n, so time and memory are O(m·n), m = 4 + ⌊3 ln n⌋:
+
+    zᵢ ~ N(0, I);  dᵢ = zᵢ;  for j < min(t, m): dᵢ ← (1 − c_d,j)·dᵢ + c_d,j·Mⱼ(Mⱼᵀdᵢ)
+    xᵢ = y + σ·dᵢ
+    y  ← y + c_m·σ·Σᵢ wᵢ d₍ᵢ₎                               (the μ best, CMA weights)
+    p_σ ← (1 − c_σ)·p_σ + √(μ_w c_σ (2 − c_σ))·Σᵢ wᵢ z₍ᵢ₎
+    Mⱼ ← (1 − c_c,j)·Mⱼ + √(μ_w c_c,j (2 − c_c,j))·Σᵢ wᵢ z₍ᵢ₎
+    σ  ← σ·exp(c_σ/2·(‖p_σ‖²/n − 1))
+    c_σ = 2λ/n,  c_d,j = 1/(1.5ʲ n),  c_c,j = λ/(4ʲ n)           (j from 0)
+
+Here zᵢ = ε(keyᵢ), the project's keyed noise. Because every transform adds multiples of
+the paths, dᵢ = α·zᵢ + Σⱼ βᵢⱼ·Mⱼ with α = Πⱼ(1 − c_d,j) the same for every member: the
+policy tracks (α, βᵢ) through the transforms from the dot products Mⱼ·zᵢ and the Gram
+matrix Mⱼ·Mₖ (`replay.paths`, float64 on the CPU), so a member is its key plus m recorded
+numbers. The update is then Σᵢ cᵢ·εᵢ with cᵢ = c_m·wᵢ·round(σα) plus Σⱼ moveⱼ·Mⱼ, and
+every path (p_σ is path m) takes decayⱼ = 1 − cⱼ and g·gainⱼ, g = Σ cᵢ εᵢ, gain scaled so
+g·gain = √(μ_w c (2 − c))·Σ wᵢ zᵢ: the `paths` rule of `replay.update`, whose numbers the
+generation records (optimizer dict), so replay, verify, rebuild, resume and fork need no
+dot product and reach the same bits.
+
+σ: the first generation takes `sigma`; each later one σ_{g-1}·exp(c_σ/2·(‖p_σ‖²/n − 1))
+from the recorded σ and the replayed p_σ (`adapt_sigma: false` keeps `sigma`/`schedule`).
+Ties in ranking break by member index.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from replay.noise import member_key, round_coefficient
+from trainers.adaptation import Hyperparameters
+from trainers.cmaes import ranking, recombination_weights
+from trainers.es import Member
+from trainers.optim import OptimizerSpec
+
+
+class LMMAESSpec(BaseModel):
+    """Config `lmmaes:` (used when `algorithm: lmmaes`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    memory: int | None = Field(None, ge=1, le=256, description="paths m; default 4 + ⌊3 ln n⌋")
+    cm: float = Field(1.0, gt=0.0, le=1.0, description="mean learning rate c_m (recorded as lr)")
+    mu: int | None = Field(None, ge=1, description="parents μ; default λ/2")
+    adapt_sigma: bool = Field(True, description="σ from the path p_σ (else from sigma/schedule)")
+
+
+class PathView(Protocol):
+    """What the policy reads of the replay state (`replay.paths` over the trained tensors)."""
+
+    dimension: int  # n, the trained weights' count
+    steps: int  # generations applied so far with the paths rule (t)
+
+    def gram(self, m: int) -> list[list[float]]: ...
+
+    def projections(self, key: int, m: int) -> list[float]: ...
+
+
+@dataclass(frozen=True)
+class Rates:
+    """LM-MA-ES's learning rates for dimension n, population λ and m paths."""
+
+    n: int
+    cd: tuple[float, ...]
+    cc: tuple[float, ...]
+    csigma: float
+
+    @classmethod
+    def of(cls, n: int, population: int, memory: int | None) -> Rates:
+        if n < 1:
+            raise ValueError("LM-MA-ES needs at least one trained weight")
+        m = memory or 4 + int(3 * math.log(n))
+        return cls(n, tuple(1.0 / (1.5**j * n) for j in range(m)),
+                   tuple(population / (4.0**j * n) for j in range(m)), min(2.0 * population / n, 1.0))
+
+    @property
+    def memory(self) -> int:
+        return len(self.cd)
+
+
+def transform(rates: Rates, projections: Sequence[float], gram: Sequence[Sequence[float]],
+              applied: int) -> tuple[float, list[float]]:
+    """(α, β) with d = α·z + Σⱼ βⱼ·Mⱼ after the first `applied` transforms, given Mⱼ·z
+    (`projections`) and Mⱼ·Mₖ (`gram`); float64."""
+    m = rates.memory
+    alpha, beta = 1.0, [0.0] * m
+    for j in range(min(applied, m)):
+        along = alpha * projections[j] + math.fsum(beta[k] * gram[j][k] for k in range(m))
+        keep = 1.0 - rates.cd[j]
+        alpha *= keep
+        beta = [b * keep for b in beta]
+        beta[j] += rates.cd[j] * along
+    return alpha, beta
+
+
+class LMMAES:
+    """The LM-MA-ES policy (`trainers.policy.Policy`); see the module docstring.
+
+    `attach(view)` gives it the replay state before each generation (the loop does so for
+    every policy that has `attach`)."""
+
+    def __init__(self, population: int, spec: LMMAESSpec, hyperparameters: Hyperparameters | None = None):
+        if population < 2:
+            raise ValueError(f"LM-MA-ES needs a population of at least 2, got {population}")
+        self.population = population
+        self.spec = spec
+        self.hyper = hyperparameters
+        self.weights = recombination_weights(population, spec.mu)
+        self.mu_w = 1.0 / math.fsum(w * w for w in self.weights)
+        self.rates: Rates | None = None
+        self._view: PathView | None = None
+        self._last_sigma: float | None = None  # the last committed generation's σ
+        self._sigma = 0.0
+        self._scale = 0.0  # round(σ·α): every member's factor on its own noise
+        self._alpha = 1.0
+        self._paths: list[list[float]] = []  # per member: rounded σ·βᵢⱼ
+        self._rule: dict = {}
+        self._told: dict = {}
+
+    def attach(self, view: PathView) -> None:
+        self._view = view
+        if self.rates is None or self.rates.n != view.dimension:
+            self.rates = Rates.of(view.dimension, self.population, self.spec.memory)
+
+    def _need(self) -> tuple[PathView, Rates]:
+        if self._view is None or self.rates is None:
+            raise ValueError("LM-MA-ES needs the replay state: attach(view) before each generation")
+        return self._view, self.rates
+
+    def hyperparameters(self, generation: int) -> tuple[float, float, dict]:
+        if self.hyper is None:
+            raise ValueError("this LM-MA-ES policy was built without σ settings")
+        _, sigma, extra = self.hyper.at(generation)
+        if self.spec.adapt_sigma and self._last_sigma is not None:
+            view, rates = self._need()
+            norm2 = view.gram(rates.memory + 1)[rates.memory][rates.memory]  # ‖p_σ‖²
+            factor = math.exp(rates.csigma / 2.0 * (norm2 / rates.n - 1.0))
+            sigma = round_coefficient(self._last_sigma * factor)
+            extra = extra | {"lmmaes": {"sigma_factor": factor, "p_sigma_norm2": norm2}}
+        self._sigma = sigma
+        return self.spec.cm, sigma, extra
+
+    def restore(self, history: list) -> None:
+        if self.hyper is not None:
+            self.hyper.restore(history)
+        self._last_sigma = history[-1].sigma if history else None
+
+    def observe(self, record) -> None:
+        if self.hyper is not None:
+            self.hyper.observe(record)
+        self._last_sigma = record.sigma
+
+    def ask(self, run_key: int, generation: int) -> list[Member]:
+        view, rates = self._need()
+        members = [Member(i, member_key(run_key, generation, i), 1) for i in range(self.population)]
+        m = rates.memory
+        gram = view.gram(m)
+        applied = view.steps
+        self._paths = []
+        for member in members:
+            self._alpha, beta = transform(rates, view.projections(member.key, m), gram, applied)
+            self._paths.append([round_coefficient(self._sigma * b) for b in beta])
+        self._scale = round_coefficient(self._sigma * self._alpha)
+        return members
+
+    def member_rule(self) -> dict:
+        """How this generation's members are built (`replay.paths.member_settings`)."""
+        return {"shrink": self._alpha, "members": self._paths}
+
+    def tell(
+        self, members: list[Member], rewards: list[float], *, lr: float, optimizer: OptimizerSpec,
+        components: list[dict[str, float | None]] | None = None,
+        objectives: Mapping[str, float] | None = None,
+        sample_rewards: list[list[float] | None] | None = None,
+    ) -> list[float]:
+        """cᵢ = c_m·wᵢ·round(σα)·signᵢ for the μ best (0 for the rest); the paths' numbers
+        go to `update_rule`."""
+        if optimizer.name != "sgd":
+            raise ValueError("algorithm lmmaes: the update is the paths rule, so optimizer must be sgd")
+        if len(rewards) != len(members) or len(members) != len(self._paths):
+            raise ValueError("one reward per asked member")
+        _, rates = self._need()
+        order = ranking(rewards)
+        coefficients = [0.0] * len(members)
+        move = [0.0] * rates.memory
+        for w, i in zip(self.weights, order, strict=False):
+            coefficients[i] = round_coefficient(lr * w * self._scale * members[i].sign)
+            for j, b in enumerate(self._paths[i]):
+                move[j] += lr * w * b
+        # g = Σ cᵢ εᵢ = c_m·round(σα)·Σ wᵢ zᵢ (up to the rounding of cᵢ): gain turns it into
+        # √(μ_w c (2 − c))·Σ wᵢ zᵢ for each path, p_σ last.
+        rates_c = list(rates.cc) + ([rates.csigma] if self.spec.adapt_sigma else [])
+        unit = lr * self._scale
+        self._rule = {
+            "name": "paths",
+            "decay": [1.0 - c for c in rates_c],
+            "gain": [math.sqrt(self.mu_w * c * (2.0 - c)) / unit for c in rates_c],
+            "move": [round_coefficient(v) for v in move] + ([0.0] if self.spec.adapt_sigma else []),
+            **self.member_rule(),
+        }
+        if self.spec.adapt_sigma:  # p_σ has no member terms
+            self._rule["members"] = [row + [0.0] for row in self._paths]
+        self._told = {"lmmaes": {"ranking": order, "mu": len(self.weights), "memory": rates.memory,
+                                 "applied": min(self._need()[0].steps, rates.memory)}}
+        return coefficients
+
+    def update_rule(self, lr: float) -> dict:
+        """The optimizer dict the generation records: the `paths` rule's numbers."""
+        return dict(self._rule)
+
+    def told(self) -> dict:
+        return self._told
+
+
+__all__ = ["LMMAES", "LMMAESSpec", "PathView", "Rates", "transform"]
