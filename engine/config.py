@@ -29,6 +29,7 @@ from replay.perturbation import DEFAULT_TARGETS, Perturbation
 from trainers.adaptation import AdaptationSpec
 from trainers.cmaes import CMAESSpec
 from trainers.ga import GASpec
+from trainers.lmmaes import LMMAESSpec
 from trainers.optim import OptimizerSpec
 from trainers.schedules import Schedule
 from trainers.tasks.registry import absolute_paths, check_rewards, task_levels
@@ -186,9 +187,12 @@ def _shorthand(kinds: tuple[str, str]):
 
 class TrainConfig(Strict):
     model: str = "smollm2-135m-instruct"
-    algorithm: Literal["es", "ga", "cmaes"] = Field("es", description="the policy (trainers.policy.ALGORITHMS)")
+    algorithm: Literal["es", "ga", "cmaes", "lmmaes"] = Field(
+        "es", description="the policy (trainers.policy.ALGORITHMS)"
+    )
     ga: GASpec | None = Field(None, description="the GA's settings (algorithm: ga; trainers.ga)")
     cmaes: CMAESSpec | None = Field(None, description="CMA-ES settings (algorithm: cmaes; trainers.cmaes)")
+    lmmaes: LMMAESSpec | None = Field(None, description="LM-MA-ES settings (algorithm: lmmaes; trainers.lmmaes)")
     task: str | dict[str, Any] = "arithmetic"
     population: int = Field(8, ge=1, le=MAX_POPULATION, description="at most what a seed file holds")
     mirrored: bool = True
@@ -285,7 +289,29 @@ class TrainConfig(Strict):
             raise ValueError("cmaes: settings given but algorithm is not cmaes")
         if self.algorithm == "cmaes" and self.cmaes and self.cmaes.mu and self.cmaes.mu > self.population:
             raise ValueError("cmaes.mu: more parents than the population holds")
+        if self.lmmaes is not None and self.algorithm != "lmmaes":
+            raise ValueError("lmmaes: settings given but algorithm is not lmmaes")
+        if self.algorithm == "lmmaes":
+            self._lmmaes_settings()
         return self
+
+    def _lmmaes_settings(self) -> None:
+        """LM-MA-ES keeps m paths the size of the trained weights and builds members from
+        them in the evaluating process: adapter runs on the in-process hf backend."""
+        spec = self.lmmaes or LMMAESSpec()
+        if self.train == "full":
+            raise ValueError("algorithm lmmaes: its paths are m copies of the trained weights; "
+                             "train an adapter (train: lora)")
+        if self.backend != "hf" or self.workers.pool != "local":
+            raise ValueError("algorithm lmmaes: members carry path terms only the in-process hf backend "
+                             "builds; use backend: hf and workers.pool: local")
+        if self.mirrored:
+            raise ValueError("algorithm lmmaes: its samples are independent; set mirrored: false")
+        if spec.mu and spec.mu > self.population:
+            raise ValueError("lmmaes.mu: more parents than the population holds")
+        if spec.adapt_sigma and self.adaptation is not None:
+            raise ValueError("algorithm lmmaes: σ follows its path p_σ; drop `adaptation` "
+                             "(or set lmmaes.adapt_sigma: false)")
 
     @model_validator(mode="after")
     def _adapters_and_quantization(self) -> TrainConfig:

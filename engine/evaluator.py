@@ -125,6 +125,9 @@ class Evaluator:
                     member_key(run_key, generation, 1_000_000 + m.index) if sampled else None
                     for m in chunk
                 ),
+                shrink=chunk[0].shrink,
+                paths=tuple(m.paths for m in chunk) if any(m.paths for m in chunk) else (),
+                state=self.state,
             )
             out = self.backend.evaluate(
                 self.master, population, prompts, self.cfg.max_new_tokens, samples=samples

@@ -39,6 +39,8 @@ from engine.interrupts import raise_pending
 from ledger import GenerationRecord, Ledger, MemberRecord, ReplayStep, RunInfo
 from replay.anchors import save_anchor
 from replay.noise import round_coefficient
+from replay.paths import StateView
+from replay.perturbation import Perturbation
 from trainers.policy import make_policy
 from trainers.rewards.curriculum import Curriculum
 from trainers.rewards.kl import next_beta
@@ -124,6 +126,7 @@ def train(
     """Train `generations` more generations of `run`; the pool must hold `run`'s latest."""
     hooks = hooks or Hooks()
     policy = make_policy(cfg)
+    perturbation = Perturbation.from_run(run.noise_spec, run.param_selection)
     start = ledger.latest_generation(run.name)
     history = ledger.records(run.name, upto=start)
     policy.restore(history)  # state across generations is a pure function of the records
@@ -141,6 +144,8 @@ def train(
     previous_commit: float | None = None  # seconds the last commit of this session took
     for generation in range(start + 1, start + generations + 1):
         started = time.perf_counter()
+        if hasattr(policy, "attach"):  # members built along the replay state (LM-MA-ES's paths)
+            policy.attach(StateView(*pool.state(), perturbation.trained))
         lr, sigma, policy_extra = policy.hyperparameters(generation)
         members = policy.ask(run.run_key, generation)
         hooks.on_generation_start(generation, len(members))
@@ -187,7 +192,7 @@ def train(
             lr=lr,
             sigma=sigma,
             population=len(members),
-            optimizer=cfg.optimizer.record(lr),
+            optimizer=policy.update_rule(lr) if hasattr(policy, "update_rule") else cfg.optimizer.record(lr),
             schedule_step=generation,
             batch_indices=batch_indices,
             members=[

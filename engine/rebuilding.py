@@ -30,14 +30,17 @@ from replay.fingerprint import fingerprint
 from replay.noise import member_key
 from replay.perturbation import check_spec
 from replay.rebuild import apply_member, rebuild, replay_steps
+from replay.update import OptimizerState
 
 
-def add_member(ledger: Ledger, run: str, g: int, index: int, master: dict[str, torch.Tensor]) -> None:
+def add_member(ledger: Ledger, run: str, g: int, index: int, master: dict[str, torch.Tensor],
+               state: OptimizerState | None = None) -> None:
     """Turn `master` (the weights at `run@g-1`) into member `index` of `run@g`, in place:
     the weights it was evaluated with (`replay.rebuild.apply_member`, in the generation's
-    perturbation kind). One place for `rebuild`, `diff` and the API."""
+    perturbation kind; an LM-MA-ES member also needs `state`, the replay state at
+    `run@g-1`). One place for `rebuild`, `diff` and the API."""
     m = ledger.generation(run, g).members[index]
-    apply_member(master, ledger.replay_history(run, upto=g)[-1], m.key, m.sign)
+    apply_member(master, ledger.replay_history(run, upto=g)[-1], m.key, m.sign, member=index, state=state)
 
 
 def load_base_master(model_dir: Path, device: str = "cpu") -> dict[str, torch.Tensor]:
@@ -353,11 +356,11 @@ def ref_master(
     wanted = fps if verify == "every" else {g: fp for g, fp in fps.items() if g == upto}
     checked = _unchecked(missing_fingerprint(run.base_fingerprint, wanted), f"{run.name}@{upto}", allow_unverified)
     start = _base_for(run, base, device)
-    master, _ = rebuild(ledger, run.name, upto, start.master, verify=verify, anchors_dir=anchors_dir(ledger),
-                        frozen=start.frozen)
+    master, state = rebuild(ledger, run.name, upto, start.master, verify=verify,
+                            anchors_dir=anchors_dir(ledger), frozen=start.frozen)
     meta: dict = {"run": run.name, "generation": gen}
     if member is not None:
-        add_member(ledger, run.name, gen, member, master)
+        add_member(ledger, run.name, gen, member, master, state)
         meta |= {"member": member, "parent_fingerprint": fps[upto] if upto else run.base_fingerprint}
     fp = fingerprint(master)
     meta |= {"fingerprint": fp, "base_model": run.base_model}

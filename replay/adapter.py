@@ -44,13 +44,15 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from ledger.errors import SeedLedgerError
 
+from . import paths
 from .fingerprint import fingerprint
 from .hashing import MASK64, mix, stable_hash
 from .noise import perturb_, round_coefficient, run_key, tensor_key
@@ -208,14 +210,23 @@ def peft_adapter(spec: LoraSpec, master: Mapping[str, torch.Tensor]) -> dict[str
 
 
 def member_adapter(spec: LoraSpec, master: Mapping[str, torch.Tensor], key: int | None,
-                   scale: float) -> dict[str, torch.Tensor]:
+                   scale: float, path_terms: Sequence[float] = (), state: Any = None) -> dict[str, torch.Tensor]:
     """A member's plain LoRA tensors: the master's trained tensors as cast(t + scale·ε(key))
-    (`perturb_`, what `replay.rebuild.apply_member` builds), the rest shared, then
-    `peft_adapter`. Key None or scale 0: the master itself. The one definition both
-    backends evaluate."""
-    if key is not None and scale != 0.0:
-        master = {n: perturb_(torch.empty_like(t), t, tensor_key(key, n), scale) if spec.trains(n) else t
-                  for n, t in master.items()}
+    (`perturb_`, what `replay.rebuild.apply_member` builds), plus an LM-MA-ES member's
+    `path_terms` along `state`'s paths (`replay.paths.member_`), the rest shared, then
+    `peft_adapter`. Key None or scale 0 and no path terms: the master itself. The one
+    definition both backends evaluate."""
+    noise = key is not None and scale != 0.0
+    along = any(b != 0.0 for b in path_terms)
+    if noise or along:
+        out = {}
+        for n, t in master.items():
+            if spec.trains(n):
+                t = perturb_(torch.empty_like(t), t, tensor_key(key, n), scale) if noise else t.clone()
+                if along:
+                    paths.member_(t, n, state, path_terms)
+            out[n] = t
+        master = out
     return peft_adapter(spec, master)
 
 

@@ -117,10 +117,11 @@ def anchor_path(info: AnchorInfo, directory: str | os.PathLike[str]) -> Path:
     return Path(directory) / f"{info.sha256}{SUFFIX}"
 
 
-def max_anchor_bytes(master: dict[str, torch.Tensor]) -> int:
+def max_anchor_bytes(master: dict[str, torch.Tensor], buffers: int = 2) -> int:
     """The most an anchor of a model shaped like `master` can hold, compressed or not:
-    the fp32 master and at most two optimizer buffers per tensor (Adam), plus headers."""
-    return 3 * sum(4 * t.numel() for t in master.values()) + (1 << 20) * (1 + len(master) // 1000)
+    the fp32 master and at most `buffers` optimizer buffers per tensor (Adam's two, or an
+    LM-MA-ES run's paths), plus headers."""
+    return (1 + max(buffers, 2)) * sum(4 * t.numel() for t in master.values()) + (1 << 20) * (1 + len(master) // 1000)
 
 
 def _read_checked(info: AnchorInfo, path: Path, max_bytes: int) -> bytes:

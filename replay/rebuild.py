@@ -74,7 +74,9 @@ def _from_anchor(ledger, run: str, g: int, base: dict[str, torch.Tensor], anchor
     for info in sorted(candidates, key=lambda a: a.generation, reverse=True):
         try:
             want = _recorded_fingerprint(ledger, run, info.generation, base_fp)
-            master, state = load_anchor(info, anchors_dir, want, max_anchor_bytes(base))
+            opt = ledger.generation(info.run, info.generation).optimizer or {} if info.generation else {}
+            held = len(opt.get("decay") or ()) if opt.get("name") == paths.NAME else 2
+            master, state = load_anchor(info, anchors_dir, want, max_anchor_bytes(base, held))
         except AnchorError as exc:
             warnings.warn(f"{exc}; falling back", RuntimeWarning, stacklevel=3)
             log.warning("%s; falling back", exc)

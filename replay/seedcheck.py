@@ -21,6 +21,7 @@ import numpy as np
 from ledger.errors import SeedLedgerError
 from ledger.seedfile import SeedFile
 
+from . import paths
 from .noise import _MAX_COEF, _MIN_COEF, SIG_BITS, check_coefficient
 from .perturbation import check_spec
 from .update import RULES
@@ -52,7 +53,7 @@ def check_seedfile(sf: SeedFile) -> None:
             raise SeedLedgerError(f"generation {s.index} has no members")
         if not (s.sigma > 0 and _rounded(s.sigma)):
             raise SeedLedgerError(f"generation {s.index}: σ {s.sigma!r} is not a positive rounded value")
-        _optimizer(s.index, s.optimizer)
+        _optimizer(s.index, s.optimizer, len(s.keys))
         bad = _unrounded(s.coefficients)
         if bad is not None:
             raise SeedLedgerError(
@@ -105,8 +106,15 @@ def _unrounded(coefficients: list[float]) -> float | None:
     return float(c[bad[0]]) if bad.size else None
 
 
-def _optimizer(g: int, opt: dict[str, Any]) -> None:
+def _optimizer(g: int, opt: dict[str, Any], members: int) -> None:
     name = opt.get("name", "sgd")
+    if name == paths.NAME:  # LM-MA-ES: lists of numbers, one row per member
+        for member in range(members):
+            paths.member_settings(opt, g, member)
+        if len(opt["members"]) != members:
+            raise SeedLedgerError(f"generation {g}: optimizer paths records {len(opt['members'])} member rows "
+                                  f"for {members} members")
+        return
     if name not in RULES:
         raise SeedLedgerError(f"generation {g}: unknown optimizer {str(name)[:40]!r}")
     for key, value in opt.items():

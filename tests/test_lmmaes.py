@@ -95,7 +95,6 @@ def run_lmmaes(generations: int, *, population: int = 8, memory: int = 6, sigma:
         members = policy.ask(rk, g)
         rule = {"name": "paths", **policy.member_rule(), "decay": [0.0] * (memory + 1),
                 "gain": [0.0] * (memory + 1), "move": [0.0] * (memory + 1)}
-        rule["members"] = [row + [0.0] for row in rule["members"]]
         weights = []
         for m in members:
             x = copy.deepcopy(master)

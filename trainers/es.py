@@ -28,9 +28,14 @@ Components = list[dict[str, float | None]]
 
 @dataclass(frozen=True)
 class Member:
+    """One member: weights master + round(sign·σ·shrink)·ε(key), plus Σⱼ pathsⱼ·Mⱼ along
+    the replay state's evolution paths (LM-MA-ES only; `replay.paths`)."""
+
     index: int
     key: int
     sign: int
+    shrink: float = 1.0
+    paths: tuple[float, ...] = ()
 
 
 def zscore(rewards: list[float]) -> list[float]:

@@ -161,16 +161,17 @@ class LMMAES:
 
     def ask(self, run_key: int, generation: int) -> list[Member]:
         view, rates = self._need()
-        members = [Member(i, member_key(run_key, generation, i), 1) for i in range(self.population)]
+        keys = [member_key(run_key, generation, i) for i in range(self.population)]
         m = rates.memory
         gram = view.gram(m)
-        applied = view.steps
+        extra = [0.0] if self.spec.adapt_sigma else []  # p_σ, the last path, has no member terms
         self._paths = []
-        for member in members:
-            self._alpha, beta = transform(rates, view.projections(member.key, m), gram, applied)
-            self._paths.append([round_coefficient(self._sigma * b) for b in beta])
+        for key in keys:
+            self._alpha, beta = transform(rates, view.projections(key, m), gram, view.steps)
+            self._paths.append([round_coefficient(self._sigma * b) for b in beta] + extra)
         self._scale = round_coefficient(self._sigma * self._alpha)
-        return members
+        return [Member(i, key, 1, self._alpha, tuple(row)) for i, (key, row) in enumerate(zip(keys, self._paths,
+                                                                                             strict=True))]
 
     def member_rule(self) -> dict:
         """How this generation's members are built (`replay.paths.member_settings`)."""
@@ -194,8 +195,8 @@ class LMMAES:
         move = [0.0] * rates.memory
         for w, i in zip(self.weights, order, strict=False):
             coefficients[i] = round_coefficient(lr * w * self._scale * members[i].sign)
-            for j, b in enumerate(self._paths[i]):
-                move[j] += lr * w * b
+            for j in range(rates.memory):
+                move[j] += lr * w * self._paths[i][j]
         # g = Σ cᵢ εᵢ = c_m·round(σα)·Σ wᵢ zᵢ (up to the rounding of cᵢ): gain turns it into
         # √(μ_w c (2 − c))·Σ wᵢ zᵢ for each path, p_σ last.
         rates_c = list(rates.cc) + ([rates.csigma] if self.spec.adapt_sigma else [])
@@ -207,8 +208,6 @@ class LMMAES:
             "move": [round_coefficient(v) for v in move] + ([0.0] if self.spec.adapt_sigma else []),
             **self.member_rule(),
         }
-        if self.spec.adapt_sigma:  # p_σ has no member terms
-            self._rule["members"] = [row + [0.0] for row in self._paths]
         self._told = {"lmmaes": {"ranking": order, "mu": len(self.weights), "memory": rates.memory,
                                  "applied": min(self._need()[0].steps, rates.memory)}}
         return coefficients

@@ -15,6 +15,11 @@ evaluates, tells, records and applies, and never scales a reward itself.
     extra |= policy.told()                             # what tell decided, for the record
     policy.observe(record)                             # after the record commits
 
+Two optional methods, for a policy whose members depend on the replay state (LM-MA-ES's
+evolution paths): `attach(view)` hears the state (`replay.paths.StateView`) before each
+generation's `hyperparameters`, and `update_rule(lr)` gives the optimizer dict the record
+stores (the `paths` rule's numbers) instead of the config's optimizer.
+
 State that spans generations (ES's adapted σ/lr, later CMA-ES's covariance or a GA's
 elite) is a pure function of the ledger's records: `restore` rebuilds it from the
 lineage's records and `observe` advances it past each committed one, so `resume` and
@@ -30,6 +35,7 @@ from trainers.adaptation import Hyperparameters
 from trainers.cmaes import CMAES, CMAESSpec
 from trainers.es import ES, Member
 from trainers.ga import GA, GASpec
+from trainers.lmmaes import LMMAES, LMMAESSpec
 from trainers.optim import OptimizerSpec
 
 __all__ = ["ALGORITHMS", "Member", "Policy", "make_policy"]
@@ -99,9 +105,13 @@ def _cmaes(cfg: Any) -> CMAES:
     return CMAES(cfg.population, spec, mirrored=cfg.mirrored, hyperparameters=_hyper(cfg))
 
 
+def _lmmaes(cfg: Any) -> LMMAES:
+    return LMMAES(cfg.population, getattr(cfg, "lmmaes", None) or LMMAESSpec(), hyperparameters=_hyper(cfg))
+
+
 # algorithm name -> factory(cfg). A new algorithm adds an entry here and a value to the
 # config's `algorithm` field; the loop does not change.
-ALGORITHMS = {"es": _es, "ga": _ga, "cmaes": _cmaes}
+ALGORITHMS = {"es": _es, "ga": _ga, "cmaes": _cmaes, "lmmaes": _lmmaes}
 
 
 def make_policy(cfg: Any) -> Policy:

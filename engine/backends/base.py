@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 
@@ -34,10 +34,17 @@ class Population:
     signs: tuple[int, ...]
     sigma: float
     seeds: tuple[int | None, ...]  # per-member sampling seed; None decodes greedily
+    # LM-MA-ES (`trainers.lmmaes`): the noise is scaled by round(σ·shrink), and member m
+    # adds paths[m]ⱼ·Mⱼ along the replay state's paths (`replay.paths`); () otherwise
+    shrink: float = 1.0
+    paths: tuple[tuple[float, ...], ...] = ()
+    state: Any = None
 
     def __post_init__(self) -> None:
         if not len(self.keys) == len(self.signs) == len(self.seeds):
             raise ValueError("a population needs one key, sign and seed per member")
+        if self.paths and (len(self.paths) != len(self.keys) or self.state is None):
+            raise ValueError("path terms need one row per member and the replay state")
 
     def __len__(self) -> int:
         return len(self.keys)

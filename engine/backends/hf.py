@@ -28,6 +28,7 @@ import time
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -221,6 +222,8 @@ class HFBackend:
         ids: list[list[int]] = []
         member_lps: list[list[float]] = []
         if self._rows is None:
+            if population.paths:
+                raise ValueError("path terms (LM-MA-ES) need an adapter run")
             for key, sign, seed in zip(population.keys, population.signs, population.seeds, strict=True):
                 started = time.perf_counter()
                 self.load_member(master, key, sign, population.sigma)
@@ -239,7 +242,8 @@ class HFBackend:
                 for i in range(len(prompts))
                 for s in range(samples)
             ]
-            with self.members(master, population.keys, population.signs, population.sigma):
+            with self.members(master, population.keys, population.signs, population.sigma,
+                              shrink=population.shrink, paths=population.paths, state=population.state):
                 loaded = time.perf_counter()
                 ids = self._decode(rows * len(population), streams, max_new_tokens, batch=per * len(population))
                 if self._reference is not None:
@@ -257,13 +261,18 @@ class HFBackend:
         )
 
     def members(self, master: dict[str, torch.Tensor], keys: Sequence[int], signs: Sequence[int],
-                sigma: float) -> AbstractContextManager[None]:
+                sigma: float, *, shrink: float = 1.0, paths: Sequence[Sequence[float]] = (),
+                state: Any = None) -> AbstractContextManager[None]:
         """Within the block, rows belong to these members (member-major, equal shares):
-        each row gets its member's low-rank term or perturbed adapter."""
+        each row gets its member's low-rank term or perturbed adapter (an LM-MA-ES member's
+        with its `paths` terms along `state`, `Population`)."""
         if self._rows is None:
             raise ValueError("full-rank members have weights of their own: use load_member")
         if self.adapter is not None:
-            return self._rows.active(self._rows.adapters(self.adapter, master, keys, signs, sigma))
+            return self._rows.active(self._rows.adapters(self.adapter, master, keys, signs, sigma,
+                                                         shrink=shrink, paths=paths, state=state))
+        if paths:
+            raise ValueError("path terms (LM-MA-ES) need an adapter run")
         return self._rows.active(self._rows.lowrank(self.perturbation, keys, signs, sigma))
 
     @torch.inference_mode()

@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -129,14 +130,18 @@ class RowTerms:
         self._resident = self.adapters(spec, master, [None], [1], 0.0)
 
     def adapters(self, spec: LoraSpec, master: dict[str, torch.Tensor], keys: Sequence[int | None],
-                 signs: Sequence[int], sigma: float) -> dict[str, Term]:
+                 signs: Sequence[int], sigma: float, *, shrink: float = 1.0,
+                 paths: Sequence[Sequence[float]] = (), state: Any = None) -> dict[str, Term]:
         """Member m's adapter (`replay.adapter.member_adapter`: cast(master + sign_m·σ·ε(key_m))
-        on the trained tensors; key None: the master itself) as its term. σ·sign is rounded
-        as for full-rank members, so each adapter is bit-identical to what `perturb_` builds
-        on any device."""
+        on the trained tensors, plus an LM-MA-ES member's path terms; key None: the master
+        itself) as its term. σ·sign is rounded as for full-rank members, so each adapter is
+        bit-identical to what `perturb_` builds on any device."""
         dtype = self.dtype
-        scales = [noise.round_coefficient(float(s) * float(sigma)) for s in signs]
-        members = [member_adapter(spec, master, key, scale) for key, scale in zip(keys, scales, strict=True)]
+        unit = noise.round_coefficient(float(sigma) * shrink)
+        scales = [noise.round_coefficient(float(s) * unit) for s in signs]
+        rows = paths or [()] * len(keys)
+        members = [member_adapter(spec, master, key, scale, row, state)
+                   for key, scale, row in zip(keys, scales, rows, strict=True)]
         terms = {}
         for name in self.targets:
             a_name, b_name = tensor_names(name)

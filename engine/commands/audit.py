@@ -220,6 +220,7 @@ def show_member(ledger: Ledger, ref: str, with_samples: bool = False) -> dict[st
         },
         **{k: v for k, v in _member(m, with_samples).items() if k != "index"},
         **_decision(record.extra, m),
+        **_paths(record.optimizer or {}, index),
         "committed_at": record.committed_at.isoformat() if record.committed_at else None,
     }
 
@@ -248,11 +249,21 @@ def _decision(extra: dict[str, Any], m) -> dict[str, Any]:
             "child": index in (ga.get("child") or []),
             "elite": m.sign == 0,
         }
-    cm = extra.get("cmaes")
-    if isinstance(cm, dict) and index in (cm.get("ranking") or []):
-        rank = cm["ranking"].index(index)
-        out["cmaes"] = {"rank": rank, "selected": rank < cm.get("mu", 0)}
+    for name in ("cmaes", "lmmaes"):
+        cm = extra.get(name)
+        if isinstance(cm, dict) and index in (cm.get("ranking") or []):
+            rank = cm["ranking"].index(index)
+            out[name] = {"rank": rank, "selected": rank < cm.get("mu", 0)}
     return out
+
+
+def _paths(optimizer: dict[str, Any], index: int) -> dict[str, Any]:
+    """An LM-MA-ES member's share of the generation's `paths` rule: α on its noise and its
+    coefficient on each evolution path (`replay.paths`)."""
+    rows = optimizer.get("members") if optimizer.get("name") == "paths" else None
+    if not isinstance(rows, list) or not 0 <= index < len(rows):
+        return {}
+    return {"paths": {"shrink": optimizer.get("shrink"), "terms": rows[index]}}
 
 
 # ---------------------------------------------------------------------------------- diff
@@ -325,8 +336,13 @@ MEMBER_NOTE = ("a member has no fingerprint in the ledger: its fingerprint here 
 
 def _member_weights(ledger: Ledger, info: RunInfo, g: int, index: int, parent: dict) -> dict:
     """Member `index` of `run@g` built on a copy of `parent` (the checked `run@g-1`, which
-    the other side of a diff may share), as `rebuild` builds it."""
-    from engine.rebuilding import add_member
+    the other side of a diff may share), as `rebuild` builds it. An LM-MA-ES member also
+    needs the replay state at `run@g-1` (its paths), so `ref_master` rebuilds it whole."""
+    from engine.rebuilding import add_member, ref_master
+    from engine.refs import format_ref
+
+    if (ledger.generation(info.name, g).optimizer or {}).get("name") == "paths":
+        return ref_master(ledger, format_ref(info.name, g, index))[1]
 
     master = {n: t.clone() for n, t in parent.items()}
     add_member(ledger, info.name, g, index, master)

@@ -170,7 +170,12 @@ def member_view(data: dict[str, Any]) -> RenderableType:
     sign = {1: "+", 0: "0", -1: "−"}[data["sign"]]
     head = Table.grid(padding=(0, 2))
     head.add_row("member", Text.assemble((data["ref"], "bold"), where))
-    head.add_row("weights", f"{data['parent']} {sign} σ·ε(key)" if data["sign"] else f"{data['parent']} (sign 0)")
+    weights = f"{data['parent']} {sign} σ·ε(key)" if data["sign"] else f"{data['parent']} (sign 0)"
+    if data.get("paths"):
+        terms = data["paths"]["terms"]
+        weights = (f"{data['parent']} {sign} σ·α·ε(key) + Σⱼ bⱼ·Mⱼ (LM-MA-ES: α {data['paths']['shrink']:.6g}, "
+                   f"{sum(b != 0 for b in terms)} of {len(terms)} path terms)")
+    head.add_row("weights", weights)
     if data["same_weights_as"]:
         head.add_row("same weights as", data["same_weights_as"])
     head.add_row("parent fingerprint", data["parent_fingerprint"] or "–")
@@ -187,9 +192,10 @@ def member_view(data: dict[str, Any]) -> RenderableType:
         roles = [r for r in ("elite", "parent", "child") if ga[r]]
         head.add_row("ga", f"fitness {_f(ga['fitness'])}  species {ga['species'] if ga['species'] is not None else '–'}"
                      f"  {', '.join(roles) or 'not selected'}")
-    if "cmaes" in data:
-        cm = data["cmaes"]
-        head.add_row("cmaes", f"rank {cm['rank']}{' (selected)' if cm['selected'] else ''}")
+    for name in ("cmaes", "lmmaes"):
+        if name in data:
+            cm = data[name]
+            head.add_row(name, f"rank {cm['rank']}{' (selected)' if cm['selected'] else ''}")
     head.add_row("committed", data["committed_at"] or "–")
     if "samples" not in data:
         return head
