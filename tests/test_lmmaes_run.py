@@ -72,9 +72,17 @@ def test_the_run_records_the_paths_rule_verifies_and_rebuilds(lm_run):
     assert fingerprint(master) == fps[1]
 
 
-def test_the_run_resumes_after_sigkill_to_the_same_bits(lm_run):
+def test_sigkill_then_resume_from_an_anchor_and_fork_reach_the_same_bits(lm_run):
+    """The crashed run saves anchors (master and every path): resume starts from the one at
+    generation 2, and a fork of c@1 replays the paths from the records alone."""
     tmp = lm_run
-    kill_train_and_resume(tmp / "lm.yaml", tmp / "crash.db", fingerprints(tmp / "l.db", "l"))
+    fps = fingerprints(tmp / "l.db", "l")
+    (tmp / "anchored.yaml").write_text(yaml.safe_dump(CONFIG | {"anchor_every": 1}))
+    kill_train_and_resume(tmp / "anchored.yaml", tmp / "crash.db", fps, failpoint="member@3")
+    with Ledger.open(str(tmp / "crash.db")) as led:
+        assert [a.generation for a in led.anchors("c")][:2] == [1, 2]
+    cli("fork", "c@1", "--run", "f", "--generations", "2", "--ledger", tmp / "crash.db")
+    assert fingerprints(tmp / "crash.db", "f") == fps
 
 
 @pytest.mark.parametrize(("change", "says"), [

@@ -6,7 +6,7 @@ problem's dimension n, so time and memory are O(m·n), m = 4 + ⌊3 ln n⌋:
 
     zᵢ ~ N(0, I);  dᵢ = zᵢ;  for j < min(t, m): dᵢ ← (1 − c_d,j)·dᵢ + c_d,j·Mⱼ(Mⱼᵀdᵢ)
     xᵢ = y + σ·dᵢ
-    y  ← y + c_m·σ·Σᵢ wᵢ d₍ᵢ₎                               (the μ best, CMA weights)
+    y  ← y + c_m·σ·Σᵢ wᵢ d₍ᵢ₎             (the μ best, wᵢ ∝ ln((λ + 1)/2) − ln i, Σ wᵢ = 1)
     p_σ ← (1 − c_σ)·p_σ + √(μ_w c_σ (2 − c_σ))·Σᵢ wᵢ z₍ᵢ₎
     Mⱼ ← (1 − c_c,j)·Mⱼ + √(μ_w c_c,j (2 − c_c,j))·Σᵢ wᵢ z₍ᵢ₎
     σ  ← σ·exp(c_σ/2·(‖p_σ‖²/n − 1))
@@ -24,7 +24,8 @@ dot product and reach the same bits.
 
 σ: the first generation takes `sigma`; each later one σ_{g-1}·exp(c_σ/2·(‖p_σ‖²/n − 1))
 from the recorded σ and the replayed p_σ (`adapt_sigma: false` keeps `sigma`/`schedule`).
-Ties in ranking break by member index.
+Ties in ranking break by member index. tests/test_lmmaes.py checks members, mean, paths
+and σ against pypop7's `LMMAES` (its `_update_distribution` on the same samples and ranking).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from replay.noise import member_key, round_coefficient
 from trainers.adaptation import Hyperparameters
-from trainers.cmaes import ranking, recombination_weights
+from trainers.cmaes import ranking
 from trainers.es import Member
 from trainers.optim import OptimizerSpec
 
@@ -76,15 +77,27 @@ class Rates:
 
     @classmethod
     def of(cls, n: int, population: int, memory: int | None) -> Rates:
-        if n < 1:
-            raise ValueError("LM-MA-ES needs at least one trained weight")
+        if n < 2 * population:  # c_σ = 2λ/n and c_c,0 = λ/n must stay below 1
+            raise ValueError(f"LM-MA-ES needs at least 2·population = {2 * population} trained weights, got {n}")
         m = memory or 4 + int(3 * math.log(n))
         return cls(n, tuple(1.0 / (1.5**j * n) for j in range(m)),
-                   tuple(population / (4.0**j * n) for j in range(m)), min(2.0 * population / n, 1.0))
+                   tuple(population / (4.0**j * n) for j in range(m)), 2.0 * population / n)
 
     @property
     def memory(self) -> int:
         return len(self.cd)
+
+
+def weights(population: int, mu: int | None = None) -> list[float]:
+    """w₁ ≥ … ≥ w_μ > 0, Σ = 1: ln((λ + 1)/2) − ln i normalised (the paper's, and pypop7's)."""
+    mu = mu or population // 2
+    if not 1 <= mu <= population:
+        raise ValueError(f"mu must be in 1..{population}, got {mu}")
+    raw = [math.log((population + 1) / 2) - math.log(i + 1) for i in range(mu)]
+    if raw[-1] <= 0.0:
+        raise ValueError(f"mu {mu} is too large for population {population}: its last weight is not positive")
+    total = math.fsum(raw)
+    return [w / total for w in raw]
 
 
 def transform(rates: Rates, projections: Sequence[float], gram: Sequence[Sequence[float]],
@@ -114,10 +127,11 @@ class LMMAES:
         self.population = population
         self.spec = spec
         self.hyper = hyperparameters
-        self.weights = recombination_weights(population, spec.mu)
+        self.weights = weights(population, spec.mu)
         self.mu_w = 1.0 / math.fsum(w * w for w in self.weights)
         self.rates: Rates | None = None
         self._view: PathView | None = None
+        self._gram: list[list[float]] = []
         self._last_sigma: float | None = None  # the last committed generation's σ
         self._sigma = 0.0
         self._scale = 0.0  # round(σ·α): every member's factor on its own noise
@@ -127,9 +141,12 @@ class LMMAES:
         self._told: dict = {}
 
     def attach(self, view: PathView) -> None:
+        """The replay state before a generation: its Gram matrix (paths and p_σ) is taken
+        once here, for both σ and the members' transforms."""
         self._view = view
         if self.rates is None or self.rates.n != view.dimension:
             self.rates = Rates.of(view.dimension, self.population, self.spec.memory)
+        self._gram = view.gram(self.rates.memory + (1 if self.spec.adapt_sigma else 0))
 
     def _need(self) -> tuple[PathView, Rates]:
         if self._view is None or self.rates is None:
@@ -141,8 +158,8 @@ class LMMAES:
             raise ValueError("this LM-MA-ES policy was built without σ settings")
         _, sigma, extra = self.hyper.at(generation)
         if self.spec.adapt_sigma and self._last_sigma is not None:
-            view, rates = self._need()
-            norm2 = view.gram(rates.memory + 1)[rates.memory][rates.memory]  # ‖p_σ‖²
+            _, rates = self._need()
+            norm2 = self._gram[rates.memory][rates.memory]  # ‖p_σ‖²
             factor = math.exp(rates.csigma / 2.0 * (norm2 / rates.n - 1.0))
             sigma = round_coefficient(self._last_sigma * factor)
             extra = extra | {"lmmaes": {"sigma_factor": factor, "p_sigma_norm2": norm2}}
@@ -163,7 +180,7 @@ class LMMAES:
         view, rates = self._need()
         keys = [member_key(run_key, generation, i) for i in range(self.population)]
         m = rates.memory
-        gram = view.gram(m)
+        gram = [row[:m] for row in self._gram[:m]]
         extra = [0.0] if self.spec.adapt_sigma else []  # p_σ, the last path, has no member terms
         self._paths = []
         for key in keys:
@@ -220,4 +237,4 @@ class LMMAES:
         return self._told
 
 
-__all__ = ["LMMAES", "LMMAESSpec", "PathView", "Rates", "transform"]
+__all__ = ["LMMAES", "LMMAESSpec", "PathView", "Rates", "transform", "weights"]
