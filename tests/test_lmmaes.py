@@ -109,7 +109,7 @@ def run_lmmaes(generations: int, *, population: int = 8, memory: int = 6, sigma:
         start = (copy.deepcopy(master), copy.deepcopy(state))
         step = step_of(g, members, coefs, sig, policy.update_rule(lr))
         apply_step(master, state, step)
-        policy.observe(SimpleNamespace(sigma=sig, index=g))
+        policy.observe(SimpleNamespace(sigma=sig, index=g, optimizer=step.optimizer, extra={}))
         yield SimpleNamespace(start=start, members=members, weights=weights, rewards=rewards, sigma=sig,
                               order=policy.told()["lmmaes"]["ranking"], master=copy.deepcopy(master),
                               state=copy.deepcopy(state),

@@ -52,6 +52,7 @@ def test_the_run_records_the_paths_rule_verifies_and_rebuilds(lm_run):
         assert all(r.optimizer["name"] == "paths" and len(r.optimizer["decay"]) == 4 for r in records)  # 3 + p_σ
         assert any(b != 0.0 for row in records[2].optimizer["members"] for b in row), "members rode the paths"
         assert records[1].sigma != records[0].sigma, "σ followed p_σ"
+        assert records[1].sigma == round_coefficient(records[0].sigma * records[1].extra["lmmaes"]["sigma_factor"])
         assert len(set(fps)) == 3
         assert verify_ref(led, "l")["ok"]
         run = led.get_run("l")

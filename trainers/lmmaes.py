@@ -37,6 +37,7 @@ from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ledger.errors import SeedLedgerError
 from replay.noise import member_key, round_coefficient
 from trainers.adaptation import Hyperparameters
 from trainers.cmaes import ranking
@@ -78,7 +79,8 @@ class Rates:
     @classmethod
     def of(cls, n: int, population: int, memory: int | None) -> Rates:
         if n < 2 * population:  # c_σ = 2λ/n and c_c,0 = λ/n must stay below 1
-            raise ValueError(f"LM-MA-ES needs at least 2·population = {2 * population} trained weights, got {n}")
+            raise SeedLedgerError(f"algorithm lmmaes: its rates need at least 2·population = {2 * population} "
+                                  f"trained weights; this run trains {n}")
         m = memory or 4 + int(3 * math.log(n))
         return cls(n, tuple(1.0 / (1.5**j * n) for j in range(m)),
                    tuple(population / (4.0**j * n) for j in range(m)), 2.0 * population / n)
@@ -132,6 +134,7 @@ class LMMAES:
         self.rates: Rates | None = None
         self._view: PathView | None = None
         self._gram: list[list[float]] = []
+        self._sigma_told: dict = {}
         self._last_sigma: float | None = None  # the last committed generation's σ
         self._sigma = 0.0
         self._scale = 0.0  # round(σ·α): every member's factor on its own noise
@@ -162,19 +165,24 @@ class LMMAES:
             norm2 = self._gram[rates.memory][rates.memory]  # ‖p_σ‖²
             factor = math.exp(rates.csigma / 2.0 * (norm2 / rates.n - 1.0))
             sigma = round_coefficient(self._last_sigma * factor)
-            extra = extra | {"lmmaes": {"sigma_factor": factor, "p_sigma_norm2": norm2}}
+            self._sigma_told = {"sigma_factor": factor, "p_sigma_norm2": norm2}
+        else:
+            self._sigma_told = {}
         self._sigma = sigma
         return self.spec.cm, sigma, extra
 
     def restore(self, history: list) -> None:
         if self.hyper is not None:
             self.hyper.restore(history)
-        self._last_sigma = history[-1].sigma if history else None
+        self._last_sigma = None
+        if history:
+            self.observe(history[-1])
 
     def observe(self, record) -> None:
+        """σ carries over from an LM-MA-ES record only (a fork of an ES run starts at `sigma`)."""
         if self.hyper is not None:
             self.hyper.observe(record)
-        self._last_sigma = record.sigma
+        self._last_sigma = record.sigma if (record.optimizer or {}).get("name") == "paths" else None
 
     def ask(self, run_key: int, generation: int) -> list[Member]:
         view, rates = self._need()
@@ -226,7 +234,7 @@ class LMMAES:
             **self.member_rule(),
         }
         self._told = {"lmmaes": {"ranking": order, "mu": len(self.weights), "memory": rates.memory,
-                                 "applied": min(self._need()[0].steps, rates.memory)}}
+                                 "applied": min(self._need()[0].steps, rates.memory), **self._sigma_told}}
         return coefficients
 
     def update_rule(self, lr: float) -> dict:
