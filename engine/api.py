@@ -203,7 +203,9 @@ def rebuild(
     allow_unverified: bool = False,
 ) -> dict[str, torch.Tensor]:
     """The fp32 master weights at `source` in memory, by parameter name: the base model
-    plus the replay of the history (for a LoRA run, the adapter's weights). `source` is
+    plus the replay of the history (for a LoRA run, the adapter's weights; for an ESSA run
+    its trained form, `.essa.s` with the fixed `.essa.U`/`.essa.Vt`, which
+    `replay.adapter.peft_adapter` expands to lora_A/lora_B). `source` is
     RUN, RUN@G or RUN@G#M (the weights member M was evaluated with) in the ledger, or a
     seed file (a `Path`, or a string naming a file and no run of the ledger).
     `verify` checks the fingerprint of the last ("end") or every ("every") generation;
