@@ -26,7 +26,6 @@ is why they are recorded rather than recomputed: replay never takes a dot produc
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -38,6 +37,8 @@ from ledger.errors import SeedLedgerError
 from .noise import generate, tensor_key
 
 NAME = "paths"
+MAX_PATHS = 257  # lmmaes.memory ≤ 256, plus p_σ: a record may not ask for more buffers
+FP32_MAX = float(np.finfo(np.float32).max)
 
 
 def kind(j: int) -> str:
@@ -54,10 +55,14 @@ def _numbers(opt: Mapping[str, Any], field: str, index: int, m: int | None = Non
     if not isinstance(values, list | tuple) or (m is not None and len(values) != m):
         want = f"a list of {m} numbers" if m is not None else "a list of numbers"
         raise SeedLedgerError(f"generation {index}: optimizer paths needs {field!r} as {want}")
+    if len(values) > MAX_PATHS:
+        raise SeedLedgerError(f"generation {index}: optimizer paths: {field!r} has {len(values)} entries, "
+                              f"more than {MAX_PATHS}")
     out = []
     for v in values:
-        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
-            raise SeedLedgerError(f"generation {index}: optimizer paths: {field!r} holds {v!r}, not a finite number")
+        if isinstance(v, bool) or not isinstance(v, int | float) or not -FP32_MAX <= v <= FP32_MAX:
+            raise SeedLedgerError(f"generation {index}: optimizer paths: {field!r} holds {str(v)[:40]}, "
+                                  "not a finite fp32 number")
         out.append(_f32(v))
     return out
 

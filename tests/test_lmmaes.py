@@ -179,7 +179,10 @@ def test_transform_tracks_the_dense_transforms():
 
 
 @pytest.mark.parametrize("bad", [{"decay": [1.0], "gain": [1.0]}, {"decay": [1.0], "gain": [1.0], "move": ["x"]},
-                                 {"decay": [], "gain": [], "move": []}])
+                                 {"decay": [], "gain": [], "move": []},
+                                 {"decay": [10**400], "gain": [1.0], "move": [0.0]},
+                                 {"decay": [1e300], "gain": [1.0], "move": [0.0]},
+                                 {"decay": [0.5] * 300, "gain": [1.0] * 300, "move": [0.0] * 300}])
 def test_a_malformed_paths_record_is_refused_in_one_line(bad):
     master = {"a": torch.zeros(4)}
     step = ReplayStep(run="toy", index=3, keys=[1], coefficients=[0.5], sigma=0.1,
