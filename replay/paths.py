@@ -116,11 +116,6 @@ def member_(out: torch.Tensor, name: str, state: Any, coefficients: Sequence[flo
     return out
 
 
-def count(state: Any) -> int:
-    """How many paths `state` holds (0 before a `paths` step)."""
-    return sum(1 for k in state.buffers if k.startswith("path"))
-
-
 def gram(state: Any, names: Sequence[str], m: int) -> list[list[float]]:
     """Mⱼ·Mₖ (j, k < m) over the tensors `names`, float64 on the CPU, one tensor at a time
     (absent paths are zero)."""
@@ -169,4 +164,4 @@ class StateView:
         return projections(self.state, self.names, self.shapes, key, m)
 
 
-__all__ = ["NAME", "StateView", "apply", "count", "gram", "kind", "member_", "member_settings", "projections", "settings"]
+__all__ = ["NAME", "StateView", "apply", "gram", "kind", "member_", "member_settings", "projections", "settings"]

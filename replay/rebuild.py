@@ -74,9 +74,7 @@ def _from_anchor(ledger, run: str, g: int, base: dict[str, torch.Tensor], anchor
     for info in sorted(candidates, key=lambda a: a.generation, reverse=True):
         try:
             want = _recorded_fingerprint(ledger, run, info.generation, base_fp)
-            opt = ledger.generation(info.run, info.generation).optimizer or {} if info.generation else {}
-            held = len(opt.get("decay") or ()) if opt.get("name") == paths.NAME else 2
-            master, state = load_anchor(info, anchors_dir, want, max_anchor_bytes(base, held))
+            master, state = load_anchor(info, anchors_dir, want, max_anchor_bytes(base, _buffers(ledger, info)))
         except AnchorError as exc:
             warnings.warn(f"{exc}; falling back", RuntimeWarning, stacklevel=3)
             log.warning("%s; falling back", exc)
@@ -93,6 +91,13 @@ def _from_anchor(ledger, run: str, g: int, base: dict[str, torch.Tensor], anchor
                 bufs[name] = bufs[name].to(device)
         return info.generation, base, state
     return None
+
+
+def _buffers(ledger, info) -> int:
+    """Optimizer buffers per tensor an anchor may hold: a `paths` record's path count, else 2."""
+    opt = (ledger.generation(info.run, info.generation).optimizer or {}) if info.generation else {}
+    decay = opt.get("decay")
+    return len(decay) if opt.get("name") == paths.NAME and isinstance(decay, list) else 2
 
 
 def rebuild(

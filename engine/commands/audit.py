@@ -260,7 +260,9 @@ def _decision(extra: dict[str, Any], m) -> dict[str, Any]:
 def _paths(optimizer: dict[str, Any], index: int) -> dict[str, Any]:
     """An LM-MA-ES member's share of the generation's `paths` rule: α on its noise and its
     coefficient on each evolution path (`replay.paths`)."""
-    rows = optimizer.get("members") if optimizer.get("name") == "paths" else None
+    from replay.paths import NAME  # lazily: replay imports torch, which `show` need not pay
+
+    rows = optimizer.get("members") if optimizer.get("name") == NAME else None
     if not isinstance(rows, list) or not 0 <= index < len(rows):
         return {}
     return {"paths": {"shrink": optimizer.get("shrink"), "terms": rows[index]}}
@@ -340,8 +342,9 @@ def _member_weights(ledger: Ledger, info: RunInfo, g: int, index: int, parent: d
     needs the replay state at `run@g-1` (its paths), so `ref_master` rebuilds it whole."""
     from engine.rebuilding import add_member, ref_master
     from engine.refs import format_ref
+    from replay.paths import NAME
 
-    if (ledger.generation(info.name, g).optimizer or {}).get("name") == "paths":
+    if (ledger.generation(info.name, g).optimizer or {}).get("name") == NAME:
         return ref_master(ledger, format_ref(info.name, g, index))[1]
 
     master = {n: t.clone() for n, t in parent.items()}
