@@ -15,12 +15,13 @@ completions.
 
     .venv/bin/python benchmarks/population_bench.py [--members 8 32] [--prompts 16]
         [--new-tokens 64] [--rank 1] [--group 8] [--device cpu|cuda] [--model ...]
-        [--faithfulness] [--vllm]
+        [--dtype float32|bfloat16] [--faithfulness] [--vllm]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import time
@@ -69,8 +70,8 @@ def _members(n: int) -> tuple[list[int], list[int]]:
     return keys, [1 if i % 2 == 0 else -1 for i in range(n)]
 
 
-def per_member(model_dir, device, n, prompts, new) -> dict:
-    backend = HFBackend(model_dir, device=device, batch_size=len(prompts))
+def per_member(model_dir, device, dtype, n, prompts, new) -> dict:
+    backend = HFBackend(model_dir, device=device, dtype=dtype, batch_size=len(prompts))
     master = backend.master()
     keys, signs = _members(n)
     backend.generate_ids(prompts, 2)  # warm-up
@@ -84,14 +85,19 @@ def per_member(model_dir, device, n, prompts, new) -> dict:
     return _figures("(a) per-member", ids, time.perf_counter() - t0, len(prompts), new)
 
 
-def batched(model_dir, device, n, prompts, new, rank, group, unperturbed: bool) -> dict:
+def batched(model_dir, device, dtype, n, prompts, new, rank, group, unperturbed: bool) -> dict:
     p = Perturbation.lowrank(rank)
-    backend = HFBackend(model_dir, device=device, perturbation=p)
+    backend = HFBackend(model_dir, device=device, dtype=dtype, perturbation=p)
     master = backend.master()
     backend.load_master(master)
     keys, signs = _members(n)
     chunk = group * len(prompts)
-    backend._decode(prompts, [None] * len(prompts), 2, batch=len(prompts))  # warm-up
+    # Warm-up over the timed shapes: on CUDA, cuDNN builds an attention plan per new sequence
+    # length (~0.1 s each) into a process-wide cache, which would otherwise bill whichever
+    # path runs first for both.
+    warm = [q for _ in keys[:group] for q in prompts]
+    with contextlib.nullcontext() if unperturbed else backend.members(master, keys[:group], signs[:group], SIGMA):
+        backend._decode(warm, [None] * len(warm), new, batch=chunk)
     _sync(device)
     t0 = time.perf_counter()
     ids = []
@@ -118,11 +124,11 @@ def _figures(label: str, ids: list[list[int]], seconds: float, chunk: int, new: 
     }
 
 
-def faithfulness(model_dir, device, n, prompts, new, rank) -> dict:
+def faithfulness(model_dir, device, dtype, n, prompts, new, rank) -> dict:
     """(b) against each member's materialised weights: logits and greedy completions."""
     p = Perturbation.lowrank(rank)
-    batched_b = HFBackend(model_dir, device=device, perturbation=p)
-    plain = HFBackend(model_dir, device=device, batch_size=len(prompts))
+    batched_b = HFBackend(model_dir, device=device, dtype=dtype, perturbation=p)
+    plain = HFBackend(model_dir, device=device, dtype=dtype, batch_size=len(prompts))
     master = batched_b.master()
     batched_b.load_master(master)
     keys, signs = _members(n)
@@ -155,8 +161,9 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=16)
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--rank", type=int, default=1)
-    ap.add_argument("--group", type=int, default=None, help="members per forward (default: engine.batching's CPU rule)")
+    ap.add_argument("--group", type=int, default=None, help="members per forward (default: engine.batching's row cap for the device)")
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--faithfulness", action="store_true")
     ap.add_argument("--skip-per-member", action="store_true")
@@ -165,19 +172,21 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     model_dir = resolve_model(args.model)
+    dtype = getattr(torch, args.dtype)
     prompts = [[{"role": "user", "content": q}] for q in (QUESTIONS * (args.prompts // 16 + 1))[: args.prompts]]
     print(f"model {args.model}, device {args.device}, {torch.get_num_threads()} threads, "
-          f"{args.prompts} prompts, {args.new_tokens} new tokens, rank {args.rank}")
-    from engine.batching import CPU_ROWS
+          f"{args.dtype}, {args.prompts} prompts, {args.new_tokens} new tokens, rank {args.rank}")
+    from engine.batching import CPU_ROWS, CUDA_MAX_ROWS
 
+    rows_cap = CUDA_MAX_ROWS if args.device.startswith("cuda") else CPU_ROWS
     for n in args.members:
-        group = args.group or max(1, min(n, CPU_ROWS // args.prompts))
+        group = args.group or max(1, min(n, rows_cap // args.prompts))
         print(f"\nN = {n} members, {group} per forward ({group * args.prompts} rows)")
         rows = []
         if not args.skip_per_member:
-            rows.append(per_member(model_dir, args.device, n, prompts, args.new_tokens))
-        rows.append(batched(model_dir, args.device, n, prompts, args.new_tokens, args.rank, group, False))
-        rows.append(batched(model_dir, args.device, n, prompts, args.new_tokens, args.rank, group, True))
+            rows.append(per_member(model_dir, args.device, dtype, n, prompts, args.new_tokens))
+        rows.append(batched(model_dir, args.device, dtype, n, prompts, args.new_tokens, args.rank, group, False))
+        rows.append(batched(model_dir, args.device, dtype, n, prompts, args.new_tokens, args.rank, group, True))
         for r in rows:
             print(f"  {r['path']:28} {r['seconds']:8.1f} s  {r['tokens_per_s']:8.1f} tok/s  "
                   f"{r['row_steps_per_s']:8.1f} row-steps/s")
@@ -188,7 +197,7 @@ def main() -> None:
             a = rows[0]
             print(f"  (b)/(a): {b['seconds'] and a['seconds'] / b['seconds']:.2f}× faster per generation")
         if args.faithfulness:
-            f = faithfulness(model_dir, args.device, min(n, 8), prompts, args.new_tokens, args.rank)
+            f = faithfulness(model_dir, args.device, dtype, min(n, 8), prompts, args.new_tokens, args.rank)
             print(f"  faithfulness over {f['members']} members: max |Δlogit| {f['max_logit_diff']:.2e}, "
                   f"identical greedy completions {f['identical_completions']:.1%}")
         if args.vllm:

@@ -59,10 +59,13 @@ import triton.language as tl
 from .hashing import to_i64
 from .table import table_on
 
-GEN_GROUPS = 512  # hash groups (4 elements each) per program: generate / perturb
+# Launch shapes, from benchmarks/triton_tune.py on an H100 (they change speed, never a bit):
+# generate at 4096 groups × 8 warps ran 285 G values/s against 140 at 512 × 4.
+GEN_GROUPS = 4096  # hash groups (4 elements each) per program: generate / perturb
 APPLY_GROUPS = 256  # per program of the fused update (Δ lives in registers)
-NUM_WARPS = 4
-_LAUNCH = dict(num_warps=NUM_WARPS, enable_fp_fusion=False)
+MANY_GROUPS = 512  # per program of generate_many (short factor vectors, one row per member)
+_GEN_LAUNCH = dict(num_warps=8, enable_fp_fusion=False)
+_LAUNCH = dict(num_warps=4, enable_fp_fusion=False)
 
 
 @triton.jit
@@ -85,6 +88,14 @@ def _noise(key, kx, j, table_ptr):
 def _u64(x):
     """A scalar int64 bit pattern (typed i32 or i64 by value) as uint64."""
     return tl.cast(x, tl.int64).to(tl.uint64, bitcast=True)
+
+
+@triton.jit
+def _minus_zeros(R: tl.constexpr, C: tl.constexpr):
+    """[R, C] fp32 −0.0, built from its bits: ``tl.full(shape, -0.0)`` compiles to +0.0
+    (Triton takes any value == 0 for the null constant; seen with Triton 3.6 on an H100),
+    and +0 would turn a −0 weight into +0 in an update with no non-zero coefficient."""
+    return tl.full((R, C), -(2**31), tl.int32).to(tl.float32, bitcast=True)
 
 
 @triton.jit
@@ -168,7 +179,7 @@ def _apply_kernel(
     j = pid * GROUPS + tl.arange(0, GROUPS).to(tl.int64)
     pos = j[:, None] * 4 + tl.arange(0, 4).to(tl.int64)[None, :]
     mask = pos < tl.cast(n, tl.int64)
-    g = tl.full((GROUPS, 4), -0.0, tl.float32)  # x + (−0) == x for every x, −0 included
+    g = _minus_zeros(GROUPS, 4)  # x + (−0) == x for every x, −0 included
     for m in range(members):
         c = tl.load(coefs_ptr + m)
         if c != 0.0:
@@ -212,7 +223,7 @@ def _lowrank_kernel(
     o = tl.program_id(0).to(tl.int64) * BR + tl.arange(0, BR).to(tl.int64)
     i = tl.program_id(1).to(tl.int64) * BC + tl.arange(0, BC).to(tl.int64)
     rk = tl.cast(rank, tl.int64)
-    g = tl.full((BR, BC), -0.0, tl.float32)
+    g = _minus_zeros(BR, BC)
     for m in range(members):
         s = tl.load(s_ptr + m)
         if s != 0.0:
@@ -240,7 +251,7 @@ def generate(key: int, kx: int, numel: int, offset: int, device, out: torch.Tens
     groups = ((offset + numel + 3) >> 2) - (offset >> 2)
     grid = (triton.cdiv(groups, GEN_GROUPS),)
     _generate_kernel[grid](out, table_on(str(out.device)), to_i64(key), to_i64(kx), offset, numel,
-                           GROUPS=GEN_GROUPS, **_LAUNCH)
+                           GROUPS=GEN_GROUPS, **_GEN_LAUNCH)
     return out
 
 
@@ -254,7 +265,7 @@ def perturb(out: torch.Tensor, master: torch.Tensor, key: int, kx: int, scale: f
         return out
     grid = (triton.cdiv((n + 3) >> 2, GEN_GROUPS),)
     _perturb_kernel[grid](out.detach(), master.detach(), table_on(str(master.device)), to_i64(key), to_i64(kx),
-                          float(scale), n, GROUPS=GEN_GROUPS, **_LAUNCH)
+                          float(scale), n, GROUPS=GEN_GROUPS, **_GEN_LAUNCH)
     return out
 
 
@@ -291,7 +302,7 @@ def apply_many(items: list, keys: list[list[int]], kxs: list[list[int]], coefs: 
                             *s, RULE=rule, GROUPS=APPLY_GROUPS, **_LAUNCH)
 
 
-LOWRANK_TILE = (32, 64)  # rows x columns per program of the low-rank update
+LOWRANK_TILE = (128, 128)  # rows x columns per program of the low-rank update (2x (32, 64) on an H100)
 
 
 def generate_many(keys: torch.Tensor, n: int) -> torch.Tensor:
@@ -299,8 +310,8 @@ def generate_many(keys: torch.Tensor, n: int) -> torch.Tensor:
     members = keys.shape[1]
     out = torch.empty(members, n, dtype=torch.float32, device=keys.device)
     if members and n:
-        grid = (triton.cdiv((n + 3) >> 2, GEN_GROUPS), members)
-        _generate_many_kernel[grid](out, keys, table_on(str(keys.device)), n, members, GROUPS=GEN_GROUPS,
+        grid = (triton.cdiv((n + 3) >> 2, MANY_GROUPS), members)
+        _generate_many_kernel[grid](out, keys, table_on(str(keys.device)), n, members, GROUPS=MANY_GROUPS,
                                     **_LAUNCH)
     return out
 

@@ -145,13 +145,18 @@ def test_triton_update_random_shapes_cpu_equals_cuda(optimizer, zero_second):
     assert fingerprint(cpu) == fingerprint(gpu) == fingerprint(ref_gpu)
 
 
-def test_triton_zero_sgd_update_is_identity_on_cuda():
+@pytest.mark.parametrize("kind", ["full", "lowrank"])
+def test_triton_zero_sgd_update_is_identity_on_cuda(kind):
+    """No non-zero coefficient: every bit stays, −0.0 and subnormals included (a kernel
+    whose Δ started at +0 instead of −0 turned −0 weights into +0 on the GPU only)."""
     _needs_triton()
-    master = {"s": torch.tensor([-0.0, 0.0, 1e-45, -1e-45, 1e-40, -1e-39, 1.0, 3e38]).cuda(),
-              "big": special_values(2_000_003, 1).cuda()}
+    master = {"l.q_proj.weight": torch.tensor([-0.0, 0.0, 1e-45, -1e-45, 1e-40, -1e-39, 1.0, 3e38]).view(2, 4).cuda(),
+              "l.up_proj.weight": special_values(2_000_003, 1).view(2_000_003, 1).cuda()}
     before = {k: v.clone() for k, v in master.items()}
     keys = [noise.member_key(1, 1, i) for i in range(4)]
-    update.apply_step(master, update.OptimizerState(), ReplayStep("z", 1, keys, [0.0] * 4, 0.001, {"name": "sgd"}))
+    extra = ("lowrank-v1:r=4", LOWRANK) if kind == "lowrank" else ()
+    update.apply_step(master, update.OptimizerState(),
+                      ReplayStep("z", 1, keys, [0.0] * 4, 0.001, {"name": "sgd"}, *extra))
     assert all(torch.equal(_bits(master[k]), _bits(before[k])) for k in master)
 
 

@@ -3,11 +3,11 @@ a whole group of members, low-rank ES and LoRA adapters alike.
 
 Both kinds add a rank-r term to a targeted linear's output, per member:
 
-    y = x·Wᵀ + ((x·D_m)·m_m)·U_m · p         D_m: [in, r] "down", U_m: [r, out] "up"
+    y = x·Wᵀ + (x·D_m)·U_m · p         D_m: [in, r] "down", U_m: [r, out] "up"
 
-- low-rank ES (E_m = A_m·B_mᵀ/√r from the member's key, `replay.perturbation`): D = B_m,
-  U = A_mᵀ, m_m = sign_m·σ/√r per member, no p (EGGROLL, arXiv 2511.16652). W is the
-  master, loaded once per generation.
+- low-rank ES (E_m = A_m·B_mᵀ/√r from the member's key, `replay.perturbation`):
+  D = B_m·(sign_m·σ/√r) (the member's scale folded in once per group, in fp32), U = A_mᵀ,
+  no p (EGGROLL, arXiv 2511.16652). W is the master, loaded once per generation.
 - LoRA (`replay.adapter`): member m's adapter is cast(master + sign_m·σ·ε) on every
   adapter tensor (v1 noise, what replay's update uses), D = A'ᵀ, U = B'ᵀ, p = alpha/r
   after the up-projection as PEFT applies `scaling`; W is the frozen base. With no member
@@ -16,7 +16,9 @@ Both kinds add a rank-r term to a targeted linear's output, per member:
 
 Rows are member-major (member m owns `rows_per_member` consecutive rows), so a
 [rows, seq, in] activation is viewed as [members, rows·seq, in] and the term is two
-`bmm`s without gathering anything per row. A group's factors or adapters are built once
+`bmm`s without gathering anything per row (the second one, `baddbmm`, also adds the term to
+the output: a decode step is dispatch-bound on a GPU, and each linear's hook costs as many
+dispatches as it has ops). A group's factors or adapters are built once
 per `members` block (memory O(members·r·(in+out)) per targeted linear, never a member's
 full matrix). This is evaluation, not replay: the matmuls are ordinary (BLAS) ones; what
 is exact is the update, in replay, and the member adapters (`noise.perturb_`).
@@ -41,8 +43,7 @@ from replay.perturbation import Perturbation, stacked_factors
 class Term:
     down: torch.Tensor  # [G, in, r]
     up: torch.Tensor  # [G, r, out]
-    mid: torch.Tensor | None = None  # [G, 1, 1]: per-member scale on the rank-r activations
-    post: float | None = None  # one scale on the term (PEFT's `scaling`)
+    post: float | None = None  # one scale on the term (PEFT's `scaling`, applied as PEFT does)
 
 
 class RowTerms:
@@ -67,17 +68,13 @@ class RowTerms:
             if term is None:
                 return None  # the loaded weights alone
             x = inputs[0]
-            down, up, mid = term.down, term.up, term.mid
+            down, up = term.down, term.up
             if self._rows is not None and self._active:  # row i is member _rows[i]: a gather
                 down, up = down[self._rows], up[self._rows]
-                mid = None if mid is None else mid[self._rows]
             h = torch.bmm(x.reshape(down.shape[0], -1, x.shape[-1]), down)
-            if mid is not None:
-                h = h * mid
-            y = torch.bmm(h, up)
-            if term.post is not None:
-                y = y * term.post
-            return out + y.reshape(out.shape)
+            if term.post is None:
+                return torch.baddbmm(out.reshape(down.shape[0], -1, out.shape[-1]), h, up).reshape(out.shape)
+            return out + (torch.bmm(h, up) * term.post).reshape(out.shape)
 
         return add_term
 
@@ -116,11 +113,11 @@ class RowTerms:
         device, dtype = self._like.device, self.dtype
         distinct = list(dict.fromkeys(keys))
         where = torch.tensor([distinct.index(k) for k in keys], device=device)
-        scale = torch.tensor([float(s) * sigma * p.inv_sqrt_rank for s in signs], dtype=dtype, device=device)
+        scale = torch.tensor([float(s) * sigma * p.inv_sqrt_rank for s in signs], device=device).view(-1, 1, 1)
         terms = {}
         for name, module in self.targets.items():
             a, b = stacked_factors(distinct, f"{name}.weight", tuple(module.weight.shape), p.rank, device=device)
-            terms[name] = Term(b.to(dtype)[where], a.to(dtype)[where].transpose(1, 2), mid=scale.view(-1, 1, 1))
+            terms[name] = Term((b[where] * scale).to(dtype), a.to(dtype)[where].transpose(1, 2))
         return terms
 
     # ------------------------------------------------------------------ LoRA adapters

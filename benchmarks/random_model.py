@@ -1,0 +1,40 @@
+"""A model directory with an architecture's config and tokenizer but random weights.
+
+For throughput figures on a machine the real weights cannot reach (the GPU machine takes
+64 MiB per call; SmolLM2-135M's weights are 0.5 GB): decode speed depends on the shapes,
+not the values. Random weights rarely emit EOS, so every row decodes its full budget.
+
+    python benchmarks/random_model.py SOURCE_DIR DEST_DIR [--seed 0]
+
+SOURCE_DIR holds config.json and the tokenizer files (no weights needed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+from pathlib import Path
+
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("source", type=Path)
+    ap.add_argument("dest", type=Path)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    torch.manual_seed(args.seed)
+    model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(args.source), dtype=torch.float32)
+    args.dest.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(args.dest)
+    for f in args.source.iterdir():
+        if f.name.startswith(("tokenizer", "chat_template", "special_tokens", "generation_config")):
+            shutil.copy(f, args.dest / f.name)
+    n = sum(p.numel() for p in model.parameters())
+    print(f"{args.dest}: {n / 1e6:.1f}M random parameters, architecture of {args.source}")
+
+
+if __name__ == "__main__":
+    main()
