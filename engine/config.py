@@ -307,8 +307,9 @@ class TrainConfig(Strict):
                              "builds; use backend: hf and workers.pool: local")
         if self.mirrored:
             raise ValueError("algorithm lmmaes: its samples are independent; set mirrored: false")
-        if spec.mu and spec.mu > self.population:
-            raise ValueError("lmmaes.mu: more parents than the population holds")
+        if spec.mu and 2 * spec.mu >= self.population + 1:
+            raise ValueError(f"lmmaes.mu: {spec.mu} parents leave the last one a weight ln((λ+1)/2) − ln μ "
+                             f"that is not positive; use μ < (population + 1)/2 = {(self.population + 1) / 2:g}")
         if spec.adapt_sigma and self.adaptation is not None:
             raise ValueError("algorithm lmmaes: σ follows its path p_σ; drop `adaptation` "
                              "(or set lmmaes.adapt_sigma: false)")

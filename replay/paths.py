@@ -88,11 +88,13 @@ def member_settings(opt: Mapping[str, Any], index: int, member: int) -> tuple[fl
     return float(shrink), _numbers({"b": rows[member]}, "b", index, m)
 
 
-def apply(items: Sequence[tuple[str, torch.Tensor]], state: Any, opt: Mapping[str, Any], index: int,
+def apply(items: Sequence[tuple[str, torch.Tensor]], state: Any,
+          rule: tuple[list[float], list[float], list[float]],
           delta: Callable[[str, torch.Tensor], torch.Tensor]) -> None:
     """One `paths` step on the trained tensors `items` (name, fp32 master), in place;
-    `delta(name, theta)` is g for that tensor (replay's SGD kernel onto zeros)."""
-    decay, gain, move = settings(opt, index)
+    `rule` is `settings(...)` of the recorded dict, `delta(name, theta)` is g for that
+    tensor (replay's SGD kernel onto zeros)."""
+    decay, gain, move = rule
     for name, theta in items:
         g = delta(name, theta)
         paths = [state.buffer(kind(j), name, theta) for j in range(len(decay))]

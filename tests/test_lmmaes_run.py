@@ -92,11 +92,28 @@ def test_sigkill_then_resume_from_an_anchor_and_fork_reach_the_same_bits(lm_run)
     ({"backend": "vllm"}, "in-process hf backend"),
     ({"algorithm": "es"}, "lmmaes: settings given but algorithm is not lmmaes"),
     ({"optimizer": "adam"}, "optimizer must be sgd"),
+    ({"lmmaes": {"mu": 3}}, r"use μ < \(population \+ 1\)/2 = 2.5"),  # its last weight would be ≤ 0
 ])
 def test_what_lmmaes_cannot_run_is_refused_in_one_line(change, says):
     with pytest.raises(Exception, match=says) as err:
         validate(CONFIG | change)
     assert "\n" not in str(err.value).strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("change", ["lmmaes.memory=2", "lmmaes.adapt_sigma=false"])
+def test_a_fork_that_changes_the_paths_layout_is_refused_in_one_line(lm_run, change):
+    """Path j (and p_σ, the last) of the parent would be read as another vector."""
+    import shutil
+
+    tmp = lm_run
+    shutil.copy(tmp / "l.db", tmp / "layout.db")
+    proc = cli("fork", "l@2", "--run", "changed", "--set", change, "--ledger", tmp / "layout.db", check=False)
+    *notes, error = proc.stderr.strip().splitlines()
+    assert proc.returncode != 0 and "a fork keeps both" in error
+    assert all(line.startswith("note:") for line in notes)
+    with Ledger.open(str(tmp / "layout.db")) as led:
+        assert not led.has_run("changed") or led.latest_generation("changed") == 2  # the fork point: nothing new
+        assert verify_ref(led, "l")["ok"]
 
 
 def test_a_member_seed_file_is_refused_in_one_line(lm_run):

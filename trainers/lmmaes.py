@@ -136,6 +136,7 @@ class LMMAES:
         self._gram: list[list[float]] = []
         self._sigma_told: dict = {}
         self._last_sigma: float | None = None  # the last committed generation's σ
+        self._layout: tuple[int, bool] | None = None  # (memory, p_σ?) of the last paths record
         self._sigma = 0.0
         self._scale = 0.0  # round(σ·α): every member's factor on its own noise
         self._alpha = 1.0
@@ -149,6 +150,11 @@ class LMMAES:
         self._view = view
         if self.rates is None or self.rates.n != view.dimension:
             self.rates = Rates.of(view.dimension, self.population, self.spec.memory)
+        mine = (self.rates.memory, self.spec.adapt_sigma)
+        if self._layout is not None and self._layout != mine:  # path j (and p_σ) would mean another vector
+            raise ValueError(f"lmmaes: the parent's paths have memory {self._layout[0]} and adapt_sigma "
+                             f"{str(self._layout[1]).lower()}; a fork keeps both (this config: memory {mine[0]}, "
+                             f"adapt_sigma {str(mine[1]).lower()})")
         self._gram = view.gram(self.rates.memory + (1 if self.spec.adapt_sigma else 0))
 
     def _need(self) -> tuple[PathView, Rates]:
@@ -179,10 +185,15 @@ class LMMAES:
             self.observe(history[-1])
 
     def observe(self, record) -> None:
-        """σ carries over from an LM-MA-ES record only (a fork of an ES run starts at `sigma`)."""
+        """σ and the paths' layout carry over from an LM-MA-ES record only (a fork of an ES run
+        starts at `sigma`, with fresh paths)."""
         if self.hyper is not None:
             self.hyper.observe(record)
-        self._last_sigma = record.sigma if (record.optimizer or {}).get("name") == "paths" else None
+        optimizer = record.optimizer or {}
+        paths = optimizer.get("name") == "paths"
+        self._last_sigma = record.sigma if paths else None
+        memory = (record.extra or {}).get("lmmaes", {}).get("memory") if paths else None
+        self._layout = (memory, len(optimizer.get("decay", ())) > memory) if isinstance(memory, int) else None
 
     def ask(self, run_key: int, generation: int) -> list[Member]:
         view, rates = self._need()

@@ -287,8 +287,9 @@ def _recorded(ledger: Ledger, info: RunInfo, g: int) -> str | None:
 
 
 def _replay_pair(ledger: Ledger, a: tuple[RunInfo, int], b: tuple[RunInfo, int], device: str):
-    """Masters at both refs, replaying their shared prefix once; every result is checked
-    against the ledger's fingerprint (replay raises VerifyMismatch otherwise)."""
+    """(master, replay state) at both refs, replaying their shared prefix once, and the
+    prefix length; every result is checked against the ledger's fingerprint (replay raises
+    VerifyMismatch otherwise)."""
     import copy
 
     from engine.rebuilding import load_start
@@ -319,15 +320,15 @@ def _replay_pair(ledger: Ledger, a: tuple[RunInfo, int], b: tuple[RunInfo, int],
     else:
         prefix, state = base, OptimizerState()
 
-    def finish(steps: list, info: RunInfo, g: int) -> dict:
+    def finish(steps: list, info: RunInfo, g: int) -> tuple[dict, OptimizerState]:
         if len(steps) == k:
-            return prefix
+            return prefix, state
         if k == 0:  # nothing shared: a plain rebuild from a copy of the base
             master = {n: t.clone() for n, t in base.items()}
-            return rebuild(ledger, info.name, g, master, verify="end", anchors_dir=anchors, frozen=frozen)[0]
+            return rebuild(ledger, info.name, g, master, verify="end", anchors_dir=anchors, frozen=frozen)
         master = {n: t.clone() for n, t in prefix.items()}
         want = {g: _recorded(ledger, info, g)}
-        return replay_steps(master, steps[k:], copy.deepcopy(state), expected=want)[0]
+        return replay_steps(master, steps[k:], copy.deepcopy(state), expected=want)
 
     return finish(steps_a, run_a, g_a), finish(steps_b, run_b, g_b), k
 
@@ -336,19 +337,14 @@ MEMBER_NOTE = ("a member has no fingerprint in the ledger: its fingerprint here 
                "its rebuilt weights (RUN@G-1, checked, plus its perturbation)")
 
 
-def _member_weights(ledger: Ledger, info: RunInfo, g: int, index: int, parent: dict) -> dict:
-    """Member `index` of `run@g` built on a copy of `parent` (the checked `run@g-1`, which
-    the other side of a diff may share), as `rebuild` builds it. An LM-MA-ES member also
-    needs the replay state at `run@g-1` (its paths), so `ref_master` rebuilds it whole."""
-    from engine.rebuilding import add_member, ref_master
-    from engine.refs import format_ref
-    from replay.paths import NAME
+def _member_weights(ledger: Ledger, info: RunInfo, g: int, index: int, parent: tuple[dict, Any]) -> dict:
+    """Member `index` of `run@g` built on a copy of `parent` (the checked `run@g-1` and its
+    replay state, which the other side of a diff may share), as `rebuild` builds it (an
+    LM-MA-ES member reads its paths from the state)."""
+    from engine.rebuilding import add_member
 
-    if (ledger.generation(info.name, g).optimizer or {}).get("name") == NAME:
-        return ref_master(ledger, format_ref(info.name, g, index))[1]
-
-    master = {n: t.clone() for n, t in parent.items()}
-    add_member(ledger, info.name, g, index, master)
+    master = {n: t.clone() for n, t in parent[0].items()}
+    add_member(ledger, info.name, g, index, master, parent[1])
     return master
 
 
@@ -374,11 +370,9 @@ def diff(ledger: Ledger, ref_a: str, ref_b: str, device: str = "cpu") -> dict[st
     (run_a, g_a, m_a), (run_b, g_b, m_b) = resolve_member(ledger, ref_a), resolve_member(ledger, ref_b)
     a = (run_a, g_a if m_a is None else g_a - 1)
     b = (run_b, g_b if m_b is None else g_b - 1)
-    master_a, master_b, shared = _replay_pair(ledger, a, b, device)
-    if m_a is not None:
-        master_a = _member_weights(ledger, run_a, g_a, m_a, master_a)
-    if m_b is not None:
-        master_b = _member_weights(ledger, run_b, g_b, m_b, master_b)
+    side_a, side_b, shared = _replay_pair(ledger, a, b, device)
+    master_a = side_a[0] if m_a is None else _member_weights(ledger, run_a, g_a, m_a, side_a)
+    master_b = side_b[0] if m_b is None else _member_weights(ledger, run_b, g_b, m_b, side_b)
     tensors = []
     sq_total = 0.0
     max_total = 0.0
