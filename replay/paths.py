@@ -118,34 +118,39 @@ def member_(out: torch.Tensor, name: str, state: Any, coefficients: Sequence[flo
     return out
 
 
+def _stacked(state: Any, name: str, m: int) -> torch.Tensor | None:
+    """Paths 0..m-1 of tensor `name` as one [m, numel] float64 CPU matrix (an absent path
+    is zeros); None when the tensor has none yet."""
+    rows = [state.buffers.get(kind(j), {}).get(name) for j in range(m)]
+    if all(r is None for r in rows):
+        return None
+    like = next(r for r in rows if r is not None)
+    return torch.stack([(r if r is not None else torch.zeros_like(like)).detach().reshape(-1).cpu().double()
+                        for r in rows])
+
+
 def gram(state: Any, names: Sequence[str], m: int) -> list[list[float]]:
-    """Mⱼ·Mₖ (j, k < m) over the tensors `names`, float64 on the CPU, one tensor at a time
-    (absent paths are zero)."""
+    """Mⱼ·Mₖ (j, k < m) over the tensors `names`, float64 on the CPU, one tensor at a time."""
     total = torch.zeros(m, m, dtype=torch.float64)
     for name in names:
-        rows = [state.buffers.get(kind(j), {}).get(name) for j in range(m)]
-        if all(r is None for r in rows):
-            continue
-        like = next(r for r in rows if r is not None)
-        p = torch.stack([(r if r is not None else torch.zeros_like(like)).detach().reshape(-1).cpu().double()
-                         for r in rows])
-        total += p @ p.T
+        p = _stacked(state, name, m)
+        if p is not None:
+            total += p @ p.T
     return total.tolist()
 
 
-def projections(state: Any, names: Sequence[str], shapes: Mapping[str, int], key: int, m: int) -> list[float]:
-    """Mⱼ·ε(key) for j < m over the tensors `names` (numel by `shapes`), float64, CPU."""
-    out = [0.0] * m
+def projections(state: Any, names: Sequence[str], shapes: Mapping[str, int], keys: Sequence[int],
+                m: int) -> list[list[float]]:
+    """Mⱼ·ε(keyᵢ) for every key i and j < m over the tensors `names` (numel by `shapes`),
+    float64 on the CPU: per tensor, its paths stacked once against all keys' noise."""
+    total = torch.zeros(len(keys), m, dtype=torch.float64)
     for name in names:
-        eps = None
-        for j in range(m):
-            path = state.buffers.get(kind(j), {}).get(name)
-            if path is None:
-                continue
-            if eps is None:
-                eps = generate(tensor_key(key, name), shapes[name]).double()
-            out[j] += float(torch.dot(path.detach().reshape(-1).cpu().double(), eps))
-    return out
+        p = _stacked(state, name, m)
+        if p is None or not keys:
+            continue
+        eps = torch.stack([generate(tensor_key(key, name), shapes[name]).double() for key in keys])
+        total += eps @ p.T
+    return total.tolist()
 
 
 class StateView:
@@ -162,8 +167,8 @@ class StateView:
     def gram(self, m: int) -> list[list[float]]:
         return gram(self.state, self.names, m)
 
-    def projections(self, key: int, m: int) -> list[float]:
-        return projections(self.state, self.names, self.shapes, key, m)
+    def projections(self, keys: Sequence[int], m: int) -> list[list[float]]:
+        return projections(self.state, self.names, self.shapes, keys, m)
 
 
 __all__ = ["NAME", "StateView", "apply", "gram", "kind", "member_", "member_settings", "projections", "settings"]

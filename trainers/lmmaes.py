@@ -64,7 +64,7 @@ class PathView(Protocol):
 
     def gram(self, m: int) -> list[list[float]]: ...
 
-    def projections(self, key: int, m: int) -> list[float]: ...
+    def projections(self, keys: Sequence[int], m: int) -> list[list[float]]: ...  # [key][path]
 
 
 @dataclass(frozen=True)
@@ -202,8 +202,8 @@ class LMMAES:
         gram = [row[:m] for row in self._gram[:m]]
         extra = [0.0] if self.spec.adapt_sigma else []  # p_σ, the last path, has no member terms
         self._paths = []
-        for key in keys:
-            self._alpha, beta = transform(rates, view.projections(key, m), gram, view.steps)
+        for along in view.projections(keys, m):
+            self._alpha, beta = transform(rates, along, gram, view.steps)
             self._paths.append([round_coefficient(self._sigma * b) for b in beta] + extra)
         self._scale = round_coefficient(self._sigma * self._alpha)
         return [Member(i, key, 1, self._alpha, tuple(row)) for i, (key, row) in enumerate(zip(keys, self._paths,
