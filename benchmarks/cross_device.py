@@ -67,7 +67,7 @@ def verify(ledger: str, run: str, device: str) -> tuple[bool, str, float]:
     if p.returncode not in (0, 1):
         return False, f"verify failed ({p.returncode}): {p.stderr.strip()[-400:]}", seconds
     doc = json.loads(p.stdout)
-    return p.returncode == 0, json.dumps(doc)[:300], seconds
+    return p.returncode == 0, json.dumps(doc), seconds
 
 
 def runs_of(ledger: str) -> list[str]:
@@ -100,6 +100,7 @@ def main() -> None:
         ledger = str(workdir / "cross.db")
         for variant in args.variants:
             a, b = args.devices
+            finals: list[str | None] = []
             for i, (trained, replayed) in enumerate(((a, b), (b, a))):
                 run = f"{variant}-{i}-{trained}-to-{replayed}"
                 t_train = train(ledger, workdir, run, VARIANTS[variant], trained, args.generations)
@@ -107,6 +108,11 @@ def main() -> None:
                 failures += not ok
                 print(f"{run:28} trained on {trained} ({t_train:5.1f} s), verify on {replayed}: "
                       f"{'OK' if ok else 'MISMATCH'} ({t_verify:.1f} s) {detail}", flush=True)
+                finals.append(json.loads(detail)["fingerprint"] if ok else None)
+            # Not required (greedy decoding may break a near-tie differently on each device),
+            # but worth knowing: the same config trained on either device, same weights?
+            same = finals[0] is not None and finals[0] == finals[1]
+            print(f"{variant}: the {a}- and {b}-trained runs end at {'the same' if same else 'different'} fingerprints")
         if args.copy_ledger:
             shutil.copy(ledger, args.copy_ledger)
     print(f"{len(args.variants) * 2 - failures} of {len(args.variants) * 2} runs verified across devices")

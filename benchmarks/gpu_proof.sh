@@ -49,5 +49,5 @@ tail -3 "$out/pytest_gpu.log"; tail -4 "$out/cross_device.log"
     --members 32 128 256 --prompts 16 --new-tokens 64 --skip-per-member
   timeout 900 $py benchmarks/population_bench.py --model "$model" --device cuda --dtype bfloat16 \
     --members 32 --prompts 16 --new-tokens 64 --faithfulness
-} 2>&1 | grep -v '^provisioning' | tee "$out/throughput.log"
+} 2>&1 | grep -v '^provisioning' | tee "$out/throughput.log"  # minus the model cache's first-use lines
 echo "gpu_proof done after $((SECONDS - t0)) s"

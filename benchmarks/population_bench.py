@@ -15,7 +15,7 @@ completions.
 
     .venv/bin/python benchmarks/population_bench.py [--members 8 32] [--prompts 16]
         [--new-tokens 64] [--rank 1] [--group 8] [--device cpu|cuda] [--model ...]
-        [--dtype float32|bfloat16] [--faithfulness] [--vllm]
+        [--dtype float32|bfloat16|float16] [--faithfulness] [--vllm]
 """
 
 from __future__ import annotations

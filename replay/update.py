@@ -134,13 +134,13 @@ def apply_step(master: dict[str, torch.Tensor], state: OptimizerState, step: Any
     if name == paths.NAME:
         if pert.kind == "lowrank":
             raise SeedLedgerError(f"generation {step.index}: optimizer paths needs full or adapter perturbations")
-        rule = paths.settings(opt, step.index)
+        path_rule = paths.settings(opt, step.index)
     if state.name != name:
         state.reset(name)  # a fork may switch rules: state restarts from zero
     state.step += 1
     if name == paths.NAME:
         items = [(tname, theta) for tname, theta in master.items() if pert.trained(tname, theta.shape)]
-        paths.apply(items, state, rule, lambda tname, theta: _delta(theta, tname, keys, coefs))
+        paths.apply(items, state, path_rule, lambda tname, theta: _delta(theta, tname, keys, coefs))
         return
     scal = _scalars(name, opt, state.step)
     rule = RULES[name]

@@ -145,6 +145,9 @@ def test_triton_update_random_shapes_cpu_equals_cuda(optimizer, zero_second):
     assert fingerprint(cpu) == fingerprint(gpu) == fingerprint(ref_gpu)
 
 
+LOWRANK = "suffix:q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
+
+
 @pytest.mark.parametrize("kind", ["full", "lowrank"])
 def test_triton_zero_sgd_update_is_identity_on_cuda(kind):
     """No non-zero coefficient: every bit stays, −0.0 and subnormals included (a kernel
@@ -158,9 +161,6 @@ def test_triton_zero_sgd_update_is_identity_on_cuda(kind):
     update.apply_step(master, update.OptimizerState(),
                       ReplayStep("z", 1, keys, [0.0] * 4, 0.001, {"name": "sgd"}, *extra))
     assert all(torch.equal(_bits(master[k]), _bits(before[k])) for k in master)
-
-
-LOWRANK = "suffix:q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
 
 
 @pytest.mark.parametrize("rank", [1, 4, 16])

@@ -103,7 +103,17 @@ def check_dispatch():
     _backend.use_triton.cache_clear()  # read once per process, like fast_cpu
 
 
+def _small_launches() -> None:
+    """Launch shapes smaller than the shipped ones (tuned for a GPU: 16,384-element programs,
+    128×128 tiles), so that the cases below cross program and tile edges; a launch shape
+    changes no bit, each element being a pure function of its index."""
+    from replay import _triton_kernels as tk
+
+    tk.GEN_GROUPS, tk.LOWRANK_TILE = 512, (32, 64)
+
+
 def check_generate():
+    _small_launches()
     cases = [(0, 0), (1, 0), (1, 3), (2, 1), (3, 2), (4, 0), (5, 7), (2047, 1), (2048, 0), (2049, 2),
              (4097, 4093), (10007, 5), (100_003, 0), (100_003, 6), (5, 2**40 + 1), (9, 2**62 - 3)]
     for key in KEYS:
@@ -122,6 +132,7 @@ def check_generate():
 
 
 def check_generate_random():
+    _small_launches()
     rng = np.random.default_rng(0)
     for _ in range(25):
         n = int(rng.integers(0, 30000))
@@ -133,6 +144,7 @@ def check_generate_random():
 
 
 def check_perturb():
+    _small_launches()
     for n in (0, 1, 3, 2047, 2049, 4099, 70001):
         master = special_values(n, n)
         for scale in (noise.round_coefficient(-1e-3), noise.round_coefficient(2.5e-2), 0.0):
@@ -276,6 +288,7 @@ def check_lowrank_apply():
     2**-100 coefficient; frozen tensors untouched; perturb_lowrank_ too."""
     from replay import lowrank
 
+    _small_launches()
     for rank in (1, 4):
         for rule in OPTS:
             fast = {n: special_values(int(np.prod(s)), i).view(s) for i, (n, s) in enumerate(LOWRANK_SHAPES.items())}

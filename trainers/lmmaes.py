@@ -180,7 +180,7 @@ class LMMAES:
     def restore(self, history: list) -> None:
         if self.hyper is not None:
             self.hyper.restore(history)
-        self._last_sigma = None
+        self._last_sigma, self._layout = None, None
         if history:
             self.observe(history[-1])
 
@@ -192,8 +192,11 @@ class LMMAES:
         optimizer = record.optimizer or {}
         paths = optimizer.get("name") == "paths"
         self._last_sigma = record.sigma if paths else None
-        memory = (record.extra or {}).get("lmmaes", {}).get("memory") if paths else None
-        self._layout = (memory, len(optimizer.get("decay", ())) > memory) if isinstance(memory, int) else None
+        told = (record.extra or {}).get("lmmaes")
+        memory = told.get("memory") if paths and isinstance(told, dict) else None
+        decay = optimizer.get("decay")
+        ok = isinstance(memory, int) and not isinstance(memory, bool) and isinstance(decay, list)
+        self._layout = (memory, len(decay) > memory) if ok else None
 
     def ask(self, run_key: int, generation: int) -> list[Member]:
         view, rates = self._need()

@@ -16,9 +16,9 @@ Both kinds add a rank-r term to a targeted linear's output, per member:
 
 Rows are member-major (member m owns `rows_per_member` consecutive rows), so a
 [rows, seq, in] activation is viewed as [members, rows·seq, in] and the term is two
-`bmm`s without gathering anything per row (the second one, `baddbmm`, also adds the term to
-the output: a decode step is dispatch-bound on a GPU, and each linear's hook costs as many
-dispatches as it has ops). A group's factors or adapters are built once
+`bmm`s without gathering anything per row (for low-rank ES the second one, `baddbmm`, also
+adds the term to the output: a decode step is dispatch-bound on a GPU, and each linear's hook
+costs as many dispatches as it has ops; LoRA scales by p before adding, as PEFT does). A group's factors or adapters are built once
 per `members` block (memory O(members·r·(in+out)) per targeted linear, never a member's
 full matrix). This is evaluation, not replay: the matmuls are ordinary (BLAS) ones; what
 is exact is the update, in replay, and the member adapters (`noise.perturb_`).
@@ -113,7 +113,8 @@ class RowTerms:
         device, dtype = self._like.device, self.dtype
         distinct = list(dict.fromkeys(keys))
         where = torch.tensor([distinct.index(k) for k in keys], device=device)
-        scale = torch.tensor([float(s) * sigma * p.inv_sqrt_rank for s in signs], device=device).view(-1, 1, 1)
+        scale = torch.tensor([float(s) * sigma * p.inv_sqrt_rank for s in signs], dtype=torch.float32,
+                             device=device).view(-1, 1, 1)
         terms = {}
         for name, module in self.targets.items():
             a, b = stacked_factors(distinct, f"{name}.weight", tuple(module.weight.shape), p.rank, device=device)

@@ -286,7 +286,8 @@ def _recorded(ledger: Ledger, info: RunInfo, g: int) -> str | None:
     return ledger.generation(info.name, g).fingerprint if g else info.base_fingerprint
 
 
-def _replay_pair(ledger: Ledger, a: tuple[RunInfo, int], b: tuple[RunInfo, int], device: str):
+def _replay_pair(ledger: Ledger, a: tuple[RunInfo, int], b: tuple[RunInfo, int],
+                 device: str) -> tuple[tuple[dict, Any], tuple[dict, Any], int]:
     """(master, replay state) at both refs, replaying their shared prefix once, and the
     prefix length; every result is checked against the ledger's fingerprint (replay raises
     VerifyMismatch otherwise)."""
