@@ -27,14 +27,10 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = {
-    "model": "tiny",
-    "task": {"name": "arithmetic", "rewards": ["task", {"fn": "length", "limit": 12}]},
-    "population": 4,
-    "batch_size": 2,
-    "max_new_tokens": 4,
-    "seed": 7,
-}
+sys.path.insert(0, str(ROOT))
+
+from tests.support.configs import TINY  # noqa: E402  (the suite's tiny config: rewards that vary)
+
 VARIANTS = {
     "full-sgd": {},
     "full-adam": {"optimizer": {"name": "adam"}, "lr": 1e-3},

@@ -39,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ledger.errors import SeedLedgerError
 from replay.noise import member_key, round_coefficient
+from replay.paths import NAME as PATHS
 from trainers.adaptation import Hyperparameters
 from trainers.cmaes import ranking
 from trainers.es import Member
@@ -190,10 +191,10 @@ class LMMAES:
         if self.hyper is not None:
             self.hyper.observe(record)
         optimizer = record.optimizer or {}
-        paths = optimizer.get("name") == "paths"
-        self._last_sigma = record.sigma if paths else None
+        mine = optimizer.get("name") == PATHS
+        self._last_sigma = record.sigma if mine else None
         told = (record.extra or {}).get("lmmaes")
-        memory = told.get("memory") if paths and isinstance(told, dict) else None
+        memory = told.get("memory") if mine and isinstance(told, dict) else None
         decay = optimizer.get("decay")
         ok = isinstance(memory, int) and not isinstance(memory, bool) and isinstance(decay, list)
         self._layout = (memory, len(decay) > memory) if ok else None
@@ -241,7 +242,7 @@ class LMMAES:
         rates_c = list(rates.cc) + ([rates.csigma] if self.spec.adapt_sigma else [])
         unit = lr * self._scale
         self._rule = {
-            "name": "paths",
+            "name": PATHS,
             "decay": [1.0 - c for c in rates_c],
             "gain": [math.sqrt(self.mu_w * c * (2.0 - c)) / unit for c in rates_c],
             "move": [round_coefficient(v) for v in move] + ([0.0] if self.spec.adapt_sigma else []),
