@@ -1,32 +1,42 @@
-"""Evolution paths as replay state: the update rule `paths` (LM-MA-ES, `trainers/lmmaes.py`).
+"""Vectors the size of the trained weights as replay state: the update rule `paths`.
 
-A limited-memory matrix-adaptation ES keeps m vectors Mⱼ the size of the trained weights
-(its evolution paths) and samples members along them. A path is a decayed sum of every
-earlier generation's weighted noise, so no finite list of keys names it; here it is
-replay state, derived by replaying from the base (or an anchor) exactly like Adam's
-moments, and kept in `OptimizerState.buffers["path{j}"]` (zero before the first step).
+Two policies keep such vectors, which no finite list of keys names, and so derive them by
+replaying from the base (or an anchor) exactly like Adam's moments, in
+`OptimizerState.buffers["path{j}"]` (zero before the first step):
+
+- LM-MA-ES (`trainers/lmmaes.py`): m evolution paths, each a decayed sum of every earlier
+  generation's weighted noise;
+- a GA with several survivors (`trainers/ga.py`, `ga.survivors`): survivor k + 1 as its
+  offset from the master (survivor 0).
 
 A `paths` step records in its optimizer dict, besides ``name: paths``:
 
-- ``decay``, ``gain``, ``move``: m numbers each, the step's path arithmetic;
+- ``move``: m numbers, the master's move along the paths;
+- either ``decay`` and ``gain`` (m numbers each: the paths decay and take g) or ``mix``
+  (m rows of m numbers) and ``noise`` (m rows of one rounded coefficient per member):
+  the paths are recombined from the old ones and the generation's noise;
 - ``shrink``: α, the factor on every member's own noise;
 - ``members``: per member (member order) m path coefficients bᵢⱼ (rounded).
 
 Per trained tensor, with g = Σᵢ cᵢ·εᵢ (the SGD kernel's sum, onto +0.0):
 
     θ  = θ + g;  θ = θ + M₀·move₀;  …;  θ = θ + Mₘ₋₁·moveₘ₋₁     (the paths before the step)
-    Mⱼ = Mⱼ·decayⱼ + g·gainⱼ
+    Mⱼ = Mⱼ·decayⱼ + g·gainⱼ                                      (decay/gain), or
+    Mⱼ = ((+0.0 + M₀·mixⱼ₀) + … + Mₘ₋₁·mixⱼ,ₘ₋₁) + Σᵢ noiseⱼᵢ·εᵢ    (mix/noise; old paths, zero
+                                                                  terms skipped)
 
 and member i, evaluated before the step, is cast(θ + round(signᵢ·σ·α)·εᵢ) + M₀·bᵢ₀ + … in
 that order (`member_`). Every op is one fp32 IEEE op with fp32 scalars (each number
 rounded once from its float64 record), so CPU and CUDA give the same bits; the numbers
-themselves come from the policy's float64 arithmetic on dot products of the paths, which
-is why they are recorded rather than recomputed: replay never takes a dot product.
+themselves come from the policy's float64 arithmetic (dot products of the paths, for
+LM-MA-ES), which is why they are recorded rather than recomputed: replay never takes a
+dot product.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -34,7 +44,7 @@ import torch
 
 from ledger.errors import SeedLedgerError
 
-from .noise import generate, tensor_key
+from .noise import check_coefficient, generate, tensor_key
 
 NAME = "paths"
 MAX_PATHS = 257  # lmmaes.memory ≤ 256, plus p_σ: a record may not ask for more buffers
@@ -50,14 +60,15 @@ def _f32(x: float) -> float:
     return float(np.float32(x))
 
 
-def _numbers(opt: Mapping[str, Any], field: str, index: int, m: int | None = None) -> list[float]:
+def _numbers(opt: Mapping[str, Any], field: str, index: int, m: int | None = None,
+             limit: int | None = MAX_PATHS) -> list[float]:
     values = opt.get(field)
     if not isinstance(values, list | tuple) or (m is not None and len(values) != m):
         want = f"a list of {m} numbers" if m is not None else "a list of numbers"
         raise SeedLedgerError(f"generation {index}: optimizer paths needs {field!r} as {want}")
-    if len(values) > MAX_PATHS:
+    if limit is not None and len(values) > limit:
         raise SeedLedgerError(f"generation {index}: optimizer paths: {field!r} has {len(values)} entries, "
-                              f"more than {MAX_PATHS}")
+                              f"more than {limit}")
     out = []
     for v in values:
         if isinstance(v, bool) or not isinstance(v, int | float) or not -FP32_MAX <= v <= FP32_MAX:
@@ -67,18 +78,58 @@ def _numbers(opt: Mapping[str, Any], field: str, index: int, m: int | None = Non
     return out
 
 
-def settings(opt: Mapping[str, Any], index: int) -> tuple[list[float], list[float], list[float]]:
-    """(decay, gain, move) of a recorded `paths` optimizer dict, as fp32 scalars;
-    SeedLedgerError (one line) when malformed."""
-    decay = _numbers(opt, "decay", index)
-    if not decay:
+@dataclass(frozen=True)
+class Rule:
+    """A recorded `paths` step as fp32 scalars (`settings`): the paths either decay and take
+    g (`decay`, `gain`) or are recombined (`mix`, `noise`); the other pair is empty."""
+
+    move: list[float]
+    decay: list[float] = field(default_factory=list)
+    gain: list[float] = field(default_factory=list)
+    mix: list[list[float]] = field(default_factory=list)
+    noise: list[list[float]] = field(default_factory=list)
+
+    @property
+    def memory(self) -> int:
+        return len(self.move)
+
+
+def _rows(opt: Mapping[str, Any], field_: str, index: int, rows: int, width: int | None,
+          limit: int | None = MAX_PATHS) -> list[list[float]]:
+    values = opt.get(field_)
+    if not isinstance(values, list | tuple) or len(values) != rows:
+        raise SeedLedgerError(f"generation {index}: optimizer paths needs {field_!r} as {rows} rows")
+    out = [_numbers({field_: row}, field_, index, width, limit) for row in values]
+    if width is None and len({len(row) for row in out}) > 1:
+        raise SeedLedgerError(f"generation {index}: optimizer paths: {field_!r} rows differ in length")
+    return out
+
+
+def settings(opt: Mapping[str, Any], index: int, members: int | None = None) -> Rule:
+    """The `Rule` of a recorded `paths` optimizer dict (`members`: the generation's member
+    count, which every `noise` row must match); SeedLedgerError (one line) when malformed."""
+    move = _numbers(opt, "move", index)
+    m = len(move)
+    if not m:
         raise SeedLedgerError(f"generation {index}: optimizer paths needs at least one path")
-    return decay, _numbers(opt, "gain", index, len(decay)), _numbers(opt, "move", index, len(decay))
+    decaying, mixing = "decay" in opt or "gain" in opt, "mix" in opt or "noise" in opt
+    if decaying == mixing:
+        raise SeedLedgerError(f"generation {index}: optimizer paths needs either 'decay' and 'gain' "
+                              "or 'mix' and 'noise'")
+    if decaying:
+        return Rule(move, decay=_numbers(opt, "decay", index, m), gain=_numbers(opt, "gain", index, m))
+    noise = _rows(opt, "noise", index, m, members, limit=None)  # one coefficient per member
+    for row in opt["noise"]:
+        try:
+            [check_coefficient(float(c)) for c in row]
+        except ValueError as exc:
+            raise SeedLedgerError(f"generation {index}: optimizer paths 'noise': {exc}") from None
+    return Rule(move, mix=_rows(opt, "mix", index, m, m), noise=noise)
 
 
 def member_settings(opt: Mapping[str, Any], index: int, member: int) -> tuple[float, list[float]]:
     """(α, member `member`'s path coefficients) of a recorded `paths` optimizer dict."""
-    m = len(settings(opt, index)[0])
+    m = settings(opt, index).memory
     shrink = opt.get("shrink")
     if isinstance(shrink, bool) or not isinstance(shrink, int | float) or not 0.0 < shrink <= 1.0:
         raise SeedLedgerError(f"generation {index}: optimizer paths needs 'shrink' in (0, 1], got {shrink!r}")
@@ -88,23 +139,36 @@ def member_settings(opt: Mapping[str, Any], index: int, member: int) -> tuple[fl
     return float(shrink), _numbers({"b": rows[member]}, "b", index, m)
 
 
-def apply(items: Sequence[tuple[str, torch.Tensor]], state: Any,
-          rule: tuple[list[float], list[float], list[float]],
-          delta: Callable[[str, torch.Tensor], torch.Tensor]) -> None:
-    """One `paths` step on the trained tensors `items` (name, fp32 master), in place;
-    `rule` is `settings(...)` of the recorded dict, `delta(name, theta)` is g for that
-    tensor (replay's SGD kernel onto zeros)."""
-    decay, gain, move = rule
+def apply(items: Sequence[tuple[str, torch.Tensor]], state: Any, rule: Rule,
+          delta: Callable[[str, torch.Tensor, Sequence[float] | None], torch.Tensor]) -> None:
+    """One `paths` step on the trained tensors `items` (name, fp32 master), in place.
+    `delta(name, theta, coefficients)` is Σᵢ cᵢ·εᵢ for that tensor (replay's SGD kernel
+    onto zeros), the generation's recorded coefficients when `coefficients` is None."""
     for name, theta in items:
-        g = delta(name, theta)
-        paths = [state.buffer(kind(j), name, theta) for j in range(len(decay))]
+        g = delta(name, theta, None)
+        paths = [state.buffer(kind(j), name, theta) for j in range(rule.memory)]
+        fresh = [_recombined(paths, mix, delta(name, theta, noise)) for mix, noise in zip(rule.mix, rule.noise,
+                                                                                          strict=True)]
         theta.add_(g)
-        for path, mv in zip(paths, move, strict=True):
+        for path, mv in zip(paths, rule.move, strict=True):
             if mv != 0.0:
                 theta.add_(torch.mul(path, mv))
-        for path, dc, gn in zip(paths, decay, gain, strict=True):
-            path.mul_(dc)
-            path.add_(torch.mul(g, gn))
+        if rule.decay:
+            for path, dc, gn in zip(paths, rule.decay, rule.gain, strict=True):
+                path.mul_(dc)
+                path.add_(torch.mul(g, gn))
+        else:
+            for path, new in zip(paths, fresh, strict=True):  # after every read of the old paths
+                path.copy_(new)
+
+
+def _recombined(paths: Sequence[torch.Tensor], mix: Sequence[float], noise: torch.Tensor) -> torch.Tensor:
+    """(+0.0 + Σₗ pathsₗ·mixₗ, zero terms skipped) + noise, a fresh tensor."""
+    out = torch.zeros_like(noise)
+    for path, x in zip(paths, mix, strict=True):
+        if x != 0.0:
+            out.add_(torch.mul(path, x))
+    return out.add_(noise)
 
 
 def member_(out: torch.Tensor, name: str, state: Any, coefficients: Sequence[float]) -> torch.Tensor:
@@ -171,4 +235,4 @@ class StateView:
         return projections(self.state, self.names, self.shapes, keys, m)
 
 
-__all__ = ["NAME", "StateView", "apply", "gram", "kind", "member_", "member_settings", "projections", "settings"]
+__all__ = ["NAME", "Rule", "StateView", "apply", "gram", "kind", "member_", "member_settings", "projections", "settings"]

@@ -108,7 +108,8 @@ def _unrounded(coefficients: list[float]) -> float | None:
 
 def _optimizer(g: int, opt: dict[str, Any], members: int) -> None:
     name = opt.get("name", "sgd")
-    if name == paths.NAME:  # LM-MA-ES: lists of numbers, one row per member
+    if name == paths.NAME:  # LM-MA-ES, a GA's survivors: lists of numbers, one row per member
+        paths.settings(opt, g, members)
         for member in range(members):
             paths.member_settings(opt, g, member)
         if len(opt["members"]) != members:

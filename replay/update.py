@@ -24,8 +24,9 @@ Rules (spec v1; defaults apply when the recorded optimizer dict omits a key):
   adam:     m = m·β1 + g·(1−β1);  v = v·β2 + (g·g)·(1−β2);
             θ = θ + (m / (√v·(1/√bc2) + eps))·(lr/bc1)  (β1=0.9, β2=0.999, eps=1e-8,
             bc_k = 1 − β_k^t by repeated float64 multiplication, t = steps so far)
-  paths:    θ = θ + g + Σⱼ Mⱼ·moveⱼ;  Mⱼ = Mⱼ·decayⱼ + g·gainⱼ   (``replay.paths``: LM-MA-ES's
-            evolution paths as state; full-kind tensors only)
+  paths:    θ = θ + g + Σⱼ Mⱼ·moveⱼ;  Mⱼ = Mⱼ·decayⱼ + g·gainⱼ  or  Σₗ Mₗ·mixⱼₗ + Σᵢ noiseⱼᵢ·εᵢ
+            (``replay.paths``: LM-MA-ES's evolution paths or a GA's survivors as state;
+            full-kind tensors only)
 """
 
 from __future__ import annotations
@@ -123,8 +124,8 @@ def apply_step(master: dict[str, torch.Tensor], state: OptimizerState, step: Any
         pert = perturbation or step_perturbation(step)
     except SeedLedgerError as exc:
         raise SeedLedgerError(f"generation {step.index}: {exc}") from None
-    keys, coefs, opt = _step_inputs(step)
-    keys, coefs = _nonzero(keys, coefs)
+    every_key, coefs, opt = _step_inputs(step)
+    keys, coefs = _nonzero(every_key, coefs)
     name = str(opt.get("name", "sgd"))
     if name not in BUFFERS:
         raise SeedLedgerError(f"generation {step.index}: unknown optimizer {name!r}")
@@ -134,13 +135,14 @@ def apply_step(master: dict[str, torch.Tensor], state: OptimizerState, step: Any
     if name == paths.NAME:
         if pert.kind == "lowrank":
             raise SeedLedgerError(f"generation {step.index}: optimizer paths needs full or adapter perturbations")
-        path_rule = paths.settings(opt, step.index)
+        path_rule = paths.settings(opt, step.index, len(every_key))
     if state.name != name:
         state.reset(name)  # a fork may switch rules: state restarts from zero
     state.step += 1
     if name == paths.NAME:
         items = [(tname, theta) for tname, theta in master.items() if pert.trained(tname, theta.shape)]
-        paths.apply(items, state, path_rule, lambda tname, theta: _delta(theta, tname, keys, coefs))
+        paths.apply(items, state, path_rule,
+                    lambda tname, theta, c: _delta(theta, tname, *((keys, coefs) if c is None else _nonzero(every_key, c))))
         return
     scal = _scalars(name, opt, state.step)
     rule = RULES[name]
