@@ -283,6 +283,7 @@ class TrainConfig(Strict):
                 raise ValueError("algorithm ga: genomes are single mutations; set mirrored: false")
             if (self.ga or GASpec()).parents > self.population:
                 raise ValueError("ga.parents: more parents than the population holds")
+            self._ga_survivors()
         if self.ga is not None and self.algorithm != "ga":
             raise ValueError("ga: settings given but algorithm is not ga")
         if self.cmaes is not None and self.algorithm != "cmaes":
@@ -294,6 +295,23 @@ class TrainConfig(Strict):
         if self.algorithm == "lmmaes":
             self._lmmaes_settings()
         return self
+
+    def _ga_survivors(self) -> None:
+        """Survivors beyond the master ride as offsets the size of the trained weights that
+        members are built from in the evaluating process: adapter runs on the in-process hf
+        backend, like LM-MA-ES's paths."""
+        survivors = (self.ga or GASpec()).survivors
+        if survivors == 1:
+            return
+        if self.train == "full":
+            raise ValueError(f"ga.survivors: {survivors} survivors keep {survivors - 1} offsets the size of the "
+                             "trained weights; train an adapter (train: lora)")
+        if self.backend != "hf" or self.workers.pool != "local":
+            raise ValueError("ga.survivors: members carry offset terms only the in-process hf backend builds; "
+                             "use backend: hf and workers.pool: local")
+        if survivors >= self.population:
+            raise ValueError(f"ga.survivors: {survivors} survivors leave no room for children in a population "
+                             f"of {self.population}")
 
     def _lmmaes_settings(self) -> None:
         """LM-MA-ES keeps m paths the size of the trained weights and builds members from

@@ -144,7 +144,7 @@ def train(
     previous_commit: float | None = None  # seconds the last commit of this session took
     for generation in range(start + 1, start + generations + 1):
         started = time.perf_counter()
-        if hasattr(policy, "attach"):  # members built along the replay state (LM-MA-ES's paths)
+        if hasattr(policy, "attach"):  # members built from dot products with LM-MA-ES's paths
             policy.attach(StateView(*pool.state(), perturbation.trained))
         lr, sigma, policy_extra = policy.hyperparameters(generation)
         members = policy.ask(run.run_key, generation)

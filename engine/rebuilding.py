@@ -37,7 +37,7 @@ def add_member(ledger: Ledger, run: str, g: int, index: int, master: dict[str, t
                state: OptimizerState | None = None) -> None:
     """Turn `master` (the weights at `run@g-1`) into member `index` of `run@g`, in place:
     the weights it was evaluated with (`replay.rebuild.apply_member`, in the generation's
-    perturbation kind; an LM-MA-ES member also needs `state`, the replay state at
+    perturbation kind; a member of a `paths` generation also needs `state`, the replay state at
     `run@g-1`). One place for `rebuild`, `diff` and the API."""
     m = ledger.generation(run, g).members[index]
     apply_member(master, ledger.replay_history(run, upto=g)[-1], m.key, m.sign, member=index, state=state)

@@ -65,9 +65,9 @@ def member_entry(ledger: Ledger, run: str, g: int, index: int) -> SeedMember:
         raise SeedLedgerError(f"{run}@{g} has members 0..{len(members) - 1}, not {index}")
     step = ledger.replay_history(run, upto=g)[-1]
     if (step.optimizer or {}).get("name") == "paths":  # replay.paths.NAME; ledger cannot import replay
-        raise SeedLedgerError(f"{run}@{g}#{index} is an LM-MA-ES member: its weights ride the run's evolution "
-                              "paths, which a seed file (format 3) does not name; export the run, or "
-                              f"rebuild {run}@{g}#{index} -o DIR")
+        raise SeedLedgerError(f"{run}@{g}#{index} rides vectors of the replay state (an LM-MA-ES member's "
+                              "evolution paths, a GA's survivor offsets), which a seed file (format 3) does not "
+                              f"name; export the run, or rebuild {run}@{g}#{index} -o DIR")
     m = members[index]
     return SeedMember(g, index, m.key, m.sign, step.sigma, step.run, step.noise_spec, step.param_selection)
 

@@ -194,12 +194,13 @@ def apply_member(master: dict[str, torch.Tensor], step: Any, key: int, sign: int
     was evaluated with. Built by ``apply_step`` as a one-term SGD step (the same code every
     update runs); a sign-0 member (a GA's elite) is the master itself, untouched.
 
-    A ``paths`` step (LM-MA-ES) scales the noise by its recorded α and then adds member
-    ``member``'s path terms from ``state`` (the replay state at the generation's start)."""
+    A ``paths`` step (LM-MA-ES, a GA with survivors) scales the noise by its recorded α and
+    then adds member ``member``'s path terms from ``state`` (the replay state at the
+    generation's start)."""
     shrink, terms = 1.0, []
     if (step.optimizer or {}).get("name") == paths.NAME:
         if member is None or state is None:
-            raise SeedLedgerError(f"generation {step.index}: an LM-MA-ES member needs its index and the replay state")
+            raise SeedLedgerError(f"generation {step.index}: a member of a paths generation needs its index and the replay state")
         shrink, terms = paths.member_settings(step.optimizer, step.index, member)
     scale = round_coefficient(sign * round_coefficient(step.sigma * shrink))
     if scale != 0.0:

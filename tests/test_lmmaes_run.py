@@ -120,7 +120,7 @@ def test_a_member_seed_file_is_refused_in_one_line(lm_run):
     tmp = lm_run
     proc = cli("export", "l@2#1", "-o", tmp / "m.seeds", "--ledger", tmp / "l.db", check=False)
     assert proc.returncode != 0 and not (tmp / "m.seeds").exists()
-    assert "LM-MA-ES member" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert "an LM-MA-ES member's evolution paths" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 
 
 def test_show_and_diff_name_a_member_along_the_paths(lm_run):

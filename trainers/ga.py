@@ -33,6 +33,26 @@ State: none beyond the master. Each generation's choice depends only on its own 
 so resume and fork need nothing but the records. The generation's record carries, in
 `extra["ga"]`, the parents, crossover key and weight, and the species of every genome.
 Ties break by member index.
+
+Several survivors (`survivors: K > 1`, adapter runs): the K selected genomes S₀ … S_{K−1}
+(the K best by shared fitness, or the distinct winners of K tournaments) all live on, so
+a population keeps several lineages and fitness sharing keeps them apart. S₀ becomes the
+master; S_k (k ≥ 1) is kept as its offset M_{k−1} = S_k − S₀ from the master, a vector the
+size of the adapter held as replay state by the `paths` rule (`replay.paths`, its
+`mix`/`noise` form), so every genome is still the master plus recorded numbers times
+keyed noise and replayed vectors. Generation g + 1 evaluates, in member order, the
+survivors unmutated (elitism: sign 0, path coefficient 1 on its offset) and then children:
+each draws (from the generation's breeding key) one survivor, or with probability
+`crossover` two distinct survivors a, b and a weight w on the 1/4096 grid, and is
+
+    master + σ·ε(key) + Σₖ bₖ·M_k,   b the child's weights on the survivors' offsets
+                                     (w·S_a + (1 − w)·S_b = master + w·M_a + (1 − w)·M_b)
+
+The generation's `paths` rule then moves the master to S₀ (coefficient round(σ·sign) on
+its noise, move = its b) and sets M_{k−1} = Σₗ (b(S_k) − b(S₀))ₗ·Mₗ + round(σ·sign)·ε(S_k)
+− round(σ·sign)·ε(S₀): S_k − S₀ up to fp32 rounding (RUN@g#m always rebuilds exactly what
+was evaluated). The record's `extra["ga"]` adds the survivors and every member's breeding
+(parents and weight). `parents` is not used: the K survivors are the parents.
 """
 
 from __future__ import annotations
@@ -45,11 +65,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from replay.hashing import MASK64, mix
 from replay.noise import member_key, round_coefficient
+from replay.paths import NAME as PATHS
 from trainers.adaptation import Hyperparameters
 from trainers.es import Member
 from trainers.optim import OptimizerSpec
 
 SELECTION_SLOT = 2_000_000  # the generation's selection/crossover key: member_key(run, g, slot)
+BREEDING_SLOT = 2_000_001  # which survivors each child of the generation descends from
 WEIGHT_BITS = 12
 
 
@@ -71,11 +93,29 @@ class GASpec(BaseModel):
     crossover: float = Field(0.5, ge=0.0, le=1.0, description="probability of arithmetic crossover")
     elitism: bool = Field(True, description="member 0 is the unmutated master, re-scored")
     sharing: Sharing | None = Field(None, description="fitness sharing over per-sample rewards")
+    survivors: int = Field(1, ge=1, le=64, description="genomes kept across generations (> 1: adapter runs; "
+                                                       "the rest ride as offsets from the master)")
 
 
 def uniform(key: int, draw: int) -> float:
     """The `draw`-th uniform in [0, 1) from `key` (53 bits of a splitmix mix)."""
     return (mix(key, draw) >> 11) / float(1 << 53)
+
+
+def weight(key: int, draw: int) -> float:
+    """A crossover weight on the 1/4096 grid (exact in fp32 and as a coefficient)."""
+    return math.floor(uniform(key, draw) * (1 << WEIGHT_BITS)) / (1 << WEIGHT_BITS)
+
+
+def breed(key: int, child: int, survivors: int, crossover: float) -> dict[int, float]:
+    """Child `child`'s weights on the survivors {index: weight}: one survivor, or with
+    probability `crossover` two distinct ones weighted w and 1 − w (draws 4·child.. of `key`)."""
+    first = int(uniform(key, 4 * child + 1) * survivors)
+    if survivors < 2 or uniform(key, 4 * child) >= crossover:
+        return {first: 1.0}
+    second = (first + 1 + int(uniform(key, 4 * child + 2) * (survivors - 1))) % survivors
+    w = weight(key, 4 * child + 3)
+    return {first: w, second: 1.0 - w} if 0.0 < w else {second: 1.0}
 
 
 def distance(a: Sequence[float], b: Sequence[float]) -> float:
@@ -114,16 +154,18 @@ def species(fitness: Sequence[float], vectors: Sequence[Sequence[float]], radius
     return out
 
 
-def select(fitness: Sequence[float], spec: GASpec, key: int) -> list[int]:
-    """Parent indices, best first: the `parents` best, or `parents` tournament winners
-    (draws 2.. of `key`; a genome may win twice). Ties break by member index."""
+def select(fitness: Sequence[float], spec: GASpec, key: int, count: int | None = None) -> list[int]:
+    """Parent indices, best first: the `count` (default `parents`) best, or `count`
+    tournament winners (draws 2.. of `key`; a genome may win twice). Ties break by member
+    index."""
     n = len(fitness)
+    count = spec.parents if count is None else count
     rank = sorted(range(n), key=lambda i: (-fitness[i], i))
     if spec.selection == "truncation":
-        return rank[: min(spec.parents, n)]
+        return rank[: min(count, n)]
     position = {m: p for p, m in enumerate(rank)}
     winners, draw = [], 2
-    for _ in range(spec.parents):
+    for _ in range(count):
         entrants = []
         for _ in range(spec.tournament):
             entrants.append(int(uniform(key, draw) * n))
@@ -138,11 +180,17 @@ class GA:
     def __init__(self, population: int, spec: GASpec, hyperparameters: Hyperparameters | None = None):
         if population < 2:
             raise ValueError(f"a GA needs a population of at least 2, got {population}")
+        if spec.survivors > 1 and population <= spec.survivors:
+            raise ValueError(f"ga.survivors: {spec.survivors} survivors leave no room for children in a population "
+                             f"of {population}")
         self.population = population
         self.spec = spec
         self.hyper = hyperparameters
         self._key = 0
         self._sigma = 0.0
+        self._kept = 1  # survivors the last record left: the master and kept − 1 offsets
+        self._bred: list[dict[int, float] | None] = []  # per member: weights on survivors (None: elite)
+        self._rule: dict = {}
         self._told: dict = {}
 
     def hyperparameters(self, generation: int) -> tuple[float, float, dict]:
@@ -155,17 +203,43 @@ class GA:
     def restore(self, history: list) -> None:
         if self.hyper is not None:
             self.hyper.restore(history)
+        self._kept = 1
+        if history:
+            self._kept = self._survivors_of(history[-1])
 
     def observe(self, record) -> None:
         if self.hyper is not None:
             self.hyper.observe(record)
+        self._kept = self._survivors_of(record)
+
+    def _survivors_of(self, record) -> int:
+        """How many survivors `record` left in the replay state for this GA to breed from:
+        1 unless it is a survivors GA's `paths` record (a fork keeps at most its own K)."""
+        told = (record.extra or {}).get("ga")
+        kept = told.get("survivors") if isinstance(told, dict) else None
+        if (record.optimizer or {}).get("name") != PATHS or not isinstance(kept, list) or not kept:
+            return 1
+        return min(len(kept), self.spec.survivors)
 
     def ask(self, run_key: int, generation: int) -> list[Member]:
         self._key = member_key(run_key, generation, SELECTION_SLOT)
-        return [
-            Member(i, member_key(run_key, generation, i), 0 if self.spec.elitism and i == 0 else 1)
-            for i in range(self.population)
-        ]
+        if self.spec.survivors == 1:
+            return [
+                Member(i, member_key(run_key, generation, i), 0 if self.spec.elitism and i == 0 else 1)
+                for i in range(self.population)
+            ]
+        breeding = member_key(run_key, generation, BREEDING_SLOT)
+        elites = self._kept if self.spec.elitism else 0
+        self._bred = [None if i < elites else breed(breeding, i, self._kept, self.spec.crossover)
+                      for i in range(self.population)]
+        return [Member(i, member_key(run_key, generation, i), 0 if bred is None else 1, 1.0,
+                       tuple(self._offsets({i: 1.0} if bred is None else bred)))
+                for i, bred in enumerate(self._bred)]
+
+    def _offsets(self, weights: Mapping[int, float]) -> list[float]:
+        """Weights on survivors as coefficients on the offsets M₀ … M_{K−2} (survivor 0 is
+        the master and has none)."""
+        return [weights.get(k + 1, 0.0) for k in range(self.spec.survivors - 1)]
 
     def tell(
         self, members: list[Member], rewards: list[float], *, lr: float, optimizer: OptimizerSpec,
@@ -184,31 +258,63 @@ class GA:
         ]
         sharing = self.spec.sharing
         fitness = shared_fitness(rewards, vectors, sharing) if sharing else list(rewards)
+        told = {
+            "crossover_key": str(self._key & MASK64),
+            "fitness": fitness,
+            "species": species(fitness, vectors, sharing.radius) if sharing else None,
+        }
+        if self.spec.survivors > 1:
+            coefficients = self._survive(members, fitness, told)
+        else:
+            coefficients = self._child(members, fitness, told)
+            self._rule = optimizer.record(lr)
+        self._told = {"ga": told}
+        return coefficients
+
+    def _child(self, members: list[Member], fitness: list[float], told: dict) -> list[float]:
+        """One survivor: the next master is the best parent or the crossover of the two best."""
         parents = select(fitness, self.spec, self._key)
         cross = len(set(parents)) >= 2 and uniform(self._key, 0) < self.spec.crossover
         coefficients = [0.0] * len(members)
         a = parents[0]
         if cross:
             b = next(p for p in parents if p != a)
-            w = math.floor(uniform(self._key, 1) * (1 << WEIGHT_BITS)) / (1 << WEIGHT_BITS)
+            w = weight(self._key, 1)
             coefficients[a] = round_coefficient(self._sigma * members[a].sign * w)
             coefficients[b] = round_coefficient(self._sigma * members[b].sign * (1.0 - w))
         else:
             b, w = None, 1.0
             coefficients[a] = round_coefficient(self._sigma * members[a].sign)
-        self._told = {"ga": {
-            "parents": parents,
-            "child": [a] if b is None else [a, b],
-            "weight": w,
-            "crossover_key": str(self._key & MASK64),
-            "fitness": fitness,
-            "species": species(fitness, vectors, sharing.radius) if sharing else None,
-        }}
+        told |= {"parents": parents, "child": [a] if b is None else [a, b], "weight": w}
         return coefficients
+
+    def _survive(self, members: list[Member], fitness: list[float], told: dict) -> list[float]:
+        """K survivors: the master moves to the best, the others become offsets from it
+        (the `paths` rule's mix/noise form; the module docstring)."""
+        survivors = list(dict.fromkeys(select(fitness, self.spec, self._key, self.spec.survivors)))
+        scale = [round_coefficient(self._sigma * m.sign) for m in members]
+        best = survivors[0]
+        coefficients = [0.0] * len(members)
+        coefficients[best] = scale[best]
+        m = self.spec.survivors - 1
+        mix, noise = [[0.0] * m for _ in range(m)], [[0.0] * len(members) for _ in range(m)]
+        for k, s in enumerate(survivors[1:]):
+            mix[k] = [x - y for x, y in zip(members[s].paths, members[best].paths, strict=True)]
+            noise[k][s] = scale[s]
+            noise[k][best] -= scale[best]  # 0.0, not −0.0, for an elite
+        self._rule = {"name": PATHS, "move": list(members[best].paths), "mix": mix, "noise": noise,
+                      "shrink": 1.0, "members": [list(mb.paths) for mb in members]}
+        told |= {"parents": survivors, "child": [best], "weight": 1.0, "survivors": survivors,
+                 "breeding": [None if bred is None else [[k, w] for k, w in bred.items()] for bred in self._bred]}
+        return coefficients
+
+    def update_rule(self, lr: float) -> dict:
+        """The optimizer dict the generation records: SGD, or with survivors the `paths` rule."""
+        return dict(self._rule)
 
     def told(self) -> dict:
         """What the last `tell` decided, for the generation record's `extra`."""
         return self._told
 
 
-__all__ = ["GA", "GASpec", "Sharing", "select", "shared_fitness", "species", "uniform"]
+__all__ = ["GA", "GASpec", "Sharing", "breed", "select", "shared_fitness", "species", "uniform", "weight"]

@@ -138,6 +138,7 @@ class LMMAES:
         self._sigma_told: dict = {}
         self._last_sigma: float | None = None  # the last committed generation's σ
         self._layout: tuple[int, bool] | None = None  # (memory, p_σ?) of the last paths record
+        self._foreign = False  # the last record's paths are not LM-MA-ES's
         self._sigma = 0.0
         self._scale = 0.0  # round(σ·α): every member's factor on its own noise
         self._alpha = 1.0
@@ -152,6 +153,9 @@ class LMMAES:
         if self.rates is None or self.rates.n != view.dimension:
             self.rates = Rates.of(view.dimension, self.population, self.spec.memory)
         mine = (self.rates.memory, self.spec.adapt_sigma)
+        if self._foreign:
+            raise ValueError("lmmaes: the parent generation's paths state holds another policy's vectors (a GA's "
+                             "survivor offsets); fork LM-MA-ES from an ES or LM-MA-ES generation")
         if self._layout is not None and self._layout != mine:  # path j (and p_σ) would mean another vector
             raise ValueError(f"lmmaes: the parent's paths have memory {self._layout[0]} and adapt_sigma "
                              f"{str(self._layout[1]).lower()}; a fork keeps both (this config: memory {mine[0]}, "
@@ -181,7 +185,7 @@ class LMMAES:
     def restore(self, history: list) -> None:
         if self.hyper is not None:
             self.hyper.restore(history)
-        self._last_sigma, self._layout = None, None
+        self._last_sigma, self._layout, self._foreign = None, None, False
         if history:
             self.observe(history[-1])
 
@@ -191,10 +195,11 @@ class LMMAES:
         if self.hyper is not None:
             self.hyper.observe(record)
         optimizer = record.optimizer or {}
-        mine = optimizer.get("name") == PATHS
-        self._last_sigma = record.sigma if mine else None
         told = (record.extra or {}).get("lmmaes")
-        memory = told.get("memory") if mine and isinstance(told, dict) else None
+        mine = optimizer.get("name") == PATHS and isinstance(told, dict)
+        self._foreign = optimizer.get("name") == PATHS and not mine  # another policy's vectors (a GA's)
+        self._last_sigma = record.sigma if mine else None
+        memory = told.get("memory") if mine else None
         decay = optimizer.get("decay")
         ok = isinstance(memory, int) and not isinstance(memory, bool) and isinstance(decay, list)
         self._layout = (memory, len(decay) > memory) if ok else None

@@ -34,8 +34,8 @@ class Population:
     signs: tuple[int, ...]
     sigma: float
     seeds: tuple[int | None, ...]  # per-member sampling seed; None decodes greedily
-    # LM-MA-ES (`trainers.lmmaes`): the noise is scaled by round(σ·shrink), and member m
-    # adds paths[m]ⱼ·Mⱼ along the replay state's paths (`replay.paths`); () otherwise
+    # LM-MA-ES, a GA's survivors (`replay.paths`): the noise is scaled by round(σ·shrink),
+    # and member m adds paths[m]ⱼ·Mⱼ along the replay state's paths; () otherwise
     shrink: float = 1.0
     paths: tuple[tuple[float, ...], ...] = ()
     state: Any = None

@@ -223,7 +223,7 @@ class HFBackend:
         member_lps: list[list[float]] = []
         if self._rows is None:
             if population.paths:
-                raise ValueError("path terms (LM-MA-ES) need an adapter run")
+                raise ValueError("path terms (LM-MA-ES, GA survivors) need an adapter run")
             for key, sign, seed in zip(population.keys, population.signs, population.seeds, strict=True):
                 started = time.perf_counter()
                 self.load_member(master, key, sign, population.sigma)
@@ -272,7 +272,7 @@ class HFBackend:
             return self._rows.active(self._rows.adapters(self.adapter, master, keys, signs, sigma,
                                                          shrink=shrink, paths=paths, state=state))
         if paths:
-            raise ValueError("path terms (LM-MA-ES) need an adapter run")
+            raise ValueError("path terms (LM-MA-ES, GA survivors) need an adapter run")
         return self._rows.active(self._rows.lowrank(self.perturbation, keys, signs, sigma))
 
     @torch.inference_mode()

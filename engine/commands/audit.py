@@ -249,6 +249,9 @@ def _decision(extra: dict[str, Any], m) -> dict[str, Any]:
             "child": index in (ga.get("child") or []),
             "elite": m.sign == 0,
         }
+        bred = ga.get("breeding") or []
+        if ga.get("survivors"):  # a GA with survivors: which ones this member descends from
+            out["ga"] |= {"survivor": index in ga["survivors"], "bred": bred[index] if index < len(bred) else None}
     for name in ("cmaes", "lmmaes"):
         cm = extra.get(name)
         if isinstance(cm, dict) and index in (cm.get("ranking") or []):
@@ -258,8 +261,8 @@ def _decision(extra: dict[str, Any], m) -> dict[str, Any]:
 
 
 def _paths(optimizer: dict[str, Any], index: int) -> dict[str, Any]:
-    """An LM-MA-ES member's share of the generation's `paths` rule: α on its noise and its
-    coefficient on each evolution path (`replay.paths`)."""
+    """A member's share of the generation's `paths` rule: α on its noise and its coefficient
+    on each path (`replay.paths`: LM-MA-ES's evolution paths, a GA's survivor offsets)."""
     from replay.paths import NAME  # lazily: replay imports torch, which `show` need not pay
 
     rows = optimizer.get("members") if optimizer.get("name") == NAME else None
@@ -341,7 +344,7 @@ MEMBER_NOTE = ("a member has no fingerprint in the ledger: its fingerprint here 
 def _member_weights(ledger: Ledger, info: RunInfo, g: int, index: int, parent: tuple[dict, Any]) -> dict:
     """Member `index` of `run@g` built on a copy of `parent` (the checked `run@g-1` and its
     replay state, which the other side of a diff may share), as `rebuild` builds it (an
-    LM-MA-ES member reads its paths from the state)."""
+    member of a `paths` generation reads its paths from the state)."""
     from engine.rebuilding import add_member
 
     master = {n: t.clone() for n, t in parent[0].items()}

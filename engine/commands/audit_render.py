@@ -171,7 +171,12 @@ def member_view(data: dict[str, Any]) -> RenderableType:
     head = Table.grid(padding=(0, 2))
     head.add_row("member", Text.assemble((data["ref"], "bold"), where))
     weights = f"{data['parent']} {sign} σ·ε(key)" if data["sign"] else f"{data['parent']} (sign 0)"
-    if data.get("paths"):
+    if data.get("paths") and "ga" in data:
+        terms = data["paths"]["terms"]
+        noise = f" {sign} σ·ε(key)" if data["sign"] else ""
+        weights = (f"{data['parent']}{noise} + Σₖ bₖ·Mₖ (GA: {sum(b != 0 for b in terms)} of {len(terms)} "
+                   "survivor offsets)")
+    elif data.get("paths"):
         terms = data["paths"]["terms"]
         weights = (f"{data['parent']} {sign} σ·α·ε(key) + Σⱼ bⱼ·Mⱼ (LM-MA-ES: α {data['paths']['shrink']:.6g}, "
                    f"{sum(b != 0 for b in terms)} of {len(terms)} path terms)")
@@ -189,7 +194,9 @@ def member_view(data: dict[str, Any]) -> RenderableType:
     head.add_row("coefficient", repr(data["coefficient"]))
     if "ga" in data:
         ga = data["ga"]
-        roles = [r for r in ("elite", "parent", "child") if ga[r]]
+        roles = [r for r in ("elite", "parent", "child", "survivor") if ga.get(r)]
+        if ga.get("bred"):
+            roles.append("bred from " + " + ".join(f"{w:g}·S{k}" for k, w in ga["bred"]))
         head.add_row("ga", f"fitness {_f(ga['fitness'])}  species {ga['species'] if ga['species'] is not None else '–'}"
                      f"  {', '.join(roles) or 'not selected'}")
     for name in ("cmaes", "lmmaes"):

@@ -1,0 +1,271 @@
+"""A GA with several survivors (`ga.survivors`, trainers/ga.py): breeding is a function of
+the key; on a toy objective through the real replay code the master *is* the best genome
+bit for bit and every other survivor rides the replay state as its offset; a run on `tiny`
+with a LoRA adapter records the `paths` rule's mix/noise form, verifies, rebuilds every
+genome to what the HF backend evaluated, survives SIGKILL + resume and forks to the same
+bits; what it cannot run is refused in one line."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import shutil
+from types import SimpleNamespace
+
+import pytest
+import torch
+import yaml
+
+from engine import session
+from engine.config import validate
+from engine.rebuilding import load_start, ref_master
+from ledger import Ledger, ReplayStep
+from replay import paths
+from replay.adapter import member_adapter, peft_adapter
+from replay.fingerprint import fingerprint
+from replay.noise import round_coefficient
+from replay.rebuild import apply_member, rebuild
+from replay.update import OptimizerState, apply_step
+from tests.support.runs import cli, fingerprints, kill_train_and_resume
+from trainers.ga import GA, GASpec, Sharing, breed
+from trainers.optim import OptimizerSpec
+
+SHAPES = {"a": (6, 5), "b": (10,)}
+
+
+# ------------------------------------------------------------------------ pure functions
+
+
+def test_breeding_is_a_pure_function_of_the_key():
+    seen = set()
+    for child in range(200):
+        bred = breed(key=9, child=child, survivors=4, crossover=0.5)
+        assert bred == breed(key=9, child=child, survivors=4, crossover=0.5)
+        assert math.fsum(bred.values()) == 1.0 and all(0 <= k < 4 for k in bred)
+        assert all(w * 4096 == int(w * 4096) and w > 0 for w in bred.values())  # the grid: exact in fp32
+        seen.add(len(bred))
+    assert seen == {1, 2}, "about half the children cross over"
+    assert all(breed(9, c, 4, 0.0).keys() <= set(range(4)) and len(breed(9, c, 4, 0.0)) == 1 for c in range(50))
+    assert all(breed(9, c, 1, 1.0) == {0: 1.0} for c in range(50))
+
+
+def test_members_are_elites_then_children_along_the_offsets():
+    ga = GA(6, GASpec(survivors=3))
+    ga._kept = 3  # as `observe` leaves it after a generation that kept three survivors
+    members = ga.ask(run_key=3, generation=2)
+    assert [m.sign for m in members] == [0, 0, 0, 1, 1, 1]
+    assert [m.paths for m in members[:3]] == [(0.0, 0.0), (1.0, 0.0), (0.0, 1.0)]
+    assert all(math.fsum(m.paths) <= 1.0 for m in members[3:])
+    first = GA(6, GASpec(survivors=3)).ask(run_key=3, generation=1)  # nothing kept yet: all from the master
+    assert [m.sign for m in first] == [0, 1, 1, 1, 1, 1] and all(m.paths == (0.0, 0.0) for m in first)
+
+
+# ------------------------------------------------------------------------ toy objective, real replay
+
+
+def _objective(x: dict[str, torch.Tensor]) -> list[float]:
+    """Per-sample rewards: minus the squared distance to a target, per coordinate."""
+    flat = torch.cat([x[n].double().reshape(-1) for n in SHAPES])
+    target = torch.linspace(-1, 1, flat.numel(), dtype=torch.float64)
+    return (-(flat - target) ** 2).tolist()
+
+
+def _toy_run(generations: int, spec: GASpec, population: int = 8, sigma: float = 0.125):
+    """The GA through `replay`: members built by `apply_member`, the update by `apply_step`."""
+
+    class Hyper:  # a constant σ
+        def at(self, g):
+            return 1.0, sigma, {}
+
+        def observe(self, record):
+            pass
+
+        def restore(self, history):
+            pass
+
+    ga = GA(population, spec, hyperparameters=Hyper())
+    master = {n: torch.zeros(s) for n, s in SHAPES.items()}
+    state = OptimizerState()
+    for g in range(1, generations + 1):
+        lr, sig, _ = ga.hyperparameters(g)
+        members = ga.ask(run_key=21, generation=g)
+        m = spec.survivors - 1
+        rows = {"name": "paths", "move": [0.0] * m, "mix": [[0.0] * m] * m, "noise": [[0.0] * population] * m,
+                "shrink": 1.0, "members": [list(mb.paths) for mb in members]}
+        genomes = []
+        for mb in members:
+            x = copy.deepcopy(master)
+            step = ReplayStep(run="toy", index=g, keys=[mb.key for mb in members], coefficients=[], sigma=sig,
+                              optimizer=rows)
+            apply_member(x, step, mb.key, mb.sign, member=mb.index, state=state)
+            genomes.append(x)
+        per_sample = [_objective(x) for x in genomes]
+        rewards = [math.fsum(v) for v in per_sample]
+        coefs = ga.tell(members, rewards, lr=lr, optimizer=OptimizerSpec(), sample_rewards=per_sample)
+        start = (copy.deepcopy(master), copy.deepcopy(state))
+        step = ReplayStep(run="toy", index=g, keys=[mb.key for mb in members], coefficients=coefs, sigma=sig,
+                          optimizer=ga.update_rule(lr))
+        apply_step(master, state, step)
+        record = SimpleNamespace(index=g, sigma=sig, optimizer=step.optimizer, extra=ga.told())
+        ga.observe(record)
+        yield SimpleNamespace(start=start, step=step, members=members, genomes=genomes, rewards=rewards,
+                              told=ga.told()["ga"], master=copy.deepcopy(master), state=copy.deepcopy(state),
+                              record=record)
+
+
+def test_the_master_is_the_best_genome_and_survivors_ride_as_offsets():
+    spec = GASpec(survivors=3, crossover=0.5, sharing=Sharing(radius=0.05))
+    gens = list(_toy_run(12, spec))
+    crossed = 0
+    for gen, following in zip(gens, gens[1:], strict=False):
+        survivors = gen.told["survivors"]
+        assert survivors == sorted(survivors, key=lambda i: (-gen.told["fitness"][i], i))
+        # the new master is the best genome, bit for bit
+        assert fingerprint(gen.master) == fingerprint(gen.genomes[survivors[0]])
+        # survivor k is the master plus its offset (fp32 rounding of one subtraction apart),
+        # and next generation's elite k is exactly that
+        for k, s in enumerate(survivors[1:], 1):
+            along = {n: gen.master[n] + gen.state.buffers[paths.kind(k - 1)][n] for n in SHAPES}
+            for n in SHAPES:
+                assert torch.allclose(along[n], gen.genomes[s][n], rtol=0, atol=1e-6)
+            assert fingerprint(following.genomes[k]) == fingerprint(along)
+        crossed += sum(bred is not None and len(bred) == 2 for bred in following.told["breeding"])
+    assert crossed > 0, "some children are crossovers of two survivors"
+    first, last = gens[0].rewards, gens[-1].rewards
+    assert max(last) > max(first) and sorted(last)[-3] > sorted(first)[-3], "the survivors improve"
+
+
+def test_replay_from_the_records_alone_reaches_the_same_bits_and_the_same_members():
+    spec = GASpec(survivors=3, crossover=0.5)
+    gens = list(_toy_run(6, spec))
+    master, state = {n: torch.zeros(s) for n, s in SHAPES.items()}, OptimizerState()
+    for gen in gens:
+        apply_step(master, state, gen.step)
+    assert fingerprint(master) == fingerprint(gens[-1].master)
+    assert all(state.buffers[paths.kind(j)][n].equal(gens[-1].state.buffers[paths.kind(j)][n])
+               for j in range(2) for n in SHAPES)
+    resumed = GA(8, spec)  # a fresh policy restored from the records asks the same members
+    resumed.restore([g.record for g in gens[:3]])
+    assert resumed.ask(21, 4) == gens[3].members
+
+
+# ------------------------------------------------------------------------ runs on tiny
+
+CONFIG = {
+    "model": "tiny",
+    "task": {"name": "arithmetic", "rewards": ["task", {"fn": "length", "limit": 20}]},
+    "train": {"kind": "lora", "rank": 4, "target_modules": ["q_proj", "v_proj"]},
+    "algorithm": "ga",
+    "ga": {"survivors": 3, "crossover": 0.5, "sharing": {"radius": 0.5}},
+    "mirrored": False,
+    "population": 6,
+    "sigma": 0.5,
+    "lr": 1.0,
+    "generations": 3,
+    "batch_size": 2,
+    "max_new_tokens": 4,
+    "seed": 5,
+}
+
+
+@pytest.mark.parametrize(("change", "says"), [
+    ({"train": "full"}, "train an adapter"),
+    ({"backend": "vllm"}, "in-process hf backend"),
+    ({"ga": {"survivors": 6}}, "leave no room for children"),
+])
+def test_what_survivors_cannot_run_is_refused_in_one_line(change, says):
+    with pytest.raises(Exception, match=says) as err:
+        validate(CONFIG | change)
+    assert "\n" not in str(err.value).strip()
+
+
+@pytest.fixture(scope="module")
+def ga_run(tmp_path_factory, tiny_model_dir):
+    tmp = tmp_path_factory.mktemp("ga_survivors")
+    (tmp / "ga.yaml").write_text(yaml.safe_dump(CONFIG))
+    with Ledger.open(str(tmp / "g.db")) as led:
+        session.start(led, str(tmp / "ga.yaml"), "g", [], None)
+    return tmp
+
+
+def test_every_genome_rebuilds_to_what_was_evaluated(ga_run):
+    tmp = ga_run
+    fps = fingerprints(tmp / "g.db", "g")
+    with Ledger.open(str(tmp / "g.db")) as led:
+        records = [led.generation("g", g) for g in (1, 2, 3)]
+        base_fp = fingerprint(ref_master(led, "g@0")[1])  # the adapter's initial master
+        assert all(r.optimizer["name"] == "paths" and len(r.optimizer["mix"]) == 2 for r in records)
+        assert any(b != 0.0 for r in records[1:] for row in r.optimizer["members"] for b in row), "children rode offsets"
+        assert len(set(fps)) == 3, "pick a seed whose masters move every generation"
+        run = led.get_run("g")
+        start = load_start("tiny", run.config, run.noise_spec, run.param_selection)
+        parents = [base_fp, *fps]
+        for g, record in enumerate(records, 1):
+            best = record.extra["ga"]["survivors"][0]
+            _, member, _, _ = ref_master(led, f"g@{g}#{best}")
+            assert fingerprint(member) == fps[g - 1], "the master after g is its best genome, bit for bit"
+            _, elite, _, _ = ref_master(led, f"g@{g}#0")
+            assert fingerprint(elite) == parents[g - 1], "elite 0 is the master it started from"
+        # a child of generation 3 along the offsets: as `rebuild g@3#M` builds it and as the HF backend did
+        master, state = rebuild(led, "g", 2, {n: t.clone() for n, t in start.master.items()}, frozen=start.frozen)
+        child = next(i for i, row in enumerate(records[2].optimizer["members"]) if any(row) and i >= 3)
+        m = records[2].members[child]
+        evaluated = member_adapter(start.adapter, master, m.key, round_coefficient(m.sign * records[2].sigma),
+                                   records[2].optimizer["members"][child], state)
+        _, member, _, _ = ref_master(led, f"g@3#{child}")
+    rebuilt = peft_adapter(start.adapter, member)
+    assert set(rebuilt) == set(evaluated) and all(rebuilt[n].equal(evaluated[n]) for n in rebuilt)
+    assert json.loads(cli("verify", "g", "--json", "--ledger", tmp / "g.db").stdout)["ok"]
+    cli("export", "g", "-o", tmp / "g.seeds", "--ledger", tmp / "g.db")
+    assert fps[-1] in cli("rebuild", tmp / "g.seeds", "-o", tmp / "from-seeds", "--json").stdout
+    proc = cli("export", f"g@3#{child}", "-o", tmp / "m.seeds", "--ledger", tmp / "g.db", check=False)
+    assert proc.returncode != 0 and not (tmp / "m.seeds").exists()
+    assert "a GA's survivor offsets" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_show_and_diff_name_survivors_and_children(ga_run):
+    tmp = ga_run
+    with Ledger.open(str(tmp / "g.db")) as led:
+        told = led.generation("g", 2).extra["ga"]
+    best, child = told["survivors"][0], 5
+    shown = json.loads(cli("show", f"g@2#{child}", "--json", "--ledger", tmp / "g.db").stdout)
+    assert shown["ga"]["bred"] == told["breeding"][child] and shown["paths"]["terms"]
+    same = json.loads(cli("diff", "g@2", f"g@2#{best}", "--json", "--ledger", tmp / "g.db").stdout)
+    assert same["total"]["changed"] == 0
+    text = cli("show", f"g@2#{best}", "--ledger", tmp / "g.db").stdout
+    assert "survivor" in text and "survivor offsets" in text
+
+
+@pytest.mark.slow
+def test_sigkill_then_resume_and_forks_reach_the_same_bits(ga_run):
+    """Resume replays the offsets from the records; a fork with fewer survivors drops the
+    worst, and LM-MA-ES refuses to read a GA's offsets as its evolution paths."""
+    tmp = ga_run
+    fps = fingerprints(tmp / "g.db", "g")
+    kill_train_and_resume(tmp / "ga.yaml", tmp / "crash.db", fps, failpoint="member@3")
+    cli("fork", "c@1", "--run", "f", "--generations", "2", "--ledger", tmp / "crash.db")
+    assert fingerprints(tmp / "crash.db", "f") == fps
+    shutil.copy(tmp / "g.db", tmp / "forks.db")
+    cli("fork", "g@2", "--run", "two", "--generations", "1", "--set", "ga.survivors=2", "--ledger", tmp / "forks.db")
+    with Ledger.open(str(tmp / "forks.db")) as led:
+        record = led.generation("two", 3)
+        assert [m.sign for m in record.members][:3] == [0, 0, 1] and len(record.optimizer["mix"]) == 1
+    assert json.loads(cli("verify", "two", "--json", "--ledger", tmp / "forks.db").stdout)["ok"]
+    proc = cli("fork", "g@2", "--run", "lm", "--set", "algorithm=lmmaes", "--set", "ga=null",
+               "--ledger", tmp / "forks.db", check=False)
+    *notes, error = proc.stderr.strip().splitlines()
+    assert proc.returncode != 0 and "a GA's survivor offsets" in error
+    assert all(line.startswith("note:") for line in notes)
+    with Ledger.open(str(tmp / "forks.db")) as led:
+        assert not led.has_run("lm") or led.latest_generation("lm") == 2  # the fork point: nothing new
+
+
+def test_noise_rows_are_checked_against_the_members():
+    good = {"name": "paths", "move": [0.0], "mix": [[1.0]], "noise": [[0.5, 0.0]], "shrink": 1.0,
+            "members": [[0.0], [1.0]]}
+    assert paths.settings(good, 1, 2).noise == [[0.5, 0.0]]
+    for bad, says in (({"noise": [[0.5]]}, "2 numbers"), ({"noise": [[0.1, 0.0]]}, "significant bits"),
+                      ({"decay": [1.0], "gain": [1.0]}, "either"), ({"mix": [[1.0, 2.0]]}, "1 numbers")):
+        with pytest.raises(Exception, match=says):
+            paths.settings(good | bad, 1, 2)
