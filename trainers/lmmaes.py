@@ -195,11 +195,12 @@ class LMMAES:
         if self.hyper is not None:
             self.hyper.observe(record)
         optimizer = record.optimizer or {}
-        told = (record.extra or {}).get("lmmaes")
-        mine = optimizer.get("name") == PATHS and isinstance(told, dict)
-        self._foreign = optimizer.get("name") == PATHS and not mine  # another policy's vectors (a GA's)
+        # the recombining form of the rule holds another policy's vectors (a GA's survivors)
+        self._foreign = optimizer.get("name") == PATHS and "mix" in optimizer
+        mine = optimizer.get("name") == PATHS and not self._foreign
         self._last_sigma = record.sigma if mine else None
-        memory = told.get("memory") if mine else None
+        told = (record.extra or {}).get("lmmaes")
+        memory = told.get("memory") if mine and isinstance(told, dict) else None
         decay = optimizer.get("decay")
         ok = isinstance(memory, int) and not isinstance(memory, bool) and isinstance(decay, list)
         self._layout = (memory, len(decay) > memory) if ok else None
