@@ -298,14 +298,15 @@ class TrainConfig(Strict):
 
     def _ga_survivors(self) -> None:
         """Survivors beyond the master ride as offsets the size of the trained weights that
-        members are built from in the evaluating process: adapter runs on the in-process hf
-        backend, like LM-MA-ES's paths."""
+        members are built from in the evaluating process: the in-process hf backend (full
+        rank: K − 1 fp32 copies of the model beside the master; low-rank noise has no
+        offsets)."""
         survivors = (self.ga or GASpec()).survivors
         if survivors == 1:
             return
-        if self.train == "full":
-            raise ValueError(f"ga.survivors: {survivors} survivors keep {survivors - 1} offsets the size of the "
-                             "trained weights; train an adapter (train: lora)")
+        if self.train == "full" and self.perturbation != "full":
+            raise ValueError("ga.survivors: survivors are kept as full-size offsets; use perturbation: full "
+                             "or train an adapter (train: lora)")
         if self.backend != "hf" or self.workers.pool != "local":
             raise ValueError("ga.survivors: members carry offset terms only the in-process hf backend builds; "
                              "use backend: hf and workers.pool: local")

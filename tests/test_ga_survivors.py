@@ -170,7 +170,7 @@ CONFIG = {
 
 
 @pytest.mark.parametrize(("change", "says"), [
-    ({"train": "full"}, "train an adapter"),
+    ({"train": "full", "perturbation": "lowrank"}, "use perturbation: full"),
     ({"backend": "vllm"}, "in-process hf backend"),
     ({"ga": {"survivors": 6}}, "leave no room for children"),
 ])
@@ -269,3 +269,32 @@ def test_noise_rows_are_checked_against_the_members():
                       ({"decay": [1.0], "gain": [1.0]}, "either"), ({"mix": [[1.0, 2.0]]}, "1 numbers")):
         with pytest.raises(Exception, match=says):
             paths.settings(good | bad, 1, 2)
+
+
+def test_full_rank_survivors_are_evaluated_one_member_at_a_time(tmp_path, tiny_model_dir):
+    """Full-parameter genomes: the HF backend loads each member's weights in turn, its
+    offsets added in fp32 one tensor at a time, bit for bit what `rebuild RUN@G#M` builds."""
+    from engine.backends.hf import HFBackend
+
+    cfg = CONFIG | {"train": "full", "population": 4, "sigma": 0.05, "ga": {"survivors": 2, "crossover": 0.5},
+                    "task": {"name": "arithmetic", "rewards": ["task", {"fn": "length", "limit": 12}]},
+                    "generations": 2}
+    (tmp_path / "full.yaml").write_text(yaml.safe_dump(cfg))
+    cli("train", tmp_path / "full.yaml", "--run", "f", "--ledger", tmp_path / "f.db")
+    fps = fingerprints(tmp_path / "f.db", "f")
+    with Ledger.open(str(tmp_path / "f.db")) as led:
+        second = led.generation("f", 2)
+        assert second.optimizer["members"][1] == [1.0] and second.members[1].sign == 0  # survivor 1, unmutated
+        best = second.extra["ga"]["survivors"][0]
+        assert fingerprint(ref_master(led, f"f@2#{best}")[1]) == fps[1]
+        run = led.get_run("f")
+        start = load_start("tiny", run.config, run.noise_spec, run.param_selection)
+        master, state = rebuild(led, "f", 1, {n: t.clone() for n, t in start.master.items()})
+        wanted = {1: ref_master(led, "f@2#1")[1], 3: ref_master(led, "f@2#3")[1]}
+    backend = HFBackend(tiny_model_dir, batch_size=2)
+    params = dict(backend.model.named_parameters())
+    for index, member in wanted.items():
+        m = second.members[index]
+        backend.load_member(master, m.key, m.sign, second.sigma, paths=second.optimizer["members"][index], state=state)
+        assert all(params[n].data.equal(member[n]) for n in member), f"member {index}"
+    assert json.loads(cli("verify", "f", "--json", "--ledger", tmp_path / "f.db").stdout)["ok"]

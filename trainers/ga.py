@@ -34,11 +34,12 @@ so resume and fork need nothing but the records. The generation's record carries
 `extra["ga"]`, the parents, crossover key and weight, and the species of every genome.
 Ties break by member index.
 
-Several survivors (`survivors: K > 1`, adapter runs): the K selected genomes S₀ … S_{K−1}
+Several survivors (`survivors: K > 1`; adapters, or full rank one member at a time): the K
+selected genomes S₀ … S_{K−1}
 (the K best by shared fitness, or the distinct winners of K tournaments) all live on, so
 a population keeps several lineages and fitness sharing keeps them apart. S₀ becomes the
 master; S_k (k ≥ 1) is kept as its offset M_{k−1} = S_k − S₀ from the master, a vector the
-size of the adapter held as replay state by the `paths` rule (`replay.paths`, its
+size of the trained weights held as replay state by the `paths` rule (`replay.paths`, its
 `mix`/`noise` form), so every genome is still the master plus recorded numbers times
 keyed noise and replayed vectors. Generation g + 1 evaluates, in member order, the
 survivors unmutated (elitism: sign 0, path coefficient 1 on its offset) and then children:
@@ -93,8 +94,8 @@ class GASpec(BaseModel):
     crossover: float = Field(0.5, ge=0.0, le=1.0, description="probability of arithmetic crossover")
     elitism: bool = Field(True, description="member 0 is the unmutated master, re-scored")
     sharing: Sharing | None = Field(None, description="fitness sharing over per-sample rewards")
-    survivors: int = Field(1, ge=1, le=64, description="genomes kept across generations (> 1: adapter runs; "
-                                                       "the rest ride as offsets from the master)")
+    survivors: int = Field(1, ge=1, le=64, description="genomes kept across generations (> 1: the rest ride as "
+                                                       "offsets from the master, in the replay state)")
 
 
 def uniform(key: int, draw: int) -> float:

@@ -35,6 +35,7 @@ import torch
 from engine.backends.base import Messages, Population, PopulationOutput
 from engine.models import load_causal_lm
 from replay import noise
+from replay import paths as replay_paths
 from replay.hashing import MASK64, splitmix64
 from replay.perturbation import Perturbation
 
@@ -173,8 +174,12 @@ class HFBackend:
         return {n: t.detach().to(torch.float32).clone().contiguous() for n, t in src.items()}
 
     @torch.no_grad()
-    def load_member(self, master: dict[str, torch.Tensor], key: int, sign: int, sigma: float) -> None:
-        """Set the model to `cast(master + sign*sigma*eps(key))`, tensor by tensor, in place.
+    def load_member(self, master: dict[str, torch.Tensor], key: int, sign: int, sigma: float, *,
+                    paths: Sequence[float] = (), state: Any = None) -> None:
+        """Set the model to `cast(master + sign*sigma*eps(key))`, tensor by tensor, in place;
+        with `paths` (a GA survivor's offsets, `replay.paths`), to
+        `cast((master + sign*sigma*eps(key)) + Σⱼ pathsⱼ·Mⱼ)`, the sum in fp32 one tensor at a
+        time (memory: one fp32 copy of the largest tensor beside the model).
 
         The scale goes through `noise.round_coefficient` (idempotent for an already-rounded
         sigma) so that the product with eps is exact in fp32 on every device. A zero scale
@@ -183,6 +188,13 @@ class HFBackend:
         if self.adapter is not None:
             raise ValueError("adapter members are evaluated together: use evaluate()")
         scale = noise.round_coefficient(float(sign) * float(sigma))
+        if any(b != 0.0 for b in paths):
+            for name, param in self._params.items():
+                src = master[name].to(param.device)
+                out = (noise.perturb_(torch.empty_like(src), src, noise.tensor_key(key, name), scale)
+                       if scale != 0.0 else src.clone())  # an elite: the master, −0.0 kept
+                param.data.copy_(replay_paths.member_(out, name, state, paths))
+            return
         if scale == 0.0:
             self.load_master(master)
             return
@@ -222,11 +234,12 @@ class HFBackend:
         ids: list[list[int]] = []
         member_lps: list[list[float]] = []
         if self._rows is None:
-            if population.paths:
-                raise ValueError("path terms (LM-MA-ES, GA survivors) need an adapter run")
-            for key, sign, seed in zip(population.keys, population.signs, population.seeds, strict=True):
+            if population.shrink != 1.0:
+                raise ValueError("LM-MA-ES members (shrink α) need an adapter run")
+            rows = population.paths or [()] * len(population)
+            for key, sign, seed, row in zip(population.keys, population.signs, population.seeds, rows, strict=True):
                 started = time.perf_counter()
-                self.load_member(master, key, sign, population.sigma)
+                self.load_member(master, key, sign, population.sigma, paths=row, state=population.state)
                 loaded = time.perf_counter()
                 mine = self.generate_ids(prompts, max_new_tokens, seed, samples=samples)
                 if self._reference is not None:
