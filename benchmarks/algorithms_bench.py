@@ -28,6 +28,7 @@ from ledger import Ledger
 ALGOS = {
     "es": {"algorithm": "es", "mirrored": True},
     "ga": {"algorithm": "ga", "mirrored": False, "lr": 1.0},
+    "ga3": {"algorithm": "ga", "mirrored": False, "lr": 1.0, "ga": {"survivors": 3}},  # three lineages
     "cmaes": {"algorithm": "cmaes", "mirrored": True, "lr": 1.0},
     "lmmaes": {"algorithm": "lmmaes", "mirrored": False, "lr": 1.0},  # adapter runs only
 }

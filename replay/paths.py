@@ -128,8 +128,9 @@ def settings(opt: Mapping[str, Any], index: int, members: int | None = None) -> 
 
 
 def member_settings(opt: Mapping[str, Any], index: int, member: int) -> tuple[float, list[float]]:
-    """(α, member `member`'s path coefficients) of a recorded `paths` optimizer dict."""
-    m = settings(opt, index).memory
+    """(α, member `member`'s path coefficients) of a recorded `paths` optimizer dict (the
+    rest of the rule is `settings`' to check: this runs once per member)."""
+    m = len(_numbers(opt, "move", index))
     shrink = opt.get("shrink")
     if isinstance(shrink, bool) or not isinstance(shrink, int | float) or not 0.0 < shrink <= 1.0:
         raise SeedLedgerError(f"generation {index}: optimizer paths needs 'shrink' in (0, 1], got {shrink!r}")

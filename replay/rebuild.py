@@ -201,6 +201,7 @@ def apply_member(master: dict[str, torch.Tensor], step: Any, key: int, sign: int
     if (step.optimizer or {}).get("name") == paths.NAME:
         if member is None or state is None:
             raise SeedLedgerError(f"generation {step.index}: a member of a paths generation needs its index and the replay state")
+        paths.settings(step.optimizer, step.index)  # the whole rule well-formed, not just this row
         shrink, terms = paths.member_settings(step.optimizer, step.index, member)
     scale = round_coefficient(sign * round_coefficient(step.sigma * shrink))
     if scale != 0.0:

@@ -35,9 +35,9 @@ so resume and fork need nothing but the records. The generation's record carries
 Ties break by member index.
 
 Several survivors (`survivors: K > 1`; adapters, or full rank one member at a time): the K
-selected genomes S₀ … S_{K−1}
-(the K best by shared fitness, or the distinct winners of K tournaments) all live on, so
-a population keeps several lineages and fitness sharing keeps them apart. S₀ becomes the
+selected genomes S₀ … S_{K−1} (the K best by shared fitness, or the distinct winners of K
+tournaments) all live on, so a population keeps several lineages and fitness sharing keeps
+them apart. S₀ becomes the
 master; S_k (k ≥ 1) is kept as its offset M_{k−1} = S_k − S₀ from the master, a vector the
 size of the trained weights held as replay state by the `paths` rule (`replay.paths`, its
 `mix`/`noise` form), so every genome is still the master plus recorded numbers times
