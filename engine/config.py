@@ -301,9 +301,12 @@ class TrainConfig(Strict):
         members are built from in the evaluating process: the in-process hf backend (full
         rank: K − 1 fp32 copies of the model beside the master; low-rank noise has no
         offsets)."""
-        survivors = (self.ga or GASpec()).survivors
+        spec = self.ga or GASpec()
+        survivors = spec.survivors
         if survivors == 1:
             return
+        if "parents" in spec.model_fields_set:
+            raise ValueError("ga.parents: with survivors > 1 the survivors are the parents; drop parents")
         if self.train == "full" and self.perturbation != "full":
             raise ValueError("ga.survivors: survivors are kept as full-size offsets; use perturbation: full "
                              "or train an adapter (train: lora)")

@@ -212,8 +212,8 @@ def peft_adapter(spec: LoraSpec, master: Mapping[str, torch.Tensor]) -> dict[str
 def member_adapter(spec: LoraSpec, master: Mapping[str, torch.Tensor], key: int | None,
                    scale: float, path_terms: Sequence[float] = (), state: Any = None) -> dict[str, torch.Tensor]:
     """A member's plain LoRA tensors: the master's trained tensors as cast(t + scale·ε(key))
-    (`perturb_`, what `replay.rebuild.apply_member` builds), plus an LM-MA-ES member's
-    `path_terms` along `state`'s paths (`replay.paths.member_`), the rest shared, then
+    (`perturb_`, what `replay.rebuild.apply_member` builds), plus a member's `path_terms`
+    along `state`'s paths (`replay.paths.member_`: LM-MA-ES, GA survivors), the rest shared, then
     `peft_adapter`. Key None or scale 0 and no path terms: the master itself. The one
     definition both backends evaluate."""
     noise = key is not None and scale != 0.0

@@ -18,15 +18,16 @@ A `paths` step records in its optimizer dict, besides ``name: paths``:
 - ``shrink``: α, the factor on every member's own noise;
 - ``members``: per member (member order) m path coefficients bᵢⱼ (rounded).
 
-Per trained tensor, with g = Σᵢ cᵢ·εᵢ (the SGD kernel's sum, onto +0.0):
+Per trained tensor, with g = Σᵢ cᵢ·εᵢ (the SGD kernel's sum, from −0.0 as SGD's: θ + g is
+the SGD step bit for bit):
 
     θ  = θ + g;  θ = θ + M₀·move₀;  …;  θ = θ + Mₘ₋₁·moveₘ₋₁     (the paths before the step)
     Mⱼ = Mⱼ·decayⱼ + g·gainⱼ                                      (decay/gain), or
     Mⱼ = ((+0.0 + M₀·mixⱼ₀) + … + Mₘ₋₁·mixⱼ,ₘ₋₁) + Σᵢ noiseⱼᵢ·εᵢ    (mix/noise; old paths, zero
                                                                   terms skipped)
 
-and member i, evaluated before the step, is cast(θ + round(signᵢ·σ·α)·εᵢ) + M₀·bᵢ₀ + … in
-that order (`member_`). Every op is one fp32 IEEE op with fp32 scalars (each number
+and member i, evaluated before the step, is cast((θ + round(signᵢ·σ·α)·εᵢ) + M₀·bᵢ₀ + …),
+the sum in fp32 in that order (`member_`; the noise term only when its scale is non-zero). Every op is one fp32 IEEE op with fp32 scalars (each number
 rounded once from its float64 record), so CPU and CUDA give the same bits; the numbers
 themselves come from the policy's float64 arithmetic (dot products of the paths, for
 LM-MA-ES), which is why they are recorded rather than recomputed: replay never takes a
@@ -36,7 +37,7 @@ dot product.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -83,25 +84,25 @@ class Rule:
     """A recorded `paths` step as fp32 scalars (`settings`): the paths either decay and take
     g (`decay`, `gain`) or are recombined (`mix`, `noise`); the other pair is empty."""
 
-    move: list[float]
-    decay: list[float] = field(default_factory=list)
-    gain: list[float] = field(default_factory=list)
-    mix: list[list[float]] = field(default_factory=list)
-    noise: list[list[float]] = field(default_factory=list)
+    move: tuple[float, ...]
+    decay: tuple[float, ...] = ()
+    gain: tuple[float, ...] = ()
+    mix: tuple[tuple[float, ...], ...] = ()
+    noise: tuple[tuple[float, ...], ...] = ()
 
     @property
     def memory(self) -> int:
         return len(self.move)
 
 
-def _rows(opt: Mapping[str, Any], field_: str, index: int, rows: int, width: int | None,
+def _rows(opt: Mapping[str, Any], name: str, index: int, rows: int, width: int | None,
           limit: int | None = MAX_PATHS) -> list[list[float]]:
-    values = opt.get(field_)
+    values = opt.get(name)
     if not isinstance(values, list | tuple) or len(values) != rows:
-        raise SeedLedgerError(f"generation {index}: optimizer paths needs {field_!r} as {rows} rows")
-    out = [_numbers({field_: row}, field_, index, width, limit) for row in values]
+        raise SeedLedgerError(f"generation {index}: optimizer paths needs {name!r} as {rows} rows")
+    out = [_numbers({name: row}, name, index, width, limit) for row in values]
     if width is None and len({len(row) for row in out}) > 1:
-        raise SeedLedgerError(f"generation {index}: optimizer paths: {field_!r} rows differ in length")
+        raise SeedLedgerError(f"generation {index}: optimizer paths: {name!r} rows differ in length")
     return out
 
 
@@ -117,14 +118,17 @@ def settings(opt: Mapping[str, Any], index: int, members: int | None = None) -> 
         raise SeedLedgerError(f"generation {index}: optimizer paths needs either 'decay' and 'gain' "
                               "or 'mix' and 'noise'")
     if decaying:
-        return Rule(move, decay=_numbers(opt, "decay", index, m), gain=_numbers(opt, "gain", index, m))
+        return Rule(tuple(move), decay=tuple(_numbers(opt, "decay", index, m)),
+                    gain=tuple(_numbers(opt, "gain", index, m)))
     noise = _rows(opt, "noise", index, m, members, limit=None)  # one coefficient per member
     for row in opt["noise"]:
-        try:
-            [check_coefficient(float(c)) for c in row]
-        except ValueError as exc:
-            raise SeedLedgerError(f"generation {index}: optimizer paths 'noise': {exc}") from None
-    return Rule(move, mix=_rows(opt, "mix", index, m, m), noise=noise)
+        for c in row:
+            try:
+                check_coefficient(float(c))
+            except ValueError as exc:
+                raise SeedLedgerError(f"generation {index}: optimizer paths 'noise': {exc}") from None
+    mix = _rows(opt, "mix", index, m, m)
+    return Rule(tuple(move), mix=tuple(map(tuple, mix)), noise=tuple(map(tuple, noise)))
 
 
 def member_settings(opt: Mapping[str, Any], index: int, member: int) -> tuple[float, list[float]]:
@@ -161,6 +165,9 @@ def apply(items: Sequence[tuple[str, torch.Tensor]], state: Any, rule: Rule,
         else:
             for path, new in zip(paths, fresh, strict=True):  # after every read of the old paths
                 path.copy_(new)
+    if rule.mix:  # paths past the rule's (a fork to fewer survivors, an LM-MA-ES parent's): gone
+        for stale in [k for k in state.buffers if k[:4] == "path" and k[4:].isdigit() and int(k[4:]) >= rule.memory]:
+            del state.buffers[stale]
 
 
 def _recombined(paths: Sequence[torch.Tensor], mix: Sequence[float], noise: torch.Tensor) -> torch.Tensor:

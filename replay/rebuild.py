@@ -192,7 +192,8 @@ def apply_member(master: dict[str, torch.Tensor], step: Any, key: int, sign: int
     """``master`` (the generation's starting master, in place) → the member's genome
     ``master + sign·σ·ε(key)`` in ``step``'s perturbation kind: the fp32 weights the member
     was evaluated with. Built by ``apply_step`` as a one-term SGD step (the same code every
-    update runs); a sign-0 member (a GA's elite) is the master itself, untouched.
+    update runs); a sign-0 member (a GA's elite) takes no noise: the master itself, untouched,
+    plus its path terms if it has any (a GA's surviving offset).
 
     A ``paths`` step (LM-MA-ES, a GA with survivors) scales the noise by its recorded α and
     then adds member ``member``'s path terms from ``state`` (the replay state at the
@@ -201,7 +202,7 @@ def apply_member(master: dict[str, torch.Tensor], step: Any, key: int, sign: int
     if (step.optimizer or {}).get("name") == paths.NAME:
         if member is None or state is None:
             raise SeedLedgerError(f"generation {step.index}: a member of a paths generation needs its index and the replay state")
-        paths.settings(step.optimizer, step.index)  # the whole rule well-formed, not just this row
+        paths.settings(step.optimizer, step.index, len(step.keys))  # the whole rule, not just this row
         shrink, terms = paths.member_settings(step.optimizer, step.index, member)
     scale = round_coefficient(sign * round_coefficient(step.sigma * shrink))
     if scale != 0.0:

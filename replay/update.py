@@ -173,8 +173,9 @@ def _kernel(device: torch.device, reference: bool = False):
 
 
 def _delta(theta: torch.Tensor, name: str, keys: Sequence[int], coefs: Sequence[float]) -> torch.Tensor:
-    """g = +0.0 + Σ c_i·ε_i for tensor `name` (the SGD kernel onto a zero tensor like theta)."""
-    g = torch.zeros_like(theta)
+    """g = −0.0 + Σ c_i·ε_i for tensor `name` (the SGD kernel onto −0.0, as SGD sums): θ + g
+    is then SGD's θ bit for bit, −0.0 weights included when no coefficient is non-zero."""
+    g = torch.full_like(theta, -0.0)
     _kernel(g.device)([(g, [tensor_key(k, name) for k in keys], [])], coefs, RULES["sgd"], [])
     return g
 

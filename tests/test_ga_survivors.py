@@ -21,14 +21,15 @@ from engine import session
 from engine.config import validate
 from engine.rebuilding import load_start, ref_master
 from ledger import Ledger, ReplayStep
+from ledger.errors import SeedLedgerError
 from replay import paths
 from replay.adapter import member_adapter, peft_adapter
 from replay.fingerprint import fingerprint
-from replay.noise import round_coefficient
+from replay.noise import member_key, round_coefficient
 from replay.rebuild import apply_member, rebuild
 from replay.update import OptimizerState, apply_step
 from tests.support.runs import cli, fingerprints, kill_train_and_resume
-from trainers.ga import GA, GASpec, Sharing, breed
+from trainers.ga import BREEDING_SLOT, GA, GASpec, Sharing, breed
 from trainers.optim import OptimizerSpec
 
 SHAPES = {"a": (6, 5), "b": (10,)}
@@ -51,12 +52,16 @@ def test_breeding_is_a_pure_function_of_the_key():
 
 
 def test_members_are_elites_then_children_along_the_offsets():
-    ga = GA(6, GASpec(survivors=3))
+    spec = GASpec(survivors=3)
+    ga = GA(6, spec)
     ga._kept = 3  # as `observe` leaves it after a generation that kept three survivors
     members = ga.ask(run_key=3, generation=2)
     assert [m.sign for m in members] == [0, 0, 0, 1, 1, 1]
     assert [m.paths for m in members[:3]] == [(0.0, 0.0), (1.0, 0.0), (0.0, 1.0)]
-    assert all(math.fsum(m.paths) <= 1.0 for m in members[3:])
+    key = member_key(3, 2, BREEDING_SLOT)
+    for m in members[3:]:  # survivor 0 is the master: no offset; survivor k is offset k − 1
+        bred = breed(key, m.index, 3, spec.crossover)
+        assert m.paths == (bred.get(1, 0.0), bred.get(2, 0.0))
     first = GA(6, GASpec(survivors=3)).ask(run_key=3, generation=1)  # nothing kept yet: all from the master
     assert [m.sign for m in first] == [0, 1, 1, 1, 1, 1] and all(m.paths == (0.0, 0.0) for m in first)
 
@@ -114,13 +119,18 @@ def _toy_run(generations: int, spec: GASpec, population: int = 8, sigma: float =
                               record=record)
 
 
-def test_the_master_is_the_best_genome_and_survivors_ride_as_offsets():
-    spec = GASpec(survivors=3, crossover=0.5, sharing=Sharing(radius=0.05))
+@pytest.mark.parametrize("spec", [
+    GASpec(survivors=3, crossover=0.5, sharing=Sharing(radius=0.05)),
+    GASpec(survivors=3, crossover=0.5, selection="tournament", tournament=4, elitism=False),
+], ids=["truncation-shared-elitist", "tournament-no-elites"])
+def test_the_master_is_the_best_genome_and_survivors_ride_as_offsets(spec):
     gens = list(_toy_run(12, spec))
-    crossed = 0
+    crossed = short = 0
     for gen, following in zip(gens, gens[1:], strict=False):
         survivors = gen.told["survivors"]
-        assert survivors == sorted(survivors, key=lambda i: (-gen.told["fitness"][i], i))
+        assert len(set(survivors)) == len(survivors) <= 3
+        if spec.selection == "truncation":
+            assert survivors == sorted(survivors, key=lambda i: (-gen.told["fitness"][i], i))
         # the new master is the best genome, bit for bit
         assert fingerprint(gen.master) == fingerprint(gen.genomes[survivors[0]])
         # survivor k is the master plus its offset (fp32 rounding of one subtraction apart),
@@ -129,11 +139,50 @@ def test_the_master_is_the_best_genome_and_survivors_ride_as_offsets():
             along = {n: gen.master[n] + gen.state.buffers[paths.kind(k - 1)][n] for n in SHAPES}
             for n in SHAPES:
                 assert torch.allclose(along[n], gen.genomes[s][n], rtol=0, atol=1e-6)
-            assert fingerprint(following.genomes[k]) == fingerprint(along)
+            if spec.elitism:
+                assert fingerprint(following.genomes[k]) == fingerprint(along)
+        for j in range(len(survivors) - 1, 2):  # a tournament that kept fewer: its offsets are zero
+            short += 1
+            assert all(not gen.state.buffers[paths.kind(j)][n].any() for n in SHAPES)
+        assert all(len(bred) <= 2 and max(k for k, _ in bred) < len(survivors)
+                   for bred in following.told["breeding"] if bred)
+        assert [m.sign for m in following.members].count(0) == (len(survivors) if spec.elitism else 0)
         crossed += sum(bred is not None and len(bred) == 2 for bred in following.told["breeding"])
     assert crossed > 0, "some children are crossovers of two survivors"
+    assert short > 0 or spec.selection == "truncation", "some tournaments repeat a winner"
     first, last = gens[0].rewards, gens[-1].rewards
     assert max(last) > max(first) and sorted(last)[-3] > sorted(first)[-3], "the survivors improve"
+
+
+def test_a_winning_elite_leaves_the_master_bit_identical_negative_zeros_included():
+    spec = GASpec(survivors=2)
+    ga = GA(4, spec)
+    ga._sigma = 0.125
+    members = ga.ask(run_key=5, generation=1)
+    master = {n: torch.full(s, -0.0) for n, s in SHAPES.items()}
+    master["a"][0, 0] = 0.5
+    before = copy.deepcopy(master)
+    coefs = ga.tell(members, [1.0, 0.0, 0.0, 0.0], lr=1.0, optimizer=OptimizerSpec())  # elite 0 wins
+    assert coefs == [0.0] * 4 and ga.told()["ga"]["survivors"][0] == 0
+    state = OptimizerState()
+    apply_step(master, state, ReplayStep(run="toy", index=1, keys=[m.key for m in members], coefficients=coefs,
+                                         sigma=0.125, optimizer=ga.update_rule(1.0)))
+    assert fingerprint(master) == fingerprint(before)
+    assert all(torch.equal(master[n].view(torch.int32), before[n].view(torch.int32)) for n in SHAPES)
+
+
+def test_a_recombining_step_drops_paths_it_does_not_keep():
+    """An LM-MA-ES parent's paths (or a fork to fewer survivors): the mix form keeps its own m."""
+    master = {n: torch.zeros(s) for n, s in SHAPES.items()}
+    state = OptimizerState()
+    decaying = {"name": "paths", "move": [0.0] * 3, "decay": [0.5] * 3, "gain": [1.0] * 3}
+    apply_step(master, state, ReplayStep(run="toy", index=1, keys=[1], coefficients=[0.125], sigma=0.125,
+                                         optimizer=decaying))
+    assert sorted(state.buffers) == ["path0", "path1", "path2"]
+    mixing = {"name": "paths", "move": [1.0], "mix": [[0.0]], "noise": [[0.25]]}
+    apply_step(master, state, ReplayStep(run="toy", index=2, keys=[2], coefficients=[0.0], sigma=0.125,
+                                         optimizer=mixing))
+    assert sorted(state.buffers) == ["path0"]
 
 
 def test_replay_from_the_records_alone_reaches_the_same_bits_and_the_same_members():
@@ -173,6 +222,7 @@ CONFIG = {
     ({"train": "full", "perturbation": "lowrank"}, "use perturbation: full"),
     ({"backend": "vllm"}, "in-process hf backend"),
     ({"ga": {"survivors": 6}}, "leave no room for children"),
+    ({"ga": {"survivors": 3, "parents": 2}}, "the survivors are the parents"),
 ])
 def test_what_survivors_cannot_run_is_refused_in_one_line(change, says):
     with pytest.raises(Exception, match=says) as err:
@@ -264,11 +314,18 @@ def test_sigkill_then_resume_and_forks_reach_the_same_bits(ga_run):
 def test_noise_rows_are_checked_against_the_members():
     good = {"name": "paths", "move": [0.0], "mix": [[1.0]], "noise": [[0.5, 0.0]], "shrink": 1.0,
             "members": [[0.0], [1.0]]}
-    assert paths.settings(good, 1, 2).noise == [[0.5, 0.0]]
+    assert paths.settings(good, 1, 2).noise == ((0.5, 0.0),)
     for bad, says in (({"noise": [[0.5]]}, "2 numbers"), ({"noise": [[0.1, 0.0]]}, "significant bits"),
-                      ({"decay": [1.0], "gain": [1.0]}, "either"), ({"mix": [[1.0, 2.0]]}, "1 numbers")):
-        with pytest.raises(Exception, match=says):
+                      ({"decay": [1.0], "gain": [1.0]}, "either"), ({"mix": [[1.0, 2.0]]}, "1 numbers"),
+                      ({"noise": [[0.5, "x"]]}, "not a finite fp32 number"), ({"noise": [[0.5, 0.0]] * 2}, "1 rows"),
+                      ({"mix": None}, "1 rows")):
+        with pytest.raises(SeedLedgerError, match=says):
             paths.settings(good | bad, 1, 2)
+    # a member rebuild checks the whole rule against its generation's members, not just its row
+    master = {n: torch.zeros(s) for n, s in SHAPES.items()}
+    step = ReplayStep(run="toy", index=1, keys=[1, 2, 3], coefficients=[], sigma=0.125, optimizer=good)
+    with pytest.raises(SeedLedgerError, match="3 numbers"):
+        apply_member(master, step, 1, 1, member=1, state=OptimizerState())
 
 
 def test_full_rank_survivors_are_evaluated_one_member_at_a_time(tmp_path, tiny_model_dir):
@@ -276,7 +333,7 @@ def test_full_rank_survivors_are_evaluated_one_member_at_a_time(tmp_path, tiny_m
     offsets added in fp32 one tensor at a time, bit for bit what `rebuild RUN@G#M` builds."""
     from engine.backends.hf import HFBackend
 
-    cfg = CONFIG | {"train": "full", "population": 4, "sigma": 0.05, "ga": {"survivors": 2, "crossover": 0.5},
+    cfg = CONFIG | {"train": "full", "population": 6, "sigma": 0.05, "ga": {"survivors": 2, "crossover": 0.5},
                     "task": {"name": "arithmetic", "rewards": ["task", {"fn": "length", "limit": 12}]},
                     "generations": 2}
     (tmp_path / "full.yaml").write_text(yaml.safe_dump(cfg))
@@ -290,7 +347,9 @@ def test_full_rank_survivors_are_evaluated_one_member_at_a_time(tmp_path, tiny_m
         run = led.get_run("f")
         start = load_start("tiny", run.config, run.noise_spec, run.param_selection)
         master, state = rebuild(led, "f", 1, {n: t.clone() for n, t in start.master.items()})
-        wanted = {1: ref_master(led, "f@2#1")[1], 3: ref_master(led, "f@2#3")[1]}
+        child = next((i for i, m in enumerate(second.members) if m.sign and any(second.optimizer["members"][i])), None)
+        assert child is not None, "pick a seed with a child of survivor 1 in generation 2"
+        wanted = {1: ref_master(led, "f@2#1")[1], child: ref_master(led, f"f@2#{child}")[1]}
     backend = HFBackend(tiny_model_dir, batch_size=2)
     params = dict(backend.model.named_parameters())
     for index, member in wanted.items():

@@ -29,8 +29,9 @@ parent slot. Why per-sample vectors: in weight space every genome is at the same
 from every other (independent Gaussian mutations in 10⁸ dimensions); rewards are where
 genomes differ in behaviour. Species (leader clustering in fitness order) are recorded.
 
-State: none beyond the master. Each generation's choice depends only on its own scores,
-so resume and fork need nothing but the records. The generation's record carries, in
+State: none beyond the master (with one survivor; several keep offsets, below). Each
+generation's choice depends only on its own scores, so resume and fork need nothing but
+the records. The generation's record carries, in
 `extra["ga"]`, the parents, crossover key and weight, and the species of every genome.
 Ties break by member index.
 
@@ -53,7 +54,7 @@ The generation's `paths` rule then moves the master to S₀ (coefficient round(�
 its noise, move = its b) and sets M_{k−1} = Σₗ (b(S_k) − b(S₀))ₗ·Mₗ + round(σ·sign)·ε(S_k)
 − round(σ·sign)·ε(S₀): S_k − S₀ up to fp32 rounding (RUN@g#m always rebuilds exactly what
 was evaluated). The record's `extra["ga"]` adds the survivors and every member's breeding
-(parents and weight). `parents` is not used: the K survivors are the parents.
+(parents and weight). The K survivors are the parents: `parents` is refused.
 """
 
 from __future__ import annotations
@@ -92,7 +93,8 @@ class GASpec(BaseModel):
     parents: int = Field(2, ge=1, description="genomes selected as parents of the next master")
     tournament: int = Field(2, ge=2, description="genomes per tournament (selection: tournament)")
     crossover: float = Field(0.5, ge=0.0, le=1.0, description="probability of arithmetic crossover")
-    elitism: bool = Field(True, description="member 0 is the unmutated master, re-scored")
+    elitism: bool = Field(True, description="the first members are the unmutated master (and survivors), "
+                                            "re-scored")
     sharing: Sharing | None = Field(None, description="fitness sharing over per-sample rewards")
     survivors: int = Field(1, ge=1, le=64, description="genomes kept across generations (> 1: the rest ride as "
                                                        "offsets from the master, in the replay state)")
@@ -218,9 +220,10 @@ class GA:
         1 unless it is a survivors GA's `paths` record (a fork keeps at most its own K)."""
         told = (record.extra or {}).get("ga")
         kept = told.get("survivors") if isinstance(told, dict) else None
-        if (record.optimizer or {}).get("name") != PATHS or not isinstance(kept, list) or not kept:
+        offsets = (record.optimizer or {}).get("mix")  # the rule says how many offsets replay keeps
+        if (record.optimizer or {}).get("name") != PATHS or not isinstance(kept, list) or not isinstance(offsets, list):
             return 1
-        return min(len(kept), self.spec.survivors)
+        return max(1, min(len(kept), len(offsets) + 1, self.spec.survivors))
 
     def ask(self, run_key: int, generation: int) -> list[Member]:
         self._key = member_key(run_key, generation, SELECTION_SLOT)
@@ -310,7 +313,8 @@ class GA:
         return coefficients
 
     def update_rule(self, lr: float) -> dict:
-        """The optimizer dict the generation records: SGD, or with survivors the `paths` rule."""
+        """The optimizer dict the generation records: SGD, or with survivors the `paths` rule
+        (both decided by `tell`, which had the lr)."""
         return dict(self._rule)
 
     def told(self) -> dict:

@@ -15,10 +15,10 @@ evaluates, tells, records and applies, and never scales a reward itself.
     extra |= policy.told()                             # what tell decided, for the record
     policy.observe(record)                             # after the record commits
 
-Two optional methods, for a policy whose members depend on the replay state (LM-MA-ES's
-evolution paths): `attach(view)` hears the state (`replay.paths.StateView`) before each
-generation's `hyperparameters`, and `update_rule(lr)` gives the optimizer dict the record
-stores (the `paths` rule's numbers) instead of the config's optimizer.
+Two optional methods: `attach(view)` hears the replay state (`replay.paths.StateView`)
+before each generation's `hyperparameters` (LM-MA-ES builds members from dot products with
+its paths), and `update_rule(lr)` gives the optimizer dict the record stores instead of the
+config's optimizer (the `paths` rule's numbers: LM-MA-ES, a GA with survivors).
 
 State that spans generations (ES's adapted σ/lr, later CMA-ES's covariance or a GA's
 elite) is a pure function of the ledger's records: `restore` rebuilds it from the

@@ -179,7 +179,7 @@ class HFBackend:
         """Set the model to `cast(master + sign*sigma*eps(key))`, tensor by tensor, in place;
         with `paths` (a GA survivor's offsets, `replay.paths`), to
         `cast((master + sign*sigma*eps(key)) + Σⱼ pathsⱼ·Mⱼ)`, the sum in fp32 one tensor at a
-        time (memory: one fp32 copy of the largest tensor beside the model).
+        time (memory: a few fp32 temporaries the size of one tensor beside the model).
 
         The scale goes through `noise.round_coefficient` (idempotent for an already-rounded
         sigma) so that the product with eps is exact in fp32 on every device. A zero scale
@@ -236,8 +236,9 @@ class HFBackend:
         if self._rows is None:
             if population.shrink != 1.0:
                 raise ValueError("LM-MA-ES members (shrink α) need an adapter run")
-            rows = population.paths or [()] * len(population)
-            for key, sign, seed, row in zip(population.keys, population.signs, population.seeds, rows, strict=True):
+            path_rows = population.paths or [()] * len(population)
+            for key, sign, seed, row in zip(population.keys, population.signs, population.seeds, path_rows,
+                                            strict=True):
                 started = time.perf_counter()
                 self.load_member(master, key, sign, population.sigma, paths=row, state=population.state)
                 loaded = time.perf_counter()

@@ -212,7 +212,8 @@ def show_member(ledger: Ledger, ref: str, with_samples: bool = False) -> dict[st
         "recorded_in": holder.name,
         "parent": parent,
         "parent_fingerprint": _recorded(ledger, info, g - 1),
-        "same_weights_as": _same_weights(info.name, g, m, record.extra),
+        "same_weights_as": _same_weights(info.name, g, m, record.extra,
+                                         any(_paths(record.optimizer or {}, index).get("paths", {}).get("terms") or ())),
         "sigma": record.sigma,
         "perturbation": {
             "noise_spec": record.noise_spec or holder.noise_spec,
@@ -225,14 +226,15 @@ def show_member(ledger: Ledger, ref: str, with_samples: bool = False) -> dict[st
     }
 
 
-def _same_weights(run: str, g: int, m, extra: dict[str, Any]) -> str | None:
+def _same_weights(run: str, g: int, m, extra: dict[str, Any], offset: bool) -> str | None:
     """The generation whose master a member's weights are bit for bit, when the record
-    says so: sign 0 (a GA's elite) is `RUN@G-1`; a GA child that did not cross over is
-    `RUN@G` (its coefficient is σ·sign, applied with lr 1)."""
-    if m.sign == 0:
+    says so: sign 0 without path terms (a GA's elite) is `RUN@G-1`; a GA child that did not
+    cross over (with survivors: the best, the new master) is `RUN@G` (its coefficient is
+    σ·sign, applied with lr 1, and its path terms are the move)."""
+    if m.sign == 0 and not offset:
         return f"{run}@{g - 1}"
-    child = (extra.get("ga") or {}).get("child")
-    return f"{run}@{g}" if child == [m.index] else None
+    ga = extra.get("ga")
+    return f"{run}@{g}" if isinstance(ga, dict) and ga.get("child") == [m.index] else None
 
 
 def _decision(extra: dict[str, Any], m) -> dict[str, Any]:
@@ -249,9 +251,12 @@ def _decision(extra: dict[str, Any], m) -> dict[str, Any]:
             "child": index in (ga.get("child") or []),
             "elite": m.sign == 0,
         }
-        bred = ga.get("breeding") or []
-        if ga.get("survivors"):  # a GA with survivors: which ones this member descends from
-            out["ga"] |= {"survivor": index in ga["survivors"], "bred": bred[index] if index < len(bred) else None}
+        survivors, bred = ga.get("survivors"), ga.get("breeding")
+        if isinstance(survivors, list) and survivors:  # a GA with survivors: which ones this member descends from
+            mine = bred[index] if isinstance(bred, list) and index < len(bred) else None
+            ok = isinstance(mine, list) and all(isinstance(p, list) and len(p) == 2 and
+                                                all(isinstance(x, int | float) for x in p) for p in mine)
+            out["ga"] |= {"survivor": index in survivors, "bred": mine if ok else None}
     for name in ("cmaes", "lmmaes"):
         cm = extra.get(name)
         if isinstance(cm, dict) and index in (cm.get("ranking") or []):
