@@ -305,7 +305,7 @@ class TrainConfig(Strict):
         survivors = spec.survivors
         if survivors == 1:
             return
-        if "parents" in spec.model_fields_set:
+        if spec.parents != GASpec.model_fields["parents"].default:  # a stored config spells the default out
             raise ValueError("ga.parents: with survivors > 1 the survivors are the parents; drop parents")
         if self.train == "full" and self.perturbation != "full":
             raise ValueError("ga.survivors: survivors are kept as full-size offsets; use perturbation: full "

@@ -222,7 +222,7 @@ CONFIG = {
     ({"train": "full", "perturbation": "lowrank"}, "use perturbation: full"),
     ({"backend": "vllm"}, "in-process hf backend"),
     ({"ga": {"survivors": 6}}, "leave no room for children"),
-    ({"ga": {"survivors": 3, "parents": 2}}, "the survivors are the parents"),
+    ({"ga": {"survivors": 3, "parents": 3}}, "the survivors are the parents"),
 ])
 def test_what_survivors_cannot_run_is_refused_in_one_line(change, says):
     with pytest.raises(Exception, match=says) as err:

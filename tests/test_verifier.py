@@ -8,6 +8,7 @@ unicode digits."""
 from __future__ import annotations
 
 import gc
+import math
 import time
 from fractions import Fraction
 
@@ -67,14 +68,21 @@ def test_numbers_used_reads_ascii_digit_runs() -> None:
 
 
 def _timed(fn, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
-    gc.disable()  # a collection of hypothesis's garbage is not the verifier's time
-    try:
-        started = time.thread_time()
-        out = fn(*args, **kwargs)
-        elapsed = time.thread_time() - started
-    finally:
-        gc.enable()
-    assert elapsed < LIMIT_S, f"{elapsed * 1e3:.1f} ms in {getattr(fn, '__name__', fn)} on {repr(args)[:80]}"
+    """`fn(*args)` within LIMIT_S of thread CPU time, the best of up to three calls: noise
+    (a neighbour's cache traffic, frequency scaling on a loaded box) only ever adds time,
+    so the minimum is the call's own cost, and a slow algorithm is slow every time."""
+    best = math.inf
+    for _ in range(3):
+        gc.disable()  # a collection of hypothesis's garbage is not the verifier's time
+        try:
+            started = time.thread_time()
+            out = fn(*args, **kwargs)
+            best = min(best, time.thread_time() - started)
+        finally:
+            gc.enable()
+        if best < LIMIT_S:
+            break
+    assert best < LIMIT_S, f"{best * 1e3:.1f} ms in {getattr(fn, '__name__', fn)} on {repr(args)[:80]}"
     return out
 
 

@@ -54,7 +54,7 @@ The generation's `paths` rule then moves the master to S₀ (coefficient round(�
 its noise, move = its b) and sets M_{k−1} = Σₗ (b(S_k) − b(S₀))ₗ·Mₗ + round(σ·sign)·ε(S_k)
 − round(σ·sign)·ε(S₀): S_k − S₀ up to fp32 rounding (RUN@g#m always rebuilds exactly what
 was evaluated). The record's `extra["ga"]` adds the survivors and every member's breeding
-(parents and weight). The K survivors are the parents: `parents` is refused.
+(parents and weight). The K survivors are the parents: a `parents` setting is refused.
 """
 
 from __future__ import annotations
