@@ -1,6 +1,7 @@
 """Cross-device replay through the console script: train on one device, verify on the other.
 
-Each variant (full-rank sgd / adam, low-rank momentum, LoRA, LM-MA-ES on LoRA) trains the
+Each variant (full-rank sgd / adam, low-rank momentum, LoRA, LM-MA-ES on LoRA, a GA with
+survivors on full rank and on LoRA) trains the
 `tiny` model for `--generations` generations twice, once with `device: cuda` and once on
 the CPU, then `seedledger verify` replays each run on the other device. A run verifies only
 when every generation's fingerprint matches bit for bit, so a pass means CPU and CUDA
@@ -38,6 +39,10 @@ VARIANTS = {
     "lora-sgd": {"train": {"kind": "lora", "rank": 4}, "sigma": 0.01, "lr": 0.005},
     "lora-lmmaes": {"train": {"kind": "lora", "rank": 4}, "algorithm": "lmmaes", "mirrored": False,
                     "sigma": 0.01, "lr": 0.005},
+    # survivors as offsets in the replay state (the paths rule's mix/noise form)
+    "full-ga-survivors": {"algorithm": "ga", "ga": {"survivors": 2}, "mirrored": False, "lr": 1.0},
+    "lora-ga-survivors": {"train": {"kind": "lora", "rank": 4}, "algorithm": "ga", "ga": {"survivors": 3},
+                          "mirrored": False, "sigma": 0.5, "lr": 1.0},
 }
 
 
