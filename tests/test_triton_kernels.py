@@ -35,7 +35,8 @@ from tests.support.replay_cases import reference_apply, special_values  # noqa: 
 
 SKIP = "skip: triton does not import"
 CHECKS = ["dispatch", "generate", "generate_random", "perturb", "apply", "apply_large", "apply_random_shapes",
-          "kernel_skips_zero_members", "zero_update", "lowrank_factors", "lowrank_apply", "lowrank_zero"]
+          "kernel_skips_zero_members", "zero_update", "paths_mix", "lowrank_factors", "lowrank_apply",
+          "lowrank_zero"]
 SLOW = {"apply", "apply_large", "apply_random_shapes"}  # 15-60 s each in the interpreter
 KEYS = [0, 1, 12345, 2**63, 2**64 - 1, 11429185064331606389]
 OPTS = {
@@ -262,6 +263,56 @@ def check_zero_update():
         update.apply_step(master, update.OptimizerState(), ReplayStep("z", 1, keys, [0.0] * 4, 0.001, {"name": "sgd"}))
         update.apply_step(master, update.OptimizerState(), ReplayStep("z", 2, [], [], 0.001, {"name": "sgd"}))
     assert all(same(master[k], before[k]) for k in master)
+
+
+def check_paths_mix():
+    """The `paths` rule's recombining form (a GA's survivor offsets) through the Triton
+    kernels equals the torch reference bit for bit, and a generation whose coefficients are
+    all zero leaves the master bit-identical (−0.0 included): g sums from −0.0."""
+    from replay import _backend
+
+    _small_launches()
+    keys = [noise.member_key(4, 1, i) for i in range(4)]
+    steps = [
+        ReplayStep("p", 1, keys, [0.0, 0.0, 0.0, 0.0], 0.125,  # the elite won: nothing moves but the paths
+                   {"name": "paths", "move": [0.0, 0.0], "mix": [[0.0, 0.0], [0.0, 0.0]],
+                    "noise": [[0.0, -0.125, 0.125, 0.0], [0.0, 0.0, 0.0, 0.125]]}),
+        ReplayStep("p", 2, keys, [0.0, 0.125, 0.0, 0.0], 0.125,
+                   {"name": "paths", "move": [0.0, 0.0], "mix": [[0.0, 1.0], [0.5, 0.5]],
+                    "noise": [[0.0, -0.125, 0.125, 0.0], [0.0, -0.125, 0.0, 0.125]]}),
+        ReplayStep("p", 3, keys, [0.0, 0.0, -0.0625, 0.0], 0.125,
+                   {"name": "paths", "move": [0.25, 0.75], "mix": [[1.0, -1.0], [0.0, 1.0]],
+                    "noise": [[0.0, 0.0, 0.0625, 0.0], [0.0, 0.0, 0.0, 0.0]]}),
+    ]
+
+    def fresh() -> dict[str, torch.Tensor]:
+        return {"w": special_values(4099, 8), "v": torch.tensor([-0.0, 0.0, 1e-45, -1e-45, 1.0, -2.5])}
+
+    def run() -> list[tuple[dict, dict]]:
+        master = fresh()
+        state, seen = update.OptimizerState(), []
+        for step in steps:
+            update.apply_step(master, state, step)
+            seen.append(({k: v.clone() for k, v in master.items()},
+                         {k: {n: t.clone() for n, t in b.items()} for k, b in state.buffers.items()}))
+        return seen
+
+    with no_reference():
+        triton_run = run()
+    before = fresh()
+    assert all(same(triton_run[0][0][k], before[k]) for k in before), "an all-zero generation moved θ"
+    os.environ["SEEDLEDGER_REPLAY_IMPL"] = "reference"
+    _backend.use_triton.cache_clear()
+    _backend.fast_cpu.cache_clear()
+    try:
+        reference_run = run()
+    finally:
+        os.environ["SEEDLEDGER_REPLAY_IMPL"] = "triton"
+        _backend.use_triton.cache_clear()
+        _backend.fast_cpu.cache_clear()
+    for (tm, tb), (rm, rb) in zip(triton_run, reference_run, strict=True):
+        assert all(same(tm[k], rm[k]) for k in tm)
+        assert tb.keys() == rb.keys() and all(same(tb[p][n], rb[p][n]) for p in tb for n in tb[p])
 
 
 LOWRANK_SHAPES = {"l.q_proj.weight": (1, 1), "l.k_proj.weight": (3, 5), "l.v_proj.weight": (7, 130),
