@@ -126,3 +126,15 @@ def test_weight_loads_drop_cached_prompt_blocks(backends: tuple) -> None:
     assert cached() == 0
     vb.load_master(master)
     assert cached() == 0
+
+
+def test_members_along_replay_state_paths_are_refused(backends: tuple) -> None:
+    """LM-MA-ES and GA-survivor members add replay-state vectors the engine never holds:
+    refused before anything is generated (the config refuses such runs on vLLM first)."""
+    from engine.backends.base import Population
+    from replay.update import OptimizerState
+
+    vb, _ = backends
+    along = Population(keys=(KEY,), signs=(0,), sigma=SIGMA, seeds=(None,), paths=((1.0,),), state=OptimizerState())
+    with pytest.raises(ValueError, match="need the hf backend"):
+        vb.evaluate(vb.master(), along, PROMPTS, MAX_NEW)

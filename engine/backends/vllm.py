@@ -252,6 +252,8 @@ class VLLMBackend:
         """Every member's completions (see `engine.backends.base`). Full-rank: one weight
         reload and one `generate` per member. Low-rank and LoRA runs: the engine must hold
         the master (`load_master` after each update); one adapter per member, one `generate`."""
+        if population.paths or population.shrink != 1.0:  # the config refuses such runs; the API may not
+            raise ValueError("members along the replay state's paths (LM-MA-ES, GA survivors) need the hf backend")
         if not self.keeps_master:
             return evaluate_one_by_one(self, master, population, prompts, max_new_tokens, samples)
         if len(population) > self.members_per_forward:
