@@ -285,6 +285,8 @@ def test_show_and_diff_name_survivors_and_children(ga_run):
     assert same["total"]["changed"] == 0
     text = cli("show", f"g@2#{best}", "--ledger", tmp / "g.db").stdout
     assert "survivor" in text and "survivor offsets" in text
+    generation = cli("show", "g@2", "--ledger", tmp / "g.db").stdout  # per-member rows by shape, not in full
+    assert "members=[6×2]" in generation and "noise=[2×6]" in generation
 
 
 @pytest.mark.slow

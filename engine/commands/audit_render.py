@@ -106,6 +106,14 @@ def graph_view(roots: list[dict[str, Any]]) -> RenderableType:
     return tree
 
 
+
+def _setting(value: Any) -> str:
+    """One optimizer setting; a matrix (the `paths` rule's per-member rows, one row per
+    member or path) as its shape: `show RUN@G#M` prints a member's row, `--json` all."""
+    if isinstance(value, list) and value and all(isinstance(row, list) for row in value):
+        return f"[{len(value)}×{len(value[0])}]"
+    return str(value)
+
 def show_view(data: dict[str, Any]) -> RenderableType:
     hp = data["hyperparameters"]
     where = "" if data["recorded_in"] == data["run"] else f" (recorded in {data['recorded_in']})"
@@ -113,7 +121,7 @@ def show_view(data: dict[str, Any]) -> RenderableType:
     head.add_row("generation", Text.assemble((f"{data['run']}@{data['generation']}", "bold"), where))
     head.add_row("fingerprint", data["fingerprint"] or "–")
     head.add_row("lr / σ / N", f"{hp['lr']:.4g} / {hp['sigma']:{SIGMA}} / {hp['population']}")
-    head.add_row("optimizer", ", ".join(f"{k}={v}" for k, v in hp["optimizer"].items()))
+    head.add_row("optimizer", ", ".join(f"{k}={_setting(v)}" for k, v in hp["optimizer"].items()))
     head.add_row("schedule step", str(hp["schedule_step"]))
     head.add_row("batch", " ".join(map(str, data["batch_indices"])))
     rw = data["reward"]
