@@ -211,9 +211,9 @@ def peft_adapter(spec: LoraSpec, master: Mapping[str, torch.Tensor]) -> dict[str
 
 def member_adapter(spec: LoraSpec, master: Mapping[str, torch.Tensor], key: int | None,
                    scale: float, path_terms: Sequence[float] = (), state: Any = None) -> dict[str, torch.Tensor]:
-    """A member's plain LoRA tensors: the master's trained tensors as cast(t + scale·ε(key))
-    (`perturb_`, what `replay.rebuild.apply_member` builds), plus a member's `path_terms`
-    along `state`'s paths (`replay.paths.member_`: LM-MA-ES, GA survivors), the rest shared, then
+    """A member's plain LoRA tensors: the master's trained tensors as (t + scale·ε(key)) plus
+    a member's `path_terms` along `state`'s paths (`replay.paths.member_tensor`, what
+    `replay.rebuild.apply_member` builds; LM-MA-ES, GA survivors), the rest shared, then
     `peft_adapter`. Key None or scale 0 and no path terms: the master itself. The one
     definition both backends evaluate."""
     noise = key is not None and scale != 0.0
@@ -222,9 +222,7 @@ def member_adapter(spec: LoraSpec, master: Mapping[str, torch.Tensor], key: int 
         out = {}
         for n, t in master.items():
             if spec.trains(n):
-                t = perturb_(torch.empty_like(t), t, tensor_key(key, n), scale) if noise else t.clone()
-                if along:
-                    paths.member_(t, n, state, path_terms)
+                t = paths.member_tensor(t, n, key, scale if noise else 0.0, path_terms, state)
             out[n] = t
         master = out
     return peft_adapter(spec, master)

@@ -27,7 +27,8 @@ the SGD step bit for bit):
                                                                   terms skipped)
 
 and member i, evaluated before the step, is cast((θ + round(signᵢ·σ·α)·εᵢ) + M₀·bᵢ₀ + …),
-the sum in fp32 in that order (`member_`; the noise term only when its scale is non-zero). Every op is one fp32 IEEE op with fp32 scalars (each number
+the sum in fp32 in that order (`member_tensor`; the noise term only when its scale is
+non-zero). Every op is one fp32 IEEE op with fp32 scalars (each number
 rounded once from its float64 record), so CPU and CUDA give the same bits; the numbers
 themselves come from the policy's float64 arithmetic (dot products of the paths, for
 LM-MA-ES), which is why they are recorded rather than recomputed: replay never takes a
@@ -45,7 +46,7 @@ import torch
 
 from ledger.errors import SeedLedgerError
 
-from .noise import check_coefficient, generate, tensor_key
+from .noise import check_coefficient, generate, perturb_, tensor_key
 
 NAME = "paths"
 MAX_PATHS = 257  # lmmaes.memory ≤ 256, plus p_σ: a record may not ask for more buffers
@@ -148,7 +149,7 @@ def apply(items: Sequence[tuple[str, torch.Tensor]], state: Any, rule: Rule,
           delta: Callable[[str, torch.Tensor, Sequence[float] | None], torch.Tensor]) -> None:
     """One `paths` step on the trained tensors `items` (name, fp32 master), in place.
     `delta(name, theta, coefficients)` is Σᵢ cᵢ·εᵢ for that tensor (replay's SGD kernel
-    onto zeros), the generation's recorded coefficients when `coefficients` is None."""
+    from −0.0), the generation's recorded coefficients when `coefficients` is None."""
     for name, theta in items:
         g = delta(name, theta, None)
         paths = [state.buffer(kind(j), name, theta) for j in range(rule.memory)]
@@ -165,9 +166,10 @@ def apply(items: Sequence[tuple[str, torch.Tensor]], state: Any, rule: Rule,
         else:
             for path, new in zip(paths, fresh, strict=True):  # after every read of the old paths
                 path.copy_(new)
-    if rule.mix:  # paths past the rule's (a fork to fewer survivors, an LM-MA-ES parent's): gone
-        for stale in [k for k in state.buffers if k[:4] == "path" and k[4:].isdigit() and int(k[4:]) >= rule.memory]:
-            del state.buffers[stale]
+    j = rule.memory
+    while rule.mix and kind(j) in state.buffers:  # a fork to fewer survivors, an LM-MA-ES parent's: gone
+        del state.buffers[kind(j)]
+        j += 1
 
 
 def _recombined(paths: Sequence[torch.Tensor], mix: Sequence[float], noise: torch.Tensor) -> torch.Tensor:
@@ -179,13 +181,22 @@ def _recombined(paths: Sequence[torch.Tensor], mix: Sequence[float], noise: torc
     return out.add_(noise)
 
 
+def member_tensor(master: torch.Tensor, name: str, key: int, scale: float, coefficients: Sequence[float],
+                  state: Any) -> torch.Tensor:
+    """Member tensor `name` in fp32, a fresh tensor: (master + scale·ε(key)) + its path terms
+    (`scale` rounded; 0 adds no noise, so an elite keeps the master's bits, −0.0 included).
+    The one definition the backends evaluate (adapters, full-rank members) and
+    `replay.rebuild.apply_member` reproduces."""
+    out = perturb_(torch.empty_like(master), master, tensor_key(key, name), scale) if scale != 0.0 else master.clone()
+    return member_(out, name, state, coefficients)
+
+
 def member_(out: torch.Tensor, name: str, state: Any, coefficients: Sequence[float]) -> torch.Tensor:
     """Add member's path terms to `out` (its perturbed fp32 tensor `name`) in path order."""
-    bufs = state.buffers
     for j, b in enumerate(coefficients):
         b32 = _f32(b)
-        path = bufs.get(kind(j), {}).get(name)
-        if b32 != 0.0 and path is not None:
+        path = state.buffers.get(kind(j), {}).get(name) if b32 != 0.0 else None  # no state needed for zeros
+        if path is not None:
             out.add_(torch.mul(path.to(out.device), b32))
     return out
 
@@ -243,4 +254,4 @@ class StateView:
         return projections(self.state, self.names, self.shapes, keys, m)
 
 
-__all__ = ["NAME", "Rule", "StateView", "apply", "gram", "kind", "member_", "member_settings", "projections", "settings"]
+__all__ = ["NAME", "Rule", "StateView", "apply", "gram", "kind", "member_", "member_settings", "member_tensor", "projections", "settings"]

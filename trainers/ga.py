@@ -206,9 +206,7 @@ class GA:
     def restore(self, history: list) -> None:
         if self.hyper is not None:
             self.hyper.restore(history)
-        self._kept = 1
-        if history:
-            self._kept = self._survivors_of(history[-1])
+        self._kept = self._survivors_of(history[-1]) if history else 1
 
     def observe(self, record) -> None:
         if self.hyper is not None:

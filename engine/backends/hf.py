@@ -191,9 +191,7 @@ class HFBackend:
         if any(b != 0.0 for b in paths):
             for name, param in self._params.items():
                 src = master[name].to(param.device)
-                out = (noise.perturb_(torch.empty_like(src), src, noise.tensor_key(key, name), scale)
-                       if scale != 0.0 else src.clone())  # an elite: the master, −0.0 kept
-                param.data.copy_(replay_paths.member_(out, name, state, paths))
+                param.data.copy_(replay_paths.member_tensor(src, name, key, scale, paths, state))
             return
         if scale == 0.0:
             self.load_master(master)

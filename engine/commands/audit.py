@@ -204,6 +204,7 @@ def show_member(ledger: Ledger, ref: str, with_samples: bool = False) -> dict[st
     m = record.members[index]
     holder = ledger.get_run(_holder(ledger.ancestors(info.name, g), g))
     parent = format_ref(info.name, g - 1)
+    along = _paths(record.optimizer or {}, index)
     return {
         "run": info.name,
         "generation": g,
@@ -212,8 +213,7 @@ def show_member(ledger: Ledger, ref: str, with_samples: bool = False) -> dict[st
         "recorded_in": holder.name,
         "parent": parent,
         "parent_fingerprint": _recorded(ledger, info, g - 1),
-        "same_weights_as": _same_weights(info.name, g, m, record.extra,
-                                         any(_paths(record.optimizer or {}, index).get("paths", {}).get("terms") or ())),
+        "same_weights_as": _same_weights(info.name, g, m, record.extra, any(along.get("paths", {}).get("terms") or ())),
         "sigma": record.sigma,
         "perturbation": {
             "noise_spec": record.noise_spec or holder.noise_spec,
@@ -221,7 +221,7 @@ def show_member(ledger: Ledger, ref: str, with_samples: bool = False) -> dict[st
         },
         **{k: v for k, v in _member(m, with_samples).items() if k != "index"},
         **_decision(record.extra, m),
-        **_paths(record.optimizer or {}, index),
+        **along,
         "committed_at": record.committed_at.isoformat() if record.committed_at else None,
     }
 
