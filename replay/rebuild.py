@@ -96,8 +96,12 @@ def _from_anchor(ledger, run: str, g: int, base: dict[str, torch.Tensor], anchor
 def _buffers(ledger, info) -> int:
     """Optimizer buffers per tensor an anchor may hold: a `paths` record's path count, else 2."""
     opt = (ledger.generation(info.run, info.generation).optimizer or {}) if info.generation else {}
-    decay = opt.get("decay")
-    return len(decay) if opt.get("name") == paths.NAME and isinstance(decay, list) else 2
+    if opt.get("name") != paths.NAME:
+        return 2
+    # Either form of the rule (decay: LM-MA-ES; mix/noise: a GA's survivors) bounds the
+    # paths an anchor holds after the step: its move (paths before) or its rows (paths after).
+    counts = [len(opt[k]) for k in ("move", "decay", "mix") if isinstance(opt.get(k), list)]
+    return max(counts, default=2)
 
 
 def rebuild(

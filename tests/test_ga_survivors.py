@@ -359,3 +359,28 @@ def test_full_rank_survivors_are_evaluated_one_member_at_a_time(tmp_path, tiny_m
         backend.load_member(master, m.key, m.sign, second.sigma, paths=second.optimizer["members"][index], state=state)
         assert all(params[n].data.equal(member[n]) for n in member), f"member {index}"
     assert json.loads(cli("verify", "f", "--json", "--ledger", tmp_path / "f.db").stdout)["ok"]
+
+
+def test_anchors_of_four_survivors_are_reused(tmp_path, tiny_model_dir):
+    """An anchor's size bound counts a GA's offsets (the rule's mix form), so a run with four
+    survivors (three paths) replays from its anchor instead of falling back to the base."""
+    import warnings
+
+    from engine.session import anchors_dir
+
+    cfg = CONFIG | {"train": "full", "population": 8, "sigma": 0.05, "ga": {"survivors": 4, "crossover": 0.5},
+                    "task": {"name": "arithmetic", "rewards": ["task", {"fn": "length", "limit": 12}]},
+                    "generations": 3, "anchor_every": 1}
+    (tmp_path / "four.yaml").write_text(yaml.safe_dump(cfg))
+    cli("train", tmp_path / "four.yaml", "--run", "f", "--ledger", tmp_path / "f.db")
+    fps = fingerprints(tmp_path / "f.db", "f")
+    with Ledger.open(str(tmp_path / "f.db")) as led:
+        assert led.anchors("f"), "the run wrote anchors"
+        run = led.get_run("f")
+        start = load_start("tiny", run.config, run.noise_spec, run.param_selection)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            master, _ = rebuild(led, "f", 3, {n: t.clone() for n, t in start.master.items()},
+                                anchors_dir=anchors_dir(led))
+    assert not [w for w in caught if "falling back" in str(w.message)], [str(w.message) for w in caught]
+    assert fingerprint(master) == fps[-1]
