@@ -159,3 +159,16 @@ def test_launcher_source_is_standard_library_only():
     source = (Path(__file__).resolve().parents[1] / "trainers" / "sandbox_child.py").read_text()
     for name in ("ledger", "replay", "engine", "trainers"):
         assert f"import {name}" not in source and f"from {name}" not in source
+
+
+def test_a_deeply_nested_result_is_a_verdict_not_a_crash(box):
+    """A program that writes a 5,000-deep JSON document as its result and exits 0: the
+    launcher's parser gives up (RecursionError) and the item scores nothing; the launcher
+    lives on, so the next item runs in it."""
+    deep = "import os\nos.write(3, b'[' * 5000 + b']' * 5000)\nos._exit(0)"
+    outcomes = box.run("python", [
+        {"program": deep, "test": ""},
+        {"program": "def f(x):\n    return x + 1\n", "test": "assert f(1) == 2"},
+    ], limits=LIMITS)
+    assert [o.status for o in outcomes] == ["crashed", "ok"]
+    assert outcomes[0].value is None

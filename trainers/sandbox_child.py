@@ -220,7 +220,7 @@ def run_item(handler: Callable[[dict], Any], item: dict, lim: dict) -> tuple[dic
     if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0 and result:
         try:
             outcome = json.loads(result.decode())
-        except ValueError:
+        except (ValueError, RecursionError):  # any bytes from the item are a verdict, never a crash
             return {"status": "crashed", "error": "bad result"}, b""
         if isinstance(outcome, dict) and outcome.get("status") in ("ok", "failed", "memory"):
             return outcome, b""
