@@ -276,8 +276,11 @@ def _trial_event(ledger: Ledger, run: str) -> dict | None:
 
 def run_trial(
     ledger: Ledger, study, study_name: str, spec: StudySpec, config: Path, trial,
+    trust_code: bool = False,
 ) -> dict[str, Any]:
-    """Run (or finish) one trial; tells Optuna its outcome and returns a summary."""
+    """Run (or finish) one trial; tells Optuna its outcome and returns a summary. The run's
+    stored config may come from a copied ledger: the reward code it names is refused before
+    anything (the held-out scorer included) builds a task from it, unless `trust_code`."""
     from optuna.trial import TrialState
 
     from engine.heldout import HeldOut
@@ -298,7 +301,9 @@ def run_trial(
         ledger.log_event(name, "tune-trial", {"study": study_name, "trial": number, "params": params})
     elif event.get("study") != study_name or event.get("trial") != number:
         raise SeedLedgerError(f"run {name!r} belongs to study {event.get('study')!r} trial {event.get('trial')}")
-    cfg = validate(ledger.get_run(name).config, f"run {name} config")
+    stored = ledger.get_run(name).config
+    session.check_stored_code(session.stored_code(stored), f"run {name}", trust_code)
+    cfg = validate(stored, f"run {name} config")
     held_out = HeldOut(cfg, spec.objective.rows, spec.objective.skip)
     reporter = _Reporter(ledger, name, trial, held_out, spec.objective.every)
     latest = ledger.latest_generation(name)
@@ -306,7 +311,7 @@ def run_trial(
         reporter.at(latest)
         reporter.check(latest)
     if reporter.pruned_at is None and latest < cfg.generations:
-        session.resume(ledger, name, None, reporter.hooks())
+        session.resume(ledger, name, None, reporter.hooks(), trust_code=trust_code)
     latest = ledger.latest_generation(name)
     if reporter.pruned_at is not None:
         outcome = {"state": "pruned", "value": reporter.reported().get(latest), "generation": latest}
@@ -330,8 +335,10 @@ def tune(
     study_name: str | None = None,
     overrides: list[str] = (),
     on_trial: Callable[[dict[str, Any]], None] = lambda summary: None,
+    trust_code: bool = False,
 ) -> dict[str, Any]:
-    """Bring the study to `trials` trials (finishing any a dead tuner left); its summary."""
+    """Bring the study to `trials` trials (finishing any a dead tuner left); its summary.
+    Reward code that a trial run's stored config names runs only with `trust_code`."""
     import optuna
     from optuna.trial import TrialState
 
@@ -345,28 +352,33 @@ def tune(
         spec = spec.model_copy(update={"pruner": PrunerSpec(name="none")})  # nothing to prune on
     check_space(config, spec.set, spec.space)
     study = open_study(ledger, name, spec.sampler, spec.pruner)
+    for trial in study.get_trials(deepcopy=False):  # refuse untrusted code before any trial is touched
+        run = trial_run(name, trial.number)
+        if ledger.has_run(run):
+            session.check_stored_code(session.stored_code(ledger.get_run(run).config), f"run {run}", trust_code)
     ran = []
     for frozen in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         study.sampler = _sampler(spec.sampler, frozen.number)  # for any parameter not yet drawn
         try:
-            ran.append(_guarded(ledger, study, name, spec, config, optuna.trial.Trial(study, frozen._trial_id)))
+            ran.append(_guarded(ledger, study, name, spec, config, optuna.trial.Trial(study, frozen._trial_id),
+                                trust_code))
         except LeaseHeld:
             continue  # another tuner is training it
         on_trial(ran[-1])
     while len(study.get_trials(deepcopy=False)) < total:
         study.sampler = _sampler(spec.sampler, len(study.get_trials(deepcopy=False)))
-        ran.append(_guarded(ledger, study, name, spec, config, study.ask()))
+        ran.append(_guarded(ledger, study, name, spec, config, study.ask(), trust_code))
         on_trial(ran[-1])
     return summary(study, name, ran)
 
 
-def _guarded(ledger, study, name, spec, config, trial) -> dict[str, Any]:
+def _guarded(ledger, study, name, spec, config, trial, trust_code: bool = False) -> dict[str, Any]:
     """A trial that fails is told FAIL (and stays in the ledger); an interrupt leaves it
     RUNNING so that the next `tune` finishes it."""
     from optuna.trial import TrialState
 
     try:
-        return run_trial(ledger, study, name, spec, config, trial)
+        return run_trial(ledger, study, name, spec, config, trial, trust_code)
     except LeaseHeld:
         raise
     except Exception as exc:

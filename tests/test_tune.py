@@ -182,3 +182,39 @@ def test_a_bad_search_space_is_one_line_and_starts_nothing(tmp_path):
         from engine.tune import load_study
 
         load_study(write_study(tmp_path, objective={"rowz": 3}))
+
+
+EVIL = """\
+from pathlib import Path
+Path(__file__).with_name("pwned").write_text("imported")
+
+
+def f(prompts, completions, **columns):
+    return [0.0] * len(completions)
+"""
+
+
+def test_a_planted_trial_does_not_import_its_reward_code_without_trust(tmp_path):
+    """A copied ledger holds run `s-t000` with a matching `tune-trial` event and a stored
+    config naming reward code: `tune` refuses it in one line before building the held-out
+    scorer (nothing imported), and runs it with --trust-code."""
+    from tests.support import ledgerforge
+
+    study = write_study(tmp_path, trials=1, pruner={"name": "none"}, objective={"rows": 2, "every": 0})
+    db = tmp_path / "l.db"
+    cli("train", str(tmp_path / "tiny.yaml"), "--run", "s-t000", "--generations", "0", "--ledger", str(db))
+    (tmp_path / "evil.py").write_text(EVIL)
+    with Ledger.open(str(db)) as led:
+        led.log_event("s-t000", "tune-trial", {"study": "s", "trial": 0, "params": {}})
+    con = sqlite3.connect(db)
+    config = json.loads(con.execute("SELECT config FROM runs WHERE name = 's-t000'").fetchone()[0])
+    config["task"] = {"name": "arithmetic", "rewards": ["task", {"fn": f"{tmp_path / 'evil.py'}:f"}]}
+    con.execute("UPDATE runs SET config = ? WHERE name = 's-t000'", (json.dumps(config),))
+    con.commit()
+    con.close()
+    ledgerforge.rechain(db)  # a forger recomputes the hash chain
+
+    proc = cli("tune", str(study), "--ledger", str(db), check=False)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "--trust-code" in proc.stderr and "evil.py" in proc.stderr
+    assert not (tmp_path / "pwned").exists()

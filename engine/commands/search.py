@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from engine.commands.app import DEFAULT_LEDGER, JsonOpt, LedgerOpt, app, emit, open_ledger
-from engine.commands.training import Sets
+from engine.commands.training import Sets, TrustCode
 
 
 def _fmt(value: Any) -> str:
@@ -25,6 +25,7 @@ def tune(
     set_: Sets = None,
     ledger: LedgerOpt = DEFAULT_LEDGER,
     as_json: JsonOpt = False,
+    trust_code: TrustCode = False,
 ):
     """Run an Optuna study whose trials are runs STUDY-tNNN; rerun to resume it."""
     from engine.tune import tune as run_tune
@@ -36,7 +37,7 @@ def tune(
                        f" @{t['generation']}")
 
     with open_ledger(ledger, create=True) as led:
-        result = run_tune(led, study_file, trials, study, set_ or [], on_trial=say)
+        result = run_tune(led, study_file, trials, study, set_ or [], on_trial=say, trust_code=trust_code)
     best = result["best"]
     human = f"study {result['study']}: {len(result['trials'])} trials"
     if best:
