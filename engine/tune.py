@@ -17,16 +17,10 @@ The study file (YAML):
       optimizer.name: {type: categorical, choices: [sgd, adam]}
 
 Storage. The study lives in the ledger's own database: Optuna's RDB storage on the ledger's
-SQLAlchemy URL creates its tables beside the ledger's (`studies`, `study_directions`,
-`study_user_attributes`, `study_system_attributes`, `trials`, `trial_params`,
-`trial_values`, `trial_intermediate_values`, `trial_user_attributes`,
-`trial_system_attributes`, `trial_heartbeats`, `version_info`). Optuna also keeps its
-schema revision in `alembic_version`, the table where the ledger keeps its own; so Optuna
-runs with `skip_compatibility_check` (it never writes there once the ledger exists, and the
-ledger's migrations ignore tables they do not own), and this module checks Optuna's schema
-itself: the study records the head revision of the Optuna that created it, and another is
-refused. A study is therefore read with this seedledger (or with Optuna and
-`skip_compatibility_check=True`).
+URL creates its tables (`studies`, `trials`, …) beside the ledger's. Optuna keeps its schema
+revision in `alembic_version`, where the ledger keeps its own, so it runs with
+`skip_compatibility_check` and this module checks Optuna's schema itself (the study records
+the head revision of the Optuna that created it; another is refused).
 
 Each trial is an ordinary run: created (`session.start`, no generations), given a
 `tune-trial` event (study, trial number, parameters), then trained by `session.resume` with
@@ -39,7 +33,8 @@ n depend only on the seed and trials 0..n-1, whether or not the tuner was killed
 Resume: rerunning the same command first finishes trials left RUNNING by a dead tuner
 (their runs resume from their last committed generation; a run whose writer lease is live
 belongs to another tuner and is skipped), then asks new ones until the study holds
-`trials`. Nothing is lost and nothing trains twice.
+`trials`. Nothing is lost and nothing trains twice. A trial run's stored config is data (a
+copied ledger may plant one): the code it names runs only with `trust_code`.
 """
 
 from __future__ import annotations
@@ -274,13 +269,16 @@ def _trial_event(ledger: Ledger, run: str) -> dict | None:
     return events[0].payload if events else None
 
 
+def _check_code(ledger: Ledger, run: str, trust_code: bool) -> None:
+    """A trial run may come from a copied ledger: the code its stored config names is data."""
+    session.check_stored_code(session.stored_code(ledger.get_run(run).config), f"run {run}", trust_code)
+
+
 def run_trial(
     ledger: Ledger, study, study_name: str, spec: StudySpec, config: Path, trial,
     trust_code: bool = False,
 ) -> dict[str, Any]:
-    """Run (or finish) one trial; tells Optuna its outcome and returns a summary. The run's
-    stored config may come from a copied ledger: the reward code it names is refused before
-    anything (the held-out scorer included) builds a task from it, unless `trust_code`."""
+    """Run (or finish) one trial; tells Optuna its outcome and returns a summary."""
     from optuna.trial import TrialState
 
     from engine.heldout import HeldOut
@@ -301,9 +299,8 @@ def run_trial(
         ledger.log_event(name, "tune-trial", {"study": study_name, "trial": number, "params": params})
     elif event.get("study") != study_name or event.get("trial") != number:
         raise SeedLedgerError(f"run {name!r} belongs to study {event.get('study')!r} trial {event.get('trial')}")
-    stored = ledger.get_run(name).config
-    session.check_stored_code(session.stored_code(stored), f"run {name}", trust_code)
-    cfg = validate(stored, f"run {name} config")
+    _check_code(ledger, name, trust_code)  # before HeldOut builds a task from the stored config
+    cfg = validate(ledger.get_run(name).config, f"run {name} config")
     held_out = HeldOut(cfg, spec.objective.rows, spec.objective.skip)
     reporter = _Reporter(ledger, name, trial, held_out, spec.objective.every)
     latest = ledger.latest_generation(name)
@@ -337,8 +334,7 @@ def tune(
     on_trial: Callable[[dict[str, Any]], None] = lambda summary: None,
     trust_code: bool = False,
 ) -> dict[str, Any]:
-    """Bring the study to `trials` trials (finishing any a dead tuner left); its summary.
-    Reward code that a trial run's stored config names runs only with `trust_code`."""
+    """Bring the study to `trials` trials (finishing any a dead tuner left); its summary."""
     import optuna
     from optuna.trial import TrialState
 
@@ -352,16 +348,15 @@ def tune(
         spec = spec.model_copy(update={"pruner": PrunerSpec(name="none")})  # nothing to prune on
     check_space(config, spec.set, spec.space)
     study = open_study(ledger, name, spec.sampler, spec.pruner)
-    for trial in study.get_trials(deepcopy=False):  # refuse untrusted code before any trial is touched
-        run = trial_run(name, trial.number)
-        if ledger.has_run(run):
-            session.check_stored_code(session.stored_code(ledger.get_run(run).config), f"run {run}", trust_code)
+    for trial in study.get_trials(deepcopy=False):  # before any trial is touched (or told FAIL)
+        if ledger.has_run(trial_run(name, trial.number)):
+            _check_code(ledger, trial_run(name, trial.number), trust_code)
     ran = []
     for frozen in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         study.sampler = _sampler(spec.sampler, frozen.number)  # for any parameter not yet drawn
         try:
-            ran.append(_guarded(ledger, study, name, spec, config, optuna.trial.Trial(study, frozen._trial_id),
-                                trust_code))
+            trial = optuna.trial.Trial(study, frozen._trial_id)
+            ran.append(_guarded(ledger, study, name, spec, config, trial, trust_code))
         except LeaseHeld:
             continue  # another tuner is training it
         on_trial(ran[-1])
