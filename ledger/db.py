@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import time
 from pathlib import Path
 from urllib.parse import quote, unquote
@@ -88,6 +89,25 @@ def read_only_reason(url: str) -> str | None:
     if path.exists() and not (os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)):
         return "its file or directory is not writable"
     return None
+
+
+LOW_DISK_BYTES = 1 << 20  # SQLite needs room for its WAL and shm files even to read
+
+
+def driver_error(url: str, orig: BaseException) -> str:
+    """The driver's message, with the real cause when SQLite's "disk I/O error" or "database
+    or disk is full" comes from a nearly full disk (SQLite cannot even open its WAL index)."""
+    why = str(orig)
+    path = sqlite_path(url)
+    if path is None or not ("disk I/O error" in why or "disk is full" in why):
+        return why
+    try:
+        free = shutil.disk_usage(path.parent).free
+    except OSError:
+        return why
+    if free >= LOW_DISK_BYTES:
+        return why
+    return f"no space left on the disk holding it ({free:,} bytes free; SQLite says {why!r})"
 
 
 def read_only_url(path: Path) -> str:

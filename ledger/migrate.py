@@ -29,7 +29,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, inspect, text
 from sqlalchemy.exc import DBAPIError
 
-from ledger.db import display_location, make_engine, sqlite_path, to_url
+from ledger.db import display_location, driver_error, make_engine, sqlite_path, to_url
 from ledger.errors import SeedLedgerError
 
 
@@ -130,7 +130,7 @@ def inspect_schema(location: str) -> SchemaState:
                 return SchemaState(url, None, "empty")
             revs = [r[0] for r in conn.execute(text("SELECT version_num FROM alembic_version"))]
     except DBAPIError as exc:
-        raise SeedLedgerError(f"cannot read ledger {display_location(location)}: {exc.orig}") from None
+        raise SeedLedgerError(f"cannot read ledger {display_location(location)}: {driver_error(url, exc.orig)}") from None
     finally:
         engine.dispose()
     if len(revs) != 1:

@@ -54,6 +54,16 @@ def export_seedfile(
     return header
 
 
+def check_member_file(ref: str, optimizer: dict | None) -> None:
+    """What a member file (format 3) may be, for `export` and for `rebuild`/`import` of one:
+    a member whose generation's rule (`optimizer`, that of the member's lineage) rides no
+    vectors of the replay state, which the file cannot name."""
+    if (optimizer or {}).get("name") == "paths":  # replay.paths.NAME; ledger cannot import replay
+        raise SeedLedgerError(f"{ref} rides vectors of the replay state (an LM-MA-ES member's "
+                              "evolution paths, a GA's survivor offsets), which a seed file (format 3) does not "
+                              f"name; export the run, or rebuild {ref} -o DIR from its ledger")
+
+
 def member_entry(ledger: Ledger, run: str, g: int, index: int) -> SeedMember:
     """Member `index` of `run@g` as a seed file names it: its key and sign from the
     generation's row, σ and the perturbation kind from the replay step that generation is
@@ -64,10 +74,7 @@ def member_entry(ledger: Ledger, run: str, g: int, index: int) -> SeedMember:
     if not 0 <= index < len(members):
         raise SeedLedgerError(f"{run}@{g} has members 0..{len(members) - 1}, not {index}")
     step = ledger.replay_history(run, upto=g)[-1]
-    if (step.optimizer or {}).get("name") == "paths":  # replay.paths.NAME; ledger cannot import replay
-        raise SeedLedgerError(f"{run}@{g}#{index} rides vectors of the replay state (an LM-MA-ES member's "
-                              "evolution paths, a GA's survivor offsets), which a seed file (format 3) does not "
-                              f"name; export the run, or rebuild {run}@{g}#{index} -o DIR")
+    check_member_file(f"{run}@{g}#{index}", step.optimizer)
     m = members[index]
     return SeedMember(g, index, m.key, m.sign, step.sigma, step.run, step.noise_spec, step.param_selection)
 

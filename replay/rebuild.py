@@ -9,7 +9,6 @@ fingerprints with the ledger's.
 from __future__ import annotations
 
 import dataclasses
-import logging
 import os
 import warnings
 from collections.abc import Callable, Iterable, Mapping
@@ -29,7 +28,6 @@ from .noise import round_coefficient
 from .perturbation import Perturbation, check_spec, step_perturbation
 from .update import OptimizerState, apply_step
 
-log = logging.getLogger(__name__)
 Progress = Callable[[int, int], None]  # (generations done, generations to do)
 
 
@@ -76,8 +74,7 @@ def _from_anchor(ledger, run: str, g: int, base: dict[str, torch.Tensor], anchor
             want = _recorded_fingerprint(ledger, run, info.generation, base_fp)
             master, state = load_anchor(info, anchors_dir, want, max_anchor_bytes(base, _buffers(ledger, info)))
         except AnchorError as exc:
-            warnings.warn(f"{exc}; falling back", RuntimeWarning, stacklevel=3)
-            log.warning("%s; falling back", exc)
+            warnings.warn(f"{exc}; falling back", RuntimeWarning, stacklevel=3)  # once: not logged too
             continue
         if set(master) != set(base):
             warnings.warn(f"anchor {printable(info.run)}@{info.generation} has other tensors than the base; skipped",

@@ -7,7 +7,10 @@ later: an unknown perturbation kind in any segment, a coefficient that is not fi
 not within ±2**100 or not rounded to 12 significant bits, a σ that is not positive or
 not rounded, an empty generation, an unknown optimizer rule or a non-finite setting, a
 fingerprint that is not 32 lowercase hex digits, and a member (format 3) whose kind is
-unknown or trains other parameters than its lineage, or whose σ is not positive and rounded.
+unknown or trains other parameters than its lineage, or whose σ is not positive, rounded and at most
+training's bound, or that rides a `paths` rule (`ledger.seedio.check_member_file`, as export);
+a `paths` record of the file's own run with another path count than its config keeps, and
+task settings out of bounds (`replay.task_settings`: a resume builds datasets from them).
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ import numpy as np
 
 from ledger.errors import SeedLedgerError
 from ledger.seedfile import SeedFile
+from ledger.seedio import check_member_file
+from replay.task_settings import check_task_settings
 
 from . import paths
 from .noise import _MAX_COEF, _MIN_COEF, SIG_BITS, check_coefficient
@@ -27,6 +32,7 @@ from .perturbation import check_spec
 from .update import RULES
 
 FINGERPRINT = re.compile(r"[0-9a-f]{32}")
+MAX_SIGMA = 10.0  # engine.config.MAX_SCALE: training refuses a larger σ (replay cannot import engine)
 _LOW_BITS = np.uint64((1 << (52 - (SIG_BITS - 1))) - 1)  # float64 mantissa bits below 12 significant
 
 
@@ -51,7 +57,7 @@ def check_seedfile(sf: SeedFile) -> None:
     for s in sf.steps:
         if not s.keys:
             raise SeedLedgerError(f"generation {s.index} has no members")
-        if not (s.sigma > 0 and _rounded(s.sigma)):
+        if not (s.sigma > 0 and _rounded(s.sigma)):  # a lineage's σ is checked by its fingerprints
             raise SeedLedgerError(f"generation {s.index}: σ {s.sigma!r} is not a positive rounded value")
         _optimizer(s.index, s.optimizer, len(s.keys))
         bad = _unrounded(s.coefficients)
@@ -60,6 +66,8 @@ def check_seedfile(sf: SeedFile) -> None:
                 f"generation {s.index}: coefficient {bad!r} is not finite, within ±2**100 and "
                 f"rounded to {SIG_BITS} significant bits"
             )
+    _path_counts(sf)
+    check_task_settings((sf.header.get("config") or {}).get("task"))  # a resume builds its datasets
     for g, lr in enumerate(sf.lrs, 1):
         if not (math.isfinite(lr) and lr >= 0):
             raise SeedLedgerError(f"generation {g}: lr {lr!r} is not a finite value >= 0")
@@ -79,8 +87,52 @@ def _member(sf: SeedFile) -> None:
     trains = check_spec(sf.noise_spec, sf.header["param_selection"]).adapter
     if kind.adapter != trains:
         raise SeedLedgerError(f"{what} perturbs other parameters ({m.param_selection}) than its lineage trains")
-    if not (m.sigma > 0 and _rounded(m.sigma)):
-        raise SeedLedgerError(f"{what}: σ {m.sigma!r} is not a positive rounded value")
+    _sigma(m.sigma, what)
+    if _config_paths(sf.header.get("config")) != 0:  # the member's run keeps paths (a generation 1 too)
+        check_member_file(sf.ref, {"name": paths.NAME})
+    if sf.steps:  # and its generation follows its lineage's rule
+        check_member_file(sf.ref, sf.steps[-1].optimizer)
+
+
+def _config_paths(config: Any) -> int | None:
+    """How many paths a run of `config` (a stored config) keeps: a GA's survivors − 1,
+    LM-MA-ES's memory (+ p_σ when it adapts σ; None when memory is the dimension's default),
+    none for the other algorithms."""
+    def section(name: str) -> dict:
+        value = cfg.get(name)
+        return value if isinstance(value, dict) else {}
+
+    cfg = config if isinstance(config, dict) else {}
+    algorithm = cfg.get("algorithm")
+    if algorithm == "ga":
+        count, extra = section("ga").get("survivors", 1), -1
+    elif algorithm == "lmmaes":
+        count, extra = section("lmmaes").get("memory"), 1 if section("lmmaes").get("adapt_sigma", True) else 0
+        if count is None:
+            return None
+    else:
+        return 0
+    if isinstance(count, bool) or not isinstance(count, int):
+        raise SeedLedgerError(f"config: the path count of algorithm {str(algorithm)[:20]} is not an integer")
+    return count + extra
+
+
+def _path_counts(sf: SeedFile) -> None:
+    """A `paths` record of the file's own run holds the paths its config keeps, no more:
+    each path costs a replay a full copy of the trained weights."""
+    run, want = sf.header["run"], _config_paths(sf.header.get("config"))
+    for s in sf.steps:
+        have = len(s.optimizer.get("move") or ()) if s.optimizer.get("name") == paths.NAME else 0
+        if s.run == run and have and want is not None and have != want:
+            raise SeedLedgerError(f"generation {s.index}: optimizer paths records {have} paths; the run's "
+                                  f"config keeps {want} (ga.survivors − 1, or lmmaes.memory plus p_σ)")
+
+
+def _sigma(sigma: float, what: str) -> None:
+    """A member's σ as training bounds it (engine.config's MAX_SCALE), positive and rounded:
+    no fingerprint covers a member, so this bound is all that keeps its weights finite."""
+    if not (0 < sigma <= MAX_SIGMA and _rounded(sigma)):
+        raise SeedLedgerError(f"{what}: σ {sigma!r} is not a positive rounded value at most {MAX_SIGMA}")
 
 
 def _fingerprint(fp: str | None, what: str) -> None:

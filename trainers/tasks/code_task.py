@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ledger.errors import SeedLedgerError
+from replay.task_settings import check_setting
 from trainers.rewards.answers import as_text
 from trainers.rewards.combine import WeightedReward
 from trainers.sandbox import Limits, require_sandbox, shared_sandbox
@@ -228,8 +229,7 @@ def load(
     if path is None:
         raise SeedLedgerError("task code: needs 'code:humaneval' or a file, e.g. 'code:data/mbpp.jsonl'")
     for label, value in (("cpu_seconds", cpu_seconds), ("memory_mb", memory_mb)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise SeedLedgerError(f"task code: {label} must be a positive integer, not {value!r}")
+        check_setting("code", label, value)
     source = "humaneval" if path == "humaneval" else str(path)
     rows = humaneval_rows() if source == "humaneval" else mbpp_rows(path)
     test_rows = mbpp_rows(test_path) if test_path is not None else None

@@ -31,6 +31,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ledger.errors import SeedLedgerError
+from replay.task_settings import check_setting
 from trainers.rewards.answers import as_text
 from trainers.rewards.combine import WeightedReward
 from trainers.sandbox import Limits, require_sandbox, shared_sandbox
@@ -186,8 +187,7 @@ def load(
         )
     for label, value in (("train_size", train_size), ("test_size", test_size),
                          ("cpu_seconds", cpu_seconds), ("memory_mb", memory_mb)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise SeedLedgerError(f"task reasoning_gym:{name}: {label} must be a positive integer, not {value!r}")
+        check_setting(f"reasoning_gym:{name}", label, value)  # bounded: the dataset is built from these
     limits = Limits(cpu_seconds=cpu_seconds, memory_mb=memory_mb)
     require_sandbox(f"task reasoning_gym:{name}")
     setups = {
