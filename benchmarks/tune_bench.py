@@ -21,8 +21,8 @@ from pathlib import Path
 import yaml
 
 from engine import session
-from engine.commands.demo import paired_change
 from engine.config import validate
+from engine.evaluation import paired_change
 from engine.heldout import HeldOut
 from engine.pbt import PBT
 from engine.tune import tune

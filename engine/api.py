@@ -24,11 +24,12 @@ if TYPE_CHECKING:
     import pandas
     import torch
 
+    from engine.evaluation import EvaluationResult
     from engine.loop import Hooks
     from engine.session import SessionResult
 
 __all__ = [
-    "DEFAULT_LEDGER", "export", "fork", "history", "history_frame", "import_seeds", "open_ledger",
+    "DEFAULT_LEDGER", "evaluate", "export", "fork", "history", "history_frame", "import_seeds", "open_ledger",
     "rebuild", "rebuild_model", "rebuild_to", "resume", "train", "verify",
 ]
 
@@ -135,6 +136,32 @@ def fork(
     with _opened(ledger) as led:
         return session.fork(led, ref, run, list(overrides), generations, _hooks(hooks, progress),
                             trust_code=trust_code)
+
+
+def evaluate(
+    ref: str,
+    *,
+    rows: int | None = None,
+    skip: int = 0,
+    against: str = "base",
+    ledger: LedgerArg = None,
+    trust_code: bool = False,
+    record: bool = True,
+    progress: bool = False,
+) -> EvaluationResult:
+    """Score `ref` (RUN or RUN@G) on held-out test rows, greedily, against `against`
+    (`base`: generation 0 of its lineage, or another RUN@G of the same model and task) on
+    the same rows (`seedledger evaluate`): both means, the paired change with its standard
+    error, per-component means and a few before/after samples. `rows` test rows after
+    `skip` (default: the config's `evaluation.rows`); recorded as an `evaluation` event
+    unless `record=False`. `trust_code` as for `resume`; `progress` says on stderr what it scores."""
+    import sys
+
+    from engine.evaluation import evaluate as score
+
+    with _opened(ledger) as led:
+        return score(led, ref, rows, skip, against, trust_code=trust_code, record=record,
+                     say=(lambda line: print(line, file=sys.stderr, flush=True)) if progress else None)
 
 
 def history(run: str, *, ledger: LedgerArg = None) -> list[GenerationRecord]:

@@ -26,6 +26,7 @@ from ledger.errors import SeedLedgerError, did_you_mean
 from ledger.seedfile import MAX_GENERATIONS, MAX_MEMBERS, MAX_POPULATION
 from replay.adapter import LoraSpec
 from replay.perturbation import DEFAULT_TARGETS, Perturbation
+from replay.task_settings import check_task_settings
 from trainers.adaptation import AdaptationSpec
 from trainers.cmaes import CMAESSpec
 from trainers.ga import GASpec
@@ -107,6 +108,10 @@ class Evaluation(Strict):
     so its figures are deterministic and comparable between runs."""
 
     rows: int = Field(64, ge=1, le=MAX_ROWS, description="held-out rows scored by `evaluate`")
+    every: int | None = Field(
+        None, ge=1, description="during training, score the held-out rows every K generations "
+        "and at the session's end (`evaluation` events; never used by the update)",
+    )
 
 
 class KLConfig(Strict):
@@ -241,6 +246,7 @@ class TrainConfig(Strict):
         """Reward options are config too: a typo is found now, not at the first generation."""
         try:
             check_rewards(task)
+            check_task_settings(task)  # sizes and sandbox limits: bounded before any data is built
         except SeedLedgerError as exc:
             raise ValueError(str(exc)) from None
         return task

@@ -52,6 +52,19 @@ class MemberResult:
     sample_rewards: list[float] | None = None  # per completion (a GA's speciation compares them)
 
 
+@dataclass
+class HeldOutScores:
+    """One model's greedy answers on held-out rows, row by row (`held_out_scores`)."""
+
+    questions: list[str]
+    completions: list[str]
+    rewards: list[float | None]
+    components: dict[str, list[float | None]]
+
+    def component_means(self) -> dict[str, float | None]:
+        return {name: _mean(values) for name, values in self.components.items()}
+
+
 def _mean(values: list[float | None]) -> float | None:
     kept = [v for v in values if v is not None]
     return sum(kept) / len(kept) if kept else None
@@ -194,16 +207,21 @@ class Evaluator:
 
     def held_out_rewards(self, limit: int, skip: int = 0) -> list[float | None]:
         """Per-row rewards of the current master on `limit` test rows after the first `skip`,
-        so two models can be compared row by row. Always greedy (temperature 0), whatever
-        the training's `sampling`: held-out figures are deterministic and need no seed."""
+        so two models can be compared row by row."""
+        return self.held_out_scores(limit, skip).rewards
+
+    def held_out_scores(self, limit: int, skip: int = 0) -> HeldOutScores:
+        """`held_out_rewards` with what `evaluate` prints beside them: each row's question,
+        completion and reward components. Always greedy (temperature 0), whatever the
+        training's `sampling`: held-out figures are deterministic and need no seed."""
         rows = self.task.test_rows()[skip : skip + limit]
         self.backend.load_master(self.master)
         prompts = [self.task.prompt(row) for row in rows]
         completions = self.backend.generate(
             prompts, self.cfg.max_new_tokens, seed=None, temperature=0.0
         )
-        rewards, _ = self.task.reward(prompts, completions, rows)
-        return rewards
+        rewards, components = self.task.reward(prompts, completions, rows)
+        return HeldOutScores([_prompt_text(p) for p in prompts], completions, rewards, components)
 
 
 def _prompt_text(prompt: Any) -> str:

@@ -12,7 +12,7 @@ Decoding is greedy (`Evaluator.held_out_rewards`); rows are `rows` test rows aft
 from __future__ import annotations
 
 from engine.config import TrainConfig
-from engine.evaluator import Evaluator, _mean
+from engine.evaluator import Evaluator, HeldOutScores, _mean
 from engine.models import resolve_model
 from engine.session import anchors_dir
 from ledger import Ledger
@@ -21,12 +21,12 @@ from replay import update
 
 
 class HeldOut:
-    def __init__(self, cfg: TrainConfig, rows: int, skip: int = 0):
+    def __init__(self, cfg: TrainConfig, rows: int, skip: int = 0, owner: str = "objective"):
         self.evaluator = Evaluator(cfg, resolve_model(cfg.model))
         available = len(self.evaluator.task.test_rows())
         if skip + rows > available:
             raise SeedLedgerError(
-                f"objective: rows {skip}..{skip + rows - 1} are beyond the task's {available} "
+                f"{owner}: rows {skip}..{skip + rows - 1} are beyond the task's {available} "
                 "test rows (raise the task's test_size or lower rows/skip)"
             )
         self.rows, self.skip = rows, skip
@@ -39,8 +39,12 @@ class HeldOut:
 
     def rewards(self, ledger: Ledger, run: str, generation: int) -> list[float]:
         """Per-row held-out rewards of `run@generation` (for paired comparisons)."""
+        return [0.0 if r is None else r for r in self.scores(ledger, run, generation).rewards]
+
+    def scores(self, ledger: Ledger, run: str, generation: int) -> HeldOutScores:
+        """Row by row: `run@generation`'s greedy answers, rewards (None: unscorable) and components."""
         self._move(ledger, run, generation)
-        return [0.0 if r is None else r for r in self.evaluator.held_out_rewards(self.rows, self.skip)]
+        return self.evaluator.held_out_scores(self.rows, self.skip)
 
     def _move(self, ledger: Ledger, run: str, generation: int) -> None:
         if self._at is not None and self._at[0] == run and self._at[1] <= generation:

@@ -172,6 +172,12 @@ def _run_loop(ledger: Ledger, run: RunInfo, cfg: TrainConfig, pool, generations:
         if generations == 0:  # nothing to train: the status only catches up with the history
             settle_status(ledger, run.name, cfg)
             return SessionResult(run, [], pool.fingerprint(), ledger.latest_generation(run.name))
+        scoring = None
+        if cfg.evaluation.every:  # held-out scores beside the loop (engine.evaluation)
+            from engine.evaluation import DuringTraining
+
+            scoring = DuringTraining(ledger, run.name, cfg, lease.heartbeat)
+            hooks = scoring.start(hooks or Hooks())
         ledger.set_status(run.name, "training")
         try:
             records = train(
@@ -179,6 +185,8 @@ def _run_loop(ledger: Ledger, run: RunInfo, cfg: TrainConfig, pool, generations:
                 anchors_dir=anchors_dir(ledger), loggers=loggers, hooks=hooks,
                 heartbeat=lease.heartbeat,
             )
+            if scoring is not None:
+                scoring.finish(ledger.latest_generation(run.name))
         except BaseException as exc:
             # Clean-up writes may fail too (a full disk, a lost server): they never mask the
             # error. Then the run stays `training` under this process's lease, which the next

@@ -6,6 +6,7 @@ for how ledgers and references are named.
 
 from engine.api import (
     DEFAULT_LEDGER,
+    evaluate,
     export,
     fork,
     history,
@@ -23,7 +24,7 @@ from ledger import GenerationRecord, Ledger, RunInfo
 from ledger.errors import SeedLedgerError
 
 __all__ = [
-    "DEFAULT_LEDGER", "GenerationRecord", "Ledger", "RunInfo", "SeedLedgerError", "export", "fork",
+    "DEFAULT_LEDGER", "GenerationRecord", "Ledger", "RunInfo", "SeedLedgerError", "evaluate", "export", "fork",
     "history", "history_frame", "import_seeds", "open_ledger", "rebuild", "rebuild_model", "rebuild_to",
     "resume", "train", "verify",
 ]

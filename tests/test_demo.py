@@ -60,7 +60,7 @@ def test_demo_refuses_a_workdir_holding_files_it_did_not_write(tmp_path: Path) -
 
 
 def test_paired_change_is_the_mean_row_difference_with_its_standard_error() -> None:
-    from engine.commands.demo import paired_change
+    from engine.evaluation import paired_change
 
     change = paired_change([0.0, 0.5, 1.0, None], [1.0, 0.5, 0.0, 1.0])  # a None row is left out
     assert change == {"mean": 0.0, "stderr": pytest.approx(1 / 3**0.5), "better": 1, "worse": 1}
@@ -71,7 +71,6 @@ def test_paired_change_is_the_mean_row_difference_with_its_standard_error() -> N
 def test_held_out_evaluation_is_greedy_under_a_sampling_config(tiny_model_dir: Path) -> None:
     """With `sampling.temperature > 0` the held-out evaluation and the demo's example answer
     used to raise ("sampling … needs a seed"); they decode greedily, whatever `sampling`."""
-    from engine.commands.demo import held_out
     from engine.config import validate
     from engine.evaluator import Evaluator
 
@@ -80,7 +79,7 @@ def test_held_out_evaluation_is_greedy_under_a_sampling_config(tiny_model_dir: P
     greedy, sampled = Evaluator(greedy_cfg, tiny_model_dir), Evaluator(sampling_cfg, tiny_model_dir)
     assert sampled.held_out_rewards(4) == greedy.held_out_rewards(4)
     assert sampled.held_out_reward(4) == greedy.held_out_reward(4)
-    assert held_out(sampling_cfg, tiny_model_dir) == held_out(greedy_cfg, tiny_model_dir)
+    assert sampled.held_out_scores(4) == greedy.held_out_scores(4)  # what the demo prints
     rows = sampled.task.test_rows()[:4]
     prompts = [sampled.task.prompt(r) for r in rows]
     assert sampled.backend.generate(prompts, 6, temperature=0.0) == greedy.backend.generate(prompts, 6)

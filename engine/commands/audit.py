@@ -96,6 +96,14 @@ def summary_row(s: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def evaluations(ledger: Ledger, run: str) -> list[dict[str, Any]]:
+    """The run's held-out evaluations (`evaluation` events, engine.evaluation), oldest first."""
+    keep = ("generation", "rows", "skip", "mean", "against", "against_mean", "change", "by")
+    return [{"at": e.at.isoformat()} | {k: _strict(e.payload.get(k)) for k in keep}
+            | {"mean": _strict(e.payload.get("mean", e.payload.get("held_out_reward")))}  # older demos'
+            for e in ledger.events(run, "evaluation")]
+
+
 def run_log(ledger: Ledger, ref: str) -> dict[str, Any]:
     """A run's lineage generation by generation (inherited ones name their run), up to G
     for `RUN@G`, read from the generation rows alone (`Ledger.summaries`)."""
@@ -105,6 +113,9 @@ def run_log(ledger: Ledger, ref: str) -> dict[str, Any]:
     run = info.name
     summaries = ledger.summaries(run, upto)
     rows = [summary_row(s) for s in summaries]
+    held_out = {e["generation"]: e["mean"] for e in evaluations(ledger, run)}  # the latest per generation
+    for row in rows:
+        row["held_out"] = held_out.get(row["generation"])
     events = [
         {"at": e.at.isoformat(), "kind": e.kind, "payload": _strict(e.payload)}
         for e in ledger.events(run)
@@ -186,6 +197,7 @@ def show_generation(
         "seconds": wall_seconds(record.timings),
         "extra": _strict(record.extra),
         "committed_at": record.committed_at.isoformat() if record.committed_at else None,
+        "evaluations": evaluations(ledger, info.name),
     }
 
 

@@ -64,12 +64,15 @@ def run_log_view(data: dict[str, Any]) -> RenderableType:
     title = f"{run['name']}  ({run['base_model']}, {run['status']}"
     title += f", forked from {run['parent']})" if run["parent"] else ")"
     t = Table(title=title, title_justify="left")
-    for col in ["gen", "run", "R mean", "R max", "lr", "σ", "fingerprint", "sec"]:
+    gens = data["generations"]
+    evaluated = any(g.get("held_out") is not None for g in gens)  # a column only where scored
+    for col in ["gen", "run", "R mean", "R max", *(["eval"] if evaluated else []), "lr", "σ",
+                "fingerprint", "sec"]:
         t.add_column(col, justify="left" if col in ("run", "fingerprint") else "right",
                      no_wrap=col == "fingerprint", min_width=FP_PREFIX if col == "fingerprint" else None)
-    gens = data["generations"]
     for g in gens[-MAX_ROWS:]:  # the latest ones: where a long run is now
         t.add_row(str(g["generation"]), g["run"], _f(g["reward_mean"]), _f(g["reward_max"]),
+                  *([_f(g.get("held_out"))] if evaluated else []),
                   _f(g["lr"], ".4g"), _f(g["sigma"], SIGMA), _fp(g["fingerprint"]),
                   _f(g["seconds"], ".1f"))
     parts: list[RenderableType] = [t]
@@ -81,6 +84,8 @@ def run_log_view(data: dict[str, Any]) -> RenderableType:
         ev = Table(title="events", title_justify="left", show_header=False, box=None)
         for e in data["events"]:
             payload = ", ".join(f"{k}={v}" for k, v in e["payload"].items())
+            if e["kind"] == "evaluation":  # the figures, not every component
+                payload = _evaluation_line(e["payload"])
             ev.add_row(e["at"][:19].replace("T", " "), e["kind"], payload)
         parts.append(ev)
     return Group(*parts)
@@ -144,7 +149,33 @@ def show_view(data: dict[str, Any]) -> RenderableType:
     for m in data["members"]:
         if "samples" in m:
             parts.append(_samples_view(m))
+    if data.get("evaluations"):
+        parts.append(_evaluations_view(data["run"], data["evaluations"]))
     return Group(*parts)
+
+
+def _evaluation_line(p: dict[str, Any]) -> str:
+    """One `evaluation` event in `log`: where, how many rows, the mean, the paired change."""
+    line = f"@{p.get('generation')}: held-out {_f(p.get('mean', p.get('held_out_reward')), '.4f')} on {p.get('rows')} rows"
+    c = p.get("change")
+    if isinstance(c, dict) and "mean" in c:
+        line += (f"; {c['mean']:+.4f} ± {c['stderr']:.4f} against {p.get('against')} "
+                 f"({c['better']} better, {c['worse']} worse)")
+    return line + (f" [{p['by']}]" if p.get("by") else "")
+
+
+def _evaluations_view(run: str, rows: list[dict[str, Any]]) -> RenderableType:
+    """`show RUN`: the run's held-out evaluations (`evaluate`, `evaluation.every`, the demo)."""
+    t = Table(title=f"held-out evaluations of {run}", title_justify="left")
+    for col in ["gen", "rows", "mean", "against", "its mean", "change ± s.e.", "better/worse", "by"]:
+        t.add_column(col, justify="left" if col in ("against", "by") else "right")
+    for e in rows[-MAX_ROWS:]:
+        c = e["change"] or {}
+        change = f"{c['mean']:+.4f} ± {c['stderr']:.4f}" if "mean" in c else "–"
+        t.add_row(str(e["generation"]), str(e["rows"]), _f(e["mean"], ".4f"), str(e["against"] or "–"),
+                  _f(e["against_mean"], ".4f"), change, f"{c.get('better', '–')}/{c.get('worse', '–')}",
+                  str(e["by"] or "–"))
+    return t
 
 
 def _component(name: str, value: float | None) -> str:

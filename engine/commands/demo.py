@@ -6,9 +6,7 @@ the model rebuilt from the ledger, the seed file's size against the weights' siz
 
 from __future__ import annotations
 
-import math
 import shutil
-import statistics
 import time
 from importlib.resources import files
 from pathlib import Path
@@ -20,6 +18,7 @@ from rich.text import Text
 from engine import session
 from engine.commands.plot import plot_run
 from engine.config import load_config
+from engine.evaluation import compare, mean_reward
 from engine.evaluator import Evaluator
 from engine.models import resolve_model
 from engine.progress import TrainingProgress
@@ -30,34 +29,6 @@ from ledger.seedio import export_seedfile
 from replay.noise import member_key
 
 CONFIG = Path(str(files("engine") / "configs" / "demo.yaml"))  # package data: works when installed
-
-
-def held_out(cfg, model_dir: Path) -> tuple[list[float | None], str, str]:
-    """Per-row held-out rewards, and the first held-out question with the model's answer;
-    both greedy whatever the config's `sampling` (deterministic, comparable figures)."""
-    evaluator = Evaluator(cfg, model_dir)
-    rewards = evaluator.held_out_rewards(cfg.evaluation.rows)
-    prompt = evaluator.task.prompt(evaluator.task.test_rows()[0])
-    (answer,) = evaluator.backend.generate([prompt], cfg.max_new_tokens, temperature=0.0)  # greedy, as held_out_rewards
-    return rewards, prompt[-1]["content"], answer
-
-
-def paired_change(base: list[float | None], final: list[float | None]) -> dict[str, float]:
-    """Mean per-row change from base to final on the same rows, its standard error, and how
-    many rows got better or worse: the same problems for both models, so the row-to-row
-    difficulty cancels and the error bar is the one that matters."""
-    diffs = [f - b for b, f in zip(base, final, strict=True) if b is not None and f is not None]
-    if not diffs:
-        return {"mean": 0.0, "stderr": 0.0, "better": 0, "worse": 0}
-    mean = statistics.fmean(diffs)
-    stderr = statistics.stdev(diffs) / math.sqrt(len(diffs)) if len(diffs) > 1 else 0.0
-    return {"mean": mean, "stderr": stderr,
-            "better": sum(d > 0 for d in diffs), "worse": sum(d < 0 for d in diffs)}
-
-
-def _mean(values: list[float | None]) -> float:
-    kept = [v for v in values if v is not None]
-    return statistics.fmean(kept) if kept else 0.0
 
 
 DEMO_ENTRIES = ("seedledger.db", "demo-final", "demo.seeds", "demo-reward.png", "logs")
@@ -91,8 +62,9 @@ def run_demo(
     started = time.perf_counter()
     base_dir = resolve_model(cfg.model)
     console.print(f"{cfg.model}: {base_dir}")
-    base_rewards, question, base_answer = held_out(cfg, base_dir)
-    base_reward = _mean(base_rewards)
+    base = Evaluator(cfg, base_dir).held_out_scores(cfg.evaluation.rows)  # greedy, whatever `sampling`
+    question, base_answer = base.questions[0], base.completions[0]
+    base_reward = mean_reward(base.rewards)
     console.print(f"held-out reward of the base model ({cfg.evaluation.rows} test rows): {base_reward:.4f}")
     console.print(f"{question!r} → {base_answer!r}", markup=False)
 
@@ -109,15 +81,14 @@ def run_demo(
         verified = verify_ref(ledger, f"demo@{latest}")
         seeds = workdir / "demo.seeds"
         export_seedfile(ledger, "demo", latest, seeds, key_fn=member_key)
-        final_rewards, _, final_answer = held_out(cfg, rebuilt)
-        final_reward = _mean(final_rewards)
-        for g, reward in ((0, base_reward), (latest, final_reward)):  # `plot` draws them
-            ledger.log_event("demo", "evaluation", {"generation": g, "held_out_reward": reward,
-                                                    "rows": len(base_rewards), "greedy": True})
+        final = Evaluator(cfg, rebuilt).held_out_scores(cfg.evaluation.rows)  # the rebuilt files' answers
+        evaluation = compare("demo", latest, "demo@0", 0, base, final)
+        ledger.log_event("demo", "evaluation", evaluation.payload("demo"))  # `plot` draws it
+        final_reward, final_answer = evaluation.mean, final.completions[0]
         png = workdir / "demo-reward.png"
         plot_run(ledger, "demo", png)
 
-    change = paired_change(base_rewards, final_rewards)
+    change = evaluation.change
     weights = sum(f.stat().st_size for f in rebuilt.glob("*.safetensors"))
     figures = {
         "base_held_out_reward": base_reward,
@@ -125,7 +96,7 @@ def run_demo(
         "question": question,
         "base_answer": base_answer,
         "final_answer": final_answer,
-        "held_out_rows": len(base_rewards),
+        "held_out_rows": evaluation.rows,
         "held_out_change": change,
         "generations": latest,
         "fingerprint": info["fingerprint"],
@@ -141,7 +112,7 @@ def run_demo(
     table.add_row("held-out reward, base", f"{base_reward:.4f}")
     table.add_row("held-out reward, rebuilt final", f"{final_reward:.4f}")
     table.add_row(
-        f"change on the same {len(base_rewards)} problems",
+        f"change on the same {evaluation.rows} problems",
         f"{change['mean']:+.4f} ± {change['stderr']:.4f} (s.e.); "
         f"{change['better']} better, {change['worse']} worse",
     )

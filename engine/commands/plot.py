@@ -2,8 +2,8 @@
 
 Each run is drawn along its lineage: its own generations solid, generations it inherits
 from a parent that is not drawn itself dashed, and its fork point marked. Held-out
-rewards, where the ledger records them (`evaluation` events: the demo writes the base's
-and the final model's), are drawn as stars. A run without generations has no curve: it
+rewards, where the ledger records them (`evaluation` events: `evaluate`, `evaluation.every`
+during training, the demo), are drawn as stars. A run without generations has no curve: it
 is skipped and named, and a plot with nothing to draw is an error, not an empty chart.
 """
 
@@ -52,12 +52,18 @@ def _curve(ledger: Ledger, run: str) -> list[tuple[int, str, float, float, float
 
 
 def held_out(ledger: Ledger, run: str) -> list[tuple[int, float]]:
-    """(generation, held-out reward) from the run's `evaluation` events."""
-    out = []
+    """(generation, held-out reward) from the run's `evaluation` events (engine.evaluation;
+    ledgers from before it hold `held_out_reward`), each with its comparison when that is
+    a generation of the same run (the base: `RUN@0`), once per point."""
+    out = set()
     for event in ledger.events(run, "evaluation"):
-        g, reward = event.payload.get("generation"), event.payload.get("held_out_reward")
-        if isinstance(g, int) and isinstance(reward, int | float):
-            out.append((g, float(reward)))
+        p = event.payload
+        points = [(p.get("generation"), p.get("mean", p.get("held_out_reward")))]
+        against = p.get("against")
+        if isinstance(against, str) and against.rpartition("@")[0] == run:
+            g = against.rpartition("@")[2]
+            points.append((int(g) if g.isdigit() else None, p.get("against_mean")))
+        out |= {(g, float(r)) for g, r in points if isinstance(g, int) and isinstance(r, int | float)}
     return sorted(out)
 
 
