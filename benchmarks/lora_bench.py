@@ -38,7 +38,7 @@ from engine.models import quiet_hf_env  # noqa: E402
 quiet_hf_env()  # torchao's import chatter (transformers imports it when installed)
 
 MODEL = "smollm2-135m-instruct"
-KINDS = {  # config overrides per kind (the rest: configs/demo.yaml, whose own kind is not assumed)
+KINDS = {  # config overrides per kind (the rest: configs/arithmetic.yaml, whose own kind is not assumed)
     "full": ["perturbation=full"],
     "lowrank": ["perturbation=lowrank"],  # rank 1
     "lora": ["perturbation=full", "train.kind=lora", "train.rank=8"],
@@ -135,7 +135,7 @@ def one_generation(args) -> None:
                                     f"max_new_tokens={args.new_tokens}"]
     with tempfile.TemporaryDirectory() as tmp, Ledger.open(str(Path(tmp) / "l.db")) as led:
         t0 = time.perf_counter()
-        session.start(led, str(ROOT / "configs" / "demo.yaml"), "m", overrides, 1)
+        session.start(led, str(ROOT / "configs" / "arithmetic.yaml"), "m", overrides, 1)
         seconds = time.perf_counter() - t0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps({"kind": args.kind, "peak_rss_mb": round(peak), "rss_after_mb": round(_rss_mb()),
@@ -176,7 +176,7 @@ def learn(args) -> None:
         with Ledger.open(str(ledger_path)) as led:
             if not led.has_run(kind):
                 try:
-                    session.start(led, str(ROOT / "configs" / "demo.yaml"), kind, overrides, None,
+                    session.start(led, str(ROOT / "configs" / "arithmetic.yaml"), kind, overrides, None,
                                   hooks=Hooks(on_generation_end=stop))
                 except Budget:
                     pass

@@ -11,7 +11,7 @@ pool therefore excludes 400 test questions instead of 200: a slightly smaller po
 Check: the demo config and the winner (with the demo's own task, `test_size` 200) are each
 trained once and scored on the demo's 200 rows against the base model and each other,
 paired per row with standard errors. If the winner gains more, put its settings in
-`configs/demo.yaml` by hand (the script only reports).
+`configs/arithmetic.yaml` by hand (the script only reports).
 
     python benchmarks/tune_demo.py [--trials 20] [--workdir tune-demo-out]
     python benchmarks/tune_demo.py --reduced      # 4 trials at a quarter of the budget, 100 rows
@@ -30,13 +30,14 @@ from pathlib import Path
 import yaml
 
 from engine import session
-from engine.commands.demo import CONFIG, paired_change
+from engine.commands.demo import CONFIG
 from engine.config import load_config, validate
+from engine.evaluation import paired_change
 from engine.heldout import HeldOut
 from engine.tune import override, tune
 from ledger import Ledger
 
-DEMO_BUDGET = 8 * 16 * 16  # population × batch_size × generations of configs/demo.yaml
+DEMO_BUDGET = 8 * 16 * 16  # population × batch_size × generations of configs/arithmetic.yaml
 
 
 def main() -> None:

@@ -211,8 +211,9 @@ def test_demo_json_prints_only_the_figures(monkeypatch, tmp_path):
 
     seen = {}
 
-    def fake_demo(workdir, generations=None, overrides=()):
+    def fake_demo(workdir, generations=None, config=None, overrides=()):
         seen["args"] = (workdir, generations)
+        seen["config"] = config
         seen["overrides"] = list(overrides)
         print("a table the demo prints")  # must not reach stdout under --json
         return {"generations": generations, "verified": True}
@@ -224,3 +225,4 @@ def test_demo_json_prints_only_the_figures(monkeypatch, tmp_path):
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout) == {"generations": 3, "verified": True}
     assert seen["args"] == (tmp_path, 3) and seen["overrides"] == ["population=30"]
+    assert seen["config"] == engine.commands.demo.CONFIG  # the built-in demo unless --config

@@ -137,15 +137,19 @@ def demo(
     generations: Gens = None,
     set_: Sets = None,
     as_json: JsonOpt = False,
+    config: Annotated[Path | None, typer.Option(
+        "--config", help="Another demo config (e.g. configs/arithmetic.yaml, the arithmetic benchmark)."
+    )] = None,
 ):
-    """The end-to-end demo: train SmolLM2 on arithmetic, rebuild, verify, export, report."""
+    """The end-to-end demo: teach SmolLM2 an answer format, rebuild, verify, export, report."""
     import contextlib
 
-    from engine.commands.demo import run_demo
+    from engine.commands.demo import CONFIG, run_demo
 
+    config = config or CONFIG
     if not as_json:
-        run_demo(workdir, generations, overrides=set_ or [])
+        run_demo(workdir, generations, config=config, overrides=set_ or [])
         return
     with contextlib.redirect_stdout(sys.stderr):  # the demo's table; stdout is the JSON alone
-        figures = run_demo(workdir, generations, overrides=set_ or [])
+        figures = run_demo(workdir, generations, config=config, overrides=set_ or [])
     emit(figures, as_json)
