@@ -33,7 +33,7 @@ from trainers.ga import GASpec
 from trainers.lmmaes import LMMAESSpec
 from trainers.optim import OptimizerSpec
 from trainers.schedules import Schedule
-from trainers.tasks.registry import absolute_paths, check_rewards, task_levels
+from trainers.tasks.registry import absolute_paths, check_rewards, task_levels, uses_loglik
 
 # Bounds (issue 13 item 7): every number finite, and limits that cohere with what the
 # ledger and a seed file can hold, so a config that cannot work is refused before any run
@@ -208,7 +208,7 @@ class TrainConfig(Strict):
     adaptation: AdaptationSpec | None = Field(
         None, description="adapt σ (and lr) during the run from the rewards (trainers.adaptation)"
     )
-    shaping: Literal["zscore", "centered_rank", "pareto"] = "zscore"
+    shaping: Literal["zscore", "centered_rank", "difference", "pareto"] = "zscore"
     generations: int = Field(10, ge=0, le=MAX_GENERATIONS)
     batch_size: int = Field(16, ge=1, le=MAX_BATCH)
     max_new_tokens: int = Field(32, ge=1, le=MAX_NEW_TOKENS)
@@ -375,6 +375,17 @@ class TrainConfig(Strict):
                 "there is nothing to move; use a generated task with levels (arithmetic, "
                 "countdown) or drop `curriculum`"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _loglik_settings(self) -> TrainConfig:
+        some, only = uses_loglik(self.task)
+        if some and self.backend != "hf":
+            raise ValueError("rewards: loglik scores reference answers by teacher forcing on backend: hf")
+        if some and self.passk is not None:
+            raise ValueError("rewards: loglik scores one reference answer per row; passk needs sampled ones")
+        if only and self.kl is not None:
+            raise ValueError("kl: the penalty scores decoded completions, and with only loglik rewards none are decoded")
         return self
 
     @model_validator(mode="after")

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.backends import make_backend
-from engine.backends.base import Population
+from engine.backends.base import Population, PopulationOutput
 from engine.config import TrainConfig
 from ledger import Ledger, ReplayStep
 from replay import update
@@ -142,12 +142,12 @@ class Evaluator:
                 paths=tuple(m.paths for m in chunk) if any(m.paths for m in chunk) else (),
                 state=self.state,
             )
-            out = self.backend.evaluate(
-                self.master, population, prompts, self.cfg.max_new_tokens, samples=samples
-            )
-            seconds = {k: v / len(chunk) for k, v in out.seconds.items()}
+            out = self._decode(population, prompts, samples)
+            likelihoods, seconds = self._likelihoods(population, prompts, rows)
+            seconds = {k: v / len(chunk) for k, v in {**out.seconds, **seconds}.items()}
             for m, completions in enumerate(out.completions):
-                results.append(self._result(prompts, rows, indices, completions, seconds))
+                mine = {name: scores[m] for name, scores in likelihoods.items()}
+                results.append(self._result(prompts, rows, indices, completions, seconds, mine))
                 if out.logprobs is not None and self.cfg.kl is not None:
                     kls = [sequence_kl(mine, base, self.cfg.kl.estimator) for mine, base in out.logprobs[m]]
                     results[-1].kl = sum(kls) / len(kls)
@@ -155,9 +155,28 @@ class Evaluator:
                     on_member(results[-1])
         return results
 
+    def _decode(self, population: Population, prompts: list, samples: int) -> PopulationOutput:
+        """The members' completions, or empty ones when every reward is a likelihood (no
+        decoding at all: the reward needs none)."""
+        if self.task.decodes:
+            return self.backend.evaluate(self.master, population, prompts, self.cfg.max_new_tokens, samples=samples)
+        return PopulationOutput([[""] * len(prompts) for _ in range(len(population))])
+
+    def _likelihoods(
+        self, population: Population, prompts: list, rows: list
+    ) -> tuple[dict[str, list[list[float]]], dict[str, float]]:
+        """Each likelihood reward's scores, per member and row (`trainers.rewards.loglik`)."""
+        out, seconds = {}, {}
+        for reward in self.task.likelihood_rewards:
+            scored = self.backend.loglik(self.master, population, prompts, reward.references(rows))
+            out[reward.name] = scored.scores
+            for k, v in scored.seconds.items():
+                seconds[k] = seconds.get(k, 0.0) + v
+        return out, seconds
+
     def _result(
         self, prompts: list, rows: list, indices: list[int], completions: list[str],
-        seconds: dict[str, float],
+        seconds: dict[str, float], likelihoods: dict[str, list[float]] | None = None,
     ) -> MemberResult:
         """One member's reward, components and (optionally) samples from its completions."""
         passk = self.cfg.passk
@@ -165,7 +184,7 @@ class Evaluator:
             prompts = [p for p in prompts for _ in range(passk.n)]
             rows = [r for r in rows for _ in range(passk.n)]
             indices = [i for i in indices for _ in range(passk.n)]
-        rewards, components = self.task.reward(prompts, completions, rows)
+        rewards, components = self.task.reward(prompts, completions, rows, likelihoods)
         scores = [0.0 if r is None else r for r in rewards]
         samples = None
         if self.cfg.keep_samples:
@@ -220,7 +239,7 @@ class Evaluator:
         completions = self.backend.generate(
             prompts, self.cfg.max_new_tokens, seed=None, temperature=0.0
         )
-        rewards, components = self.task.reward(prompts, completions, rows)
+        rewards, components = self.task.held_out_reward(prompts, completions, rows)
         return HeldOutScores([_prompt_text(p) for p in prompts], completions, rewards, components)
 
 

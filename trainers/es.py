@@ -22,7 +22,7 @@ from trainers.adaptation import Hyperparameters
 from trainers.optim import OptimizerSpec
 from trainers.shaping import FRONT, objective_vectors, pareto_shape
 
-Shaping = Literal["zscore", "centered_rank", "pareto"]
+Shaping = Literal["zscore", "centered_rank", "difference", "pareto"]
 Components = list[dict[str, float | None]]
 
 
@@ -47,6 +47,15 @@ def zscore(rewards: list[float]) -> list[float]:
     if std < 1e-12:
         return [0.0] * n
     return [(r - mean) / std for r in rewards]
+
+
+def differences(rewards: list[float], sigma: float) -> list[float]:
+    """(r − mean)/σ: raw fitness differences, no normalisation. With mirrored pairs a pair's
+    coefficient is α·(r₊ − r₋)/(Nσ): MeZO's projected gradient (L₊ − L₋)/2σ averaged over
+    the N/2 pairs (Malladi et al. 2023). Dense fitness only: the step grows with the
+    rewards' scale, and ties give 0."""
+    mean = sum(rewards) / len(rewards)
+    return [(r - mean) / sigma for r in rewards]
 
 
 def centered_ranks(rewards: list[float]) -> list[float]:
@@ -86,12 +95,15 @@ class ES:
         self.mirrored = mirrored
         self.shaping = shaping
         self.hyper = hyperparameters
+        self._sigma: float | None = None  # the σ in force (`difference` shaping divides by it)
 
     def hyperparameters(self, generation: int) -> tuple[float, float, dict]:
         """(lr, σ, extra for the record) in force at `generation`."""
         if self.hyper is None:
             raise ValueError("this ES policy was built without lr/σ settings")
-        return self.hyper.at(generation)
+        lr, sigma, extra = self.hyper.at(generation)
+        self._sigma = sigma
+        return lr, sigma, extra
 
     def restore(self, history: list) -> None:
         if self.hyper is not None:
@@ -121,6 +133,10 @@ class ES:
             return zscore(rewards)
         if self.shaping == "centered_rank":
             return centered_ranks(rewards)
+        if self.shaping == "difference":
+            if self._sigma is None:
+                raise ValueError("difference shaping needs the generation's σ (call hyperparameters first)")
+            return differences(rewards, self._sigma)
         if components is None or len(components) != len(rewards):
             raise ValueError("pareto shaping needs each member's reward components")
         if objectives is None:

@@ -61,6 +61,15 @@ class PopulationOutput:
     logprobs: list[list[tuple[list[float], list[float]]]] | None = None
 
 
+@dataclass
+class LikelihoodOutput:
+    """Per member, per row: the reference completion's mean token log-probability
+    (`trainers.rewards.loglik`), and where time went."""
+
+    scores: list[list[float]]
+    seconds: dict[str, float] = field(default_factory=dict)  # score
+
+
 @runtime_checkable
 class Backend(Protocol):
     """Holds one model; member weights always derive from the fp32 master.
@@ -84,6 +93,14 @@ class Backend(Protocol):
         max_new_tokens: int,
         samples: int = 1,
     ) -> PopulationOutput: ...
+
+    def loglik(
+        self,
+        master: dict[str, torch.Tensor],
+        population: Population,
+        prompts: list[Messages],
+        references: list[str],
+    ) -> LikelihoodOutput: ...
 
     def generate(
         self,

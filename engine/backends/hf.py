@@ -22,7 +22,6 @@ reproduces plain seeded sampling.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
 from collections.abc import Sequence
@@ -32,14 +31,14 @@ from typing import Any
 
 import torch
 
-from engine.backends.base import Messages, Population, PopulationOutput
+from engine.backends import hf_scoring
+from engine.backends.base import LikelihoodOutput, Messages, Population, PopulationOutput
 from engine.models import load_causal_lm
 from replay import noise
 from replay import paths as replay_paths
 from replay.hashing import MASK64, splitmix64
 from replay.perturbation import Perturbation
-
-SCORE_ROWS = 8  # rows per teacher-forced scoring forward (its logits: rows × tokens × vocab)
+from trainers.rewards.loglik import mean_logprob
 
 
 def prompt_stream_seed(seed: int, index: int, sample: int = 0) -> int:
@@ -287,47 +286,56 @@ class HFBackend:
             raise ValueError("path terms (LM-MA-ES, GA survivors) need an adapter run")
         return self._rows.active(self._rows.lowrank(self.perturbation, keys, signs, sigma))
 
-    @torch.inference_mode()
     def _token_logprobs(
         self, model, rows: list[Messages], completions: list[list[int]],
         member_of_row: list[int] | None = None,
     ) -> list[list[float]]:
-        """log p(token) of every completion token given its prompt and the tokens before
-        it (teacher forcing, temperature 1), `SCORE_ROWS` rows per forward so the logits
-        of a long vocabulary stay small. `member_of_row`: inside a low-rank `members`
-        block, which member each row belongs to."""
-        texts = [
-            self.tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True)
-            for p in rows
-        ]
-        prompt_ids = self.tokenizer(texts, add_special_tokens=False)["input_ids"]
-        pad = self.tokenizer.pad_token_id
-        out: list[list[float]] = []
-        for start in range(0, len(rows), SCORE_ROWS):
-            part = range(start, min(start + SCORE_ROWS, len(rows)))
-            full = [list(prompt_ids[i]) + list(completions[i]) for i in part]
-            width = max(len(f) for f in full)
-            keep = max(len(completions[i]) for i in part) + 1
-            ids = torch.tensor([[pad] * (width - len(f)) + f for f in full], device=self.device)
-            mask = torch.tensor([[0] * (width - len(f)) + [1] * len(f) for f in full], device=self.device)
-            positions = (mask.cumsum(-1) - 1).clamp(min=0)
-            rows_ctx = (
-                self._rows.rows([member_of_row[i] for i in part])
-                if member_of_row is not None else contextlib.nullcontext()
-            )
-            with rows_ctx:
-                logits = model(
-                    input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=keep
-                ).logits.float()
-            logp = torch.log_softmax(logits[:, :-1], dim=-1)  # predicts the last keep-1 tokens
-            for j, i in enumerate(part):
-                n = len(completions[i])
-                if n == 0:
-                    out.append([])
-                    continue
-                tokens = torch.tensor(completions[i], device=self.device)
-                out.append(logp[j, keep - 1 - n :].gather(1, tokens.view(-1, 1)).view(-1).tolist())
-        return out
+        """Each completion token's log-probability given its prompt (`hf_scoring`, KL's fixed
+        chunks). `member_of_row`: inside a `members` block, which member each row belongs to."""
+        return hf_scoring.token_logprobs(
+            model, self.tokenizer.pad_token_id, self.device, hf_scoring.prompt_ids(self.tokenizer, rows),
+            completions, hf_scoring.fixed_chunks(len(rows)),
+            self._rows.rows if member_of_row is not None else None, member_of_row,
+        )
+
+    def loglik(
+        self, master: dict[str, torch.Tensor], population: Population, prompts: list[Messages],
+        references: list[str],
+    ) -> LikelihoodOutput:
+        """Every member's mean log-probability of each row's reference completion (ended by
+        the end-of-turn token), by teacher forcing: no decoding. Low-rank and adapter groups
+        score all members' rows together; full-rank members load their weights in turn."""
+        started = time.perf_counter()
+        contexts = hf_scoring.prompt_ids(self.tokenizer, prompts)
+        targets = hf_scoring.reference_ids(self.tokenizer, self._end_of_turn, references)
+        vocab = self.model.config.vocab_size
+        members = len(population)
+        if self._rows is None:
+            lps: list[list[float]] = []
+            chunks = hf_scoring.budget_chunks(contexts, targets, vocab)
+            for key, sign, row in zip(population.keys, population.signs,
+                                      population.paths or [()] * members, strict=True):
+                self.load_member(master, key, sign, population.sigma, paths=row, state=population.state)
+                lps += hf_scoring.token_logprobs(self.model, self.tokenizer.pad_token_id, self.device,
+                                                 contexts, targets, chunks)
+        else:
+            owner = [m for m in range(members) for _ in prompts]
+            with self.members(master, population.keys, population.signs, population.sigma,
+                              shrink=population.shrink, paths=population.paths, state=population.state):
+                lps = hf_scoring.token_logprobs(
+                    self.model, self.tokenizer.pad_token_id, self.device, contexts * members, targets * members,
+                    hf_scoring.budget_chunks(contexts * members, targets * members, vocab),
+                    self._rows.rows, owner,
+                )
+        scores = [mean_logprob(lp) for lp in lps]
+        per = len(prompts)
+        return LikelihoodOutput([scores[m * per : (m + 1) * per] for m in range(members)],
+                                {"score": time.perf_counter() - started})
+
+    @property
+    def _end_of_turn(self) -> int:
+        eos = self.model.generation_config.eos_token_id or self.tokenizer.eos_token_id
+        return int(eos[0] if isinstance(eos, list) else eos)
 
     # ------------------------------------------------------------------ generation
 

@@ -1,6 +1,6 @@
 """A config's `rewards` list, validated like the rest of the config, without running code.
 
-Each entry is a name (``"task"``, ``"format"``, ``"length"``, ``"module:function"``,
+Each entry is a name (``"task"``, ``"format"``, ``"length"``, ``"loglik"``, ``"module:function"``,
 ``"file.py:function"``) or a mapping with ``fn`` and optionally ``weight`` (a finite
 number), ``name`` (the component's ledger key; default the reference, a file's
 directories left out) and, for the built-ins, their options.
@@ -52,7 +52,17 @@ class LengthOptions(_Options):
     scale: float = Field(1.0, allow_inf_nan=False)
 
 
-BUILTIN: dict[str, type[_Options]] = {"task": NoOptions, "format": FormatOptions, "length": LengthOptions}
+class LoglikOptions(_Options):
+    """`trainers.rewards.loglik.LikelihoodReward`'s options: the reference completion is
+    `template` with ``{answer}`` replaced by the row's `column` cell."""
+
+    template: str = Field("<answer>{answer}</answer>", min_length=1, max_length=4096)
+    column: str = Field("answer", min_length=1, max_length=256)
+
+
+BUILTIN: dict[str, type[_Options]] = {
+    "task": NoOptions, "format": FormatOptions, "length": LengthOptions, "loglik": LoglikOptions,
+}
 
 
 @dataclass(frozen=True)

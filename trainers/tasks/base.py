@@ -3,7 +3,9 @@
 This is the surface the engine calls (docs/internals.md, trainers/):
 ``train_batch(seed, generation, size) -> (indices, rows)``, ``test_rows()``,
 ``prompt(row) -> messages``, ``reward(prompts, completions, rows) -> (rewards, components)``,
-``name``, ``describe()``. Tasks with difficulty levels (the generators) also honour
+``name``, ``describe()``. Rewards are completion rewards (functions of decoded text) and
+likelihood rewards (``loglik``: the reference answer scored by the backend, passed to
+``reward`` as ``likelihoods``); ``decodes`` says whether training needs completions at all. Tasks with difficulty levels (the generators) also honour
 ``set_level`` so a ``Curriculum`` can move them.
 """
 
@@ -14,6 +16,7 @@ from typing import Any
 
 from ledger.errors import SeedLedgerError
 from trainers.rewards.combine import WeightedReward, combine
+from trainers.rewards.loglik import LikelihoodReward
 
 from .sampling import mix64, stream
 
@@ -54,7 +57,7 @@ class Task:
         train: Callable[[int], list[dict[str, Any]]] | list[dict[str, Any]],
         test: list[dict[str, Any]],
         prompt: Callable[[dict[str, Any]], Messages],
-        rewards: list[WeightedReward],
+        rewards: list[WeightedReward | LikelihoodReward],
         *,
         seed: int = 0,
         levels: int = 1,
@@ -68,6 +71,7 @@ class Task:
         self._test = test
         self._prompt = prompt
         self.rewards = rewards
+        self.own_rewards = list(rewards)  # the task's answer check, whatever a config's list says
         self.seed = seed
         self.levels = levels
         self.level = level
@@ -108,15 +112,48 @@ class Task:
     def prompt(self, row: dict[str, Any]) -> Messages:
         return self._prompt(row)
 
+    @property
+    def likelihood_rewards(self) -> list[LikelihoodReward]:
+        return [r for r in self.rewards if isinstance(r, LikelihoodReward)]
+
+    @property
+    def decodes(self) -> bool:
+        """Whether a member's reward needs its completions (not when every reward is a
+        likelihood: training then runs teacher-forced forwards only)."""
+        return not self.rewards or len(self.likelihood_rewards) < len(self.rewards)
+
     def reward(
-        self, prompts: Sequence[Any], completions: Sequence[Any], rows: Sequence[dict[str, Any]]
+        self, prompts: Sequence[Any], completions: Sequence[Any], rows: Sequence[dict[str, Any]],
+        likelihoods: dict[str, list[float]] | None = None,
     ) -> tuple[list[float], dict[str, list[float | None]]]:
         """Combined reward per completion and each function's values (TRL calling convention;
-        completions are passed in conversational form because prompts are chats)."""
+        completions are passed in conversational form because prompts are chats).
+        `likelihoods`: each likelihood reward's per-row scores (component name → values)."""
         if not (len(prompts) == len(completions) == len(rows)):
             raise ValueError("prompts, completions and rows must have the same length")
         convo = [as_conversation(c) for c in completions]
-        return combine(self.rewards, prompts, convo, columns_of(rows))
+        functions = [r for r in self.rewards if isinstance(r, WeightedReward)]
+        total, components = combine(functions, prompts, convo, columns_of(rows))
+        for r in self.likelihood_rewards:
+            values = (likelihoods or {}).get(r.name)
+            if values is None or len(values) != len(rows):
+                raise ValueError(f"reward {r.name!r}: one likelihood per row is needed")
+            components[r.name] = list(values)
+            total = [t + r.weight * v for t, v in zip(total, values, strict=True)]
+        ordered = {r.name: components[r.name] for r in self.rewards}  # the config's order
+        return total, ordered
+
+    def held_out_reward(
+        self, prompts: Sequence[Any], completions: Sequence[Any], rows: Sequence[dict[str, Any]]
+    ) -> tuple[list[float], dict[str, list[float | None]]]:
+        """Greedy held-out answers scored by the completion rewards (the task's own answer
+        check when training uses likelihood rewards only): a held-out figure is a verdict on
+        decoded text, comparable between runs trained on any fitness."""
+        if not self.likelihood_rewards:
+            return self.reward(prompts, completions, rows)
+        functions = [r for r in self.rewards if isinstance(r, WeightedReward)] or self.own_rewards
+        convo = [as_conversation(c) for c in completions]
+        return combine(functions, prompts, convo, columns_of(rows))
 
     def objectives(self) -> dict[str, float]:
         """Component name → weight of every reward function (Pareto shaping's objectives)."""

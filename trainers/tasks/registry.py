@@ -9,10 +9,12 @@ Spec forms (YAML or ``--set task=...``):
   or the same list alone.
 
 ``rewards`` (optional) replaces the task's reward list; each item is ``"task"`` (the task's
-own reward), ``"format"``, ``"length"`` or a user function ``"module:function"`` /
+own reward), ``"format"``, ``"length"``, ``"loglik"`` (the reference answer's likelihood,
+``trainers.rewards.loglik``) or a user function ``"module:function"`` /
 ``"file.py:function"``, as a string or a mapping with ``fn``, ``weight``, ``name`` and, for
 the built-ins, their options (``format``: think_start, think_end, answer_start,
-answer_end, partial; ``length``: limit, unit, scale); ``trainers.rewards.spec`` checks them.
+answer_end, partial; ``length``: limit, unit, scale; ``loglik``: template, column);
+``trainers.rewards.spec`` checks them.
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ from trainers.rewards.combine import WeightedReward
 from trainers.rewards.format import format_reward
 from trainers.rewards.length import length_penalty
 from trainers.rewards.loader import is_file_ref, load_reward_fn
-from trainers.rewards.spec import parse_rewards
+from trainers.rewards.loglik import LikelihoodReward
+from trainers.rewards.spec import BUILTIN, parse_rewards
 
 from . import arithmetic, code_task, countdown, jsonl_task, math_task, reasoning_gym_task
 from .base import Task
@@ -45,7 +48,7 @@ LOADERS: dict[str, Callable[..., Task]] = {
 _NOT_PATHS = {"reasoning_gym": None, "code": "humaneval"}
 """Tasks whose ``name:X`` names no file: every X (None), or this one X."""
 _COMMON = {"name", "rewards", "weight"}
-_BUILTIN_REWARDS = {"task", "format", "length"}
+_BUILTIN_REWARDS = set(BUILTIN)  # names, not code
 _LEVELED = {"arithmetic": len(arithmetic.LEVELS), "countdown": len(countdown.LEVELS)}
 
 
@@ -177,18 +180,26 @@ def _load_mix(items: Any, seed: int) -> Task:
             raise SeedLedgerError(f"task mix: weight {weight!r} is not a number")
         if not 0 <= weight < math.inf:  # weight 0 keeps a task for held-out rows only
             raise SeedLedgerError(f"task mix: weight {weight!r} must be finite and >= 0")
-        tasks.append(load_task(sub, seed))
+        task = load_task(sub, seed)
+        if task.likelihood_rewards:
+            raise SeedLedgerError(f"task mix: {task.name}: the loglik reward is not supported inside a mix")
+        tasks.append(task)
         weights.append(float(weight))
     return MixtureTask(tasks, weights, seed=seed)
 
 
-def build_rewards(spec: Any, task_rewards: list[WeightedReward]) -> list[WeightedReward]:
+def build_rewards(
+    spec: Any, task_rewards: list[WeightedReward]
+) -> list[WeightedReward | LikelihoodReward]:
     """The reward list named by a config (see the module docstring), checked by
     `trainers.rewards.spec.parse_rewards` first."""
-    out: list[WeightedReward] = []
+    out: list[WeightedReward | LikelihoodReward] = []
     for entry in parse_rewards(spec):
         if entry.ref == "task":
             out.extend(WeightedReward(r.name, r.fn, r.weight * entry.weight) for r in task_rewards)
+            continue
+        if entry.ref == "loglik":
+            out.append(LikelihoodReward(entry.name, entry.weight, **entry.options))
             continue
         if entry.ref == "format":
             fn = format_reward(**entry.options)
@@ -221,3 +232,13 @@ def check_rewards(spec: Any) -> None:
     (SeedLedgerError naming the entry): the config's check, before a run exists."""
     for rewards in reward_lists(spec):
         parse_rewards(rewards)
+
+
+def uses_loglik(spec: Any) -> tuple[bool, bool]:
+    """(any `rewards` list of task `spec` names `loglik`, every named list holds nothing
+    else), without loading anything: the config's backend and sampling checks."""
+    lists = reward_lists(spec)
+    refs = [[(item.get("fn") if isinstance(item, dict) else item) for item in rewards]
+            for rewards in lists if isinstance(rewards, list)]
+    some = any("loglik" in r for r in refs)
+    return some, some and all(set(r) == {"loglik"} for r in refs)

@@ -1,0 +1,131 @@
+"""`loglik` fitness (issue 30 item 2): a row's reference answer scored by teacher forcing.
+
+The batched scores (every low-rank member's rows in one forward, and full-rank members
+loaded in turn) equal an independent computation: plain transformers on a copy of the
+model whose weights are the member's materialised W + sign·σ·A·Bᵀ/√r, one unpadded row
+at a time. A loglik run decodes nothing, resumes and rebuilds from its seed file to the
+same fingerprint, and its held-out figures are decoded verdicts.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from test_cli_walkthrough import Cli
+
+from engine.backends.base import Population
+from engine.config import validate
+from engine.evaluator import Evaluator
+from ledger.errors import SeedLedgerError
+from replay import perturbation
+from trainers.es import ES, differences
+from trainers.rewards.loglik import LikelihoodReward
+from trainers.tasks import load_task
+
+BASE = {"model": "tiny", "task": {"name": "arithmetic", "rewards": ["loglik"]}, "population": 4,
+        "batch_size": 5, "seed": 3, "sigma": 0.0625, "lr": 0.01}
+
+
+def _independent(model, tok, prompt, reference: str) -> float:
+    """Mean log-probability of reference + end-of-turn under `model`, one row, no padding."""
+    text = tok.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
+    context = tok(text, add_special_tokens=False)["input_ids"]
+    eos = model.generation_config.eos_token_id or tok.eos_token_id
+    target = tok(reference, add_special_tokens=False)["input_ids"] + [eos[0] if isinstance(eos, list) else eos]
+    ids = torch.tensor([context + target])
+    with torch.no_grad():
+        logp = torch.log_softmax(model(input_ids=ids).logits[0, :-1].double(), dim=-1)
+    picked = [logp[len(context) - 1 + t, tok_id].item() for t, tok_id in enumerate(target)]
+    return sum(picked) / len(picked)
+
+
+@pytest.mark.parametrize("kind", ["lowrank", "full"])
+def test_loglik_equals_each_member_scored_alone_on_materialised_weights(kind, tiny_model_dir):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    cfg = validate({**BASE, "perturbation": kind})
+    ev = Evaluator(cfg, tiny_model_dir)
+    _, rows = ev.task.train_batch(cfg.seed, 1, cfg.batch_size)
+    prompts = [ev.task.prompt(r) for r in rows]
+    refs = ev.task.likelihood_rewards[0].references(rows)
+    members = ES(cfg.population).ask(run_key=99, generation=1)
+    population = Population(tuple(m.key for m in members), tuple(m.sign for m in members),
+                            0.0625, (None,) * len(members))
+    batched = ev.backend.loglik(ev.master, population, prompts, refs).scores
+
+    tok = AutoTokenizer.from_pretrained(str(tiny_model_dir))
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32).eval()
+    base = {n: p.detach().clone() for n, p in model.named_parameters()}
+    spec = cfg.perturbation_spec()
+    deltas = []
+    for m, member in enumerate(members):
+        with torch.no_grad():
+            for name, param in model.named_parameters():
+                w = base[name].clone()
+                if kind == "lowrank" and spec.trained(name, tuple(w.shape)):
+                    a, b = perturbation.factors(member.key, name, tuple(w.shape), spec.rank)
+                    w += member.sign * 0.0625 * spec.inv_sqrt_rank * (a @ b.T)
+                elif kind == "full":
+                    ev.backend.load_member(ev.master, member.key, member.sign, 0.0625)  # replay's own ε
+                    w = dict(ev.backend.model.named_parameters())[name].detach().clone()
+                param.copy_(w)
+        for j, (prompt, ref) in enumerate(zip(prompts, refs, strict=True)):
+            deltas.append(abs(batched[m][j] - _independent(model, tok, prompt, ref)))
+    worst = max(deltas)
+    within = sum(d <= 1e-4 for d in deltas) / len(deltas)
+    print(f"{kind}: max |Δ| = {worst:.2e} over {len(deltas)} rows, {within:.0%} within 1e-4")
+    assert within >= 0.99 and worst < 1e-3
+    # members differ: the fitness is dense (no ties)
+    assert len({round(sum(s), 9) for s in batched}) == len(members)
+
+
+def test_reference_and_options():
+    r = LikelihoodReward("loglik", 1.0, "Answer: {answer}.", "gold")
+    assert r.reference({"gold": 42}) == "Answer: 42."
+    with pytest.raises(SeedLedgerError, match="no text in column 'gold'"):
+        r.reference({"answer": "x"})
+    task = load_task({"name": "arithmetic", "rewards": [{"fn": "loglik", "template": "{answer}"}, "format"]})
+    assert task.decodes and [x.name for x in task.likelihood_rewards] == ["loglik"]
+    only = load_task({"name": "arithmetic", "rewards": ["loglik"]})
+    assert not only.decodes
+    # held-out rows are decoded verdicts: the task's own answer check scores them
+    rows = only.test_rows()[:2]
+    prompts = [only.prompt(r) for r in rows]
+    answers = [f"<answer>{r['answer']}</answer>" for r in rows]
+    rewards, components = only.held_out_reward(prompts, answers, rows)
+    assert rewards == [1.0, 1.0] and "loglik" not in components
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"backend": "vllm"}, "loglik scores reference answers by teacher forcing on backend: hf"),
+    ({"passk": {"n": 4, "k": 2}, "sampling": {"temperature": 1.0}}, "passk needs sampled ones"),
+    ({"kl": {"beta": 0.1}}, "with only loglik rewards none are decoded"),
+    ({"task": {"name": "arithmetic", "rewards": [{"fn": "loglik", "colour": 1}]}}, "unknown option 'colour'"),
+])
+def test_conflicting_settings_are_refused_when_the_config_loads(overrides, message):
+    with pytest.raises(SeedLedgerError, match=message):
+        validate({**BASE, **overrides})
+
+
+def test_difference_shaping_is_the_projected_gradient():
+    assert differences([1.0, 3.0], 0.5) == [-2.0, 2.0]
+    es = ES(4, shaping="difference")
+    with pytest.raises(ValueError, match="needs the generation's σ"):
+        es.shape([0.0, 1.0, 2.0, 3.0])
+
+
+def test_a_loglik_run_resumes_and_rebuilds_from_its_seed_file_exactly(tmp_path):
+    """3 generations straight == 2 then resume to 3 == the exported seed file rebuilt."""
+    cli = Cli(tmp_path)
+    cfg = tmp_path / "ll.yaml"
+    cfg.write_text(json.dumps({**BASE, "perturbation": "lowrank", "shaping": "difference", "lr": 0.002}))
+    cli.run("train", str(cfg), "--run", "a", "--generations", "3")
+    cli.run("train", str(cfg), "--run", "b", "--generations", "2")
+    cli.run("resume", "b", "--generations", "1")
+    shown = [json.loads(cli.run("show", run, "--json").stdout) for run in ("a", "b")]
+    assert shown[0]["fingerprint"] == shown[1]["fingerprint"]
+    cli.run("export", "a", "-o", "a.seeds")
+    rebuilt = json.loads(cli.run("rebuild", "a.seeds", "-o", "out", "--json").stdout)
+    assert rebuilt["fingerprint"] == shown[0]["fingerprint"]
