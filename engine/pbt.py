@@ -16,9 +16,11 @@ Why a small driver and not Ray Tune's PopulationBasedTraining. Ray Tune keeps it
 experiment state (trial checkpoints, scheduler state in an experiment directory) beside the
 ledger and decides asynchronously, as results arrive; both break what this driver gets for
 free from the ledger: (1) resumable after SIGKILL from the ledger alone: the runs' names
-say which slot and round they are, `pbt-score` events hold the scores already taken, the
+say which slot and round they are, `pbt-score` events hold the scores already taken (a
+rerun recomputes each and refuses one that disagrees: a copied ledger may forge them), the
 runs resume from their last committed generation, so rerunning the command continues and
-nothing trains twice; (2) reproducible: rounds are synchronous, scores are greedy held-out
+nothing trains twice; code a member's stored config names beyond the user's config runs
+only with `trust_code`; (2) reproducible: rounds are synchronous, scores are greedy held-out
 rewards of replayed weights, ties go to the lower slot, and every random choice comes from
 a generator seeded by (seed, round, slot): the same config and seed give the same forks,
 settings and fingerprints. What remains of Ray Tune's value is parallelism, which a round's
@@ -62,7 +64,7 @@ class PBT:
         self, ledger: Ledger, config: str | Path, population: int, rounds: int, *,
         name: str | None = None, interval: int | None = None, fraction: float = 0.25,
         rows: int | None = None, skip: int = 0, overrides: list[str] = (),
-        say: Callable[[dict[str, Any]], None] = lambda event: None,
+        say: Callable[[dict[str, Any]], None] = lambda event: None, trust_code: bool = False,
     ):
         if population < 2 or rounds < 1:
             raise SeedLedgerError("pbt: needs --population >= 2 and --rounds >= 1")
@@ -76,6 +78,8 @@ class PBT:
         self.replace = max(1, math.floor(population * fraction))
         self.rows, self.skip = rows or self.cfg.evaluation.rows, skip
         self.seed = self.cfg.seed
+        self.trust_code = trust_code
+        self.own = set(session.stored_code(self.cfg.model_dump(mode="json")))  # the user's code
         self._held_out = None
         self.settings = {
             "pbt": self.name, "population": population, "rounds": rounds, "interval": self.interval,
@@ -90,6 +94,17 @@ class PBT:
             if self.ledger.has_run(member_run(self.name, slot, made)):
                 return member_run(self.name, slot, made)
         return member_run(self.name, slot, 0)
+
+    def check_code(self, run: str) -> bool:
+        """A member run may come from a copied ledger: code its stored config names beyond
+        the user's config's runs only with `trust_code`. True once allowed (for `resume`)."""
+        refs = [r for r in session.stored_code(self.ledger.get_run(run).config) if r not in self.own]
+        session.check_stored_code(refs, f"run {run}", self.trust_code)
+        return True
+
+    def existing_runs(self) -> list[str]:
+        return [member_run(self.name, slot, round_) for slot in range(self.K) for round_ in range(self.R)
+                if self.ledger.has_run(member_run(self.name, slot, round_))]
 
     def start(self) -> None:
         """Round 0: K members from the config (idempotent)."""
@@ -120,26 +135,39 @@ class PBT:
                 for run in (self.run_in(s, round_) for s in range(self.K))]
         todo = [(run, n) for run, n in todo if n > 0]
         if self.cfg.workers.pool == "ray" and len(todo) > 1:
-            _train_on_ray(self.ledger.location, todo, self.cfg.workers.address)
+            _train_on_ray(self.ledger.location, todo, self.cfg.workers.address,
+                          all(self.check_code(run) for run, _ in todo))
         else:
             for run, n in todo:
-                session.resume(self.ledger, run, n)
+                session.resume(self.ledger, run, n, trust_code=self.check_code(run))
         for run, _ in todo:
             self.say({"event": "trained", "round": round_, "run": run, "generation": target})
 
-    def scores(self, round_: int) -> list[float]:
+    def score(self, run: str, generation: int) -> float:
         from engine.heldout import HeldOut
 
+        if self._held_out is None:
+            self._held_out = HeldOut(self.cfg, self.rows, self.skip)
+        return self._held_out.score(self.ledger, run, generation)
+
+    def scores(self, round_: int) -> list[float]:
+        """Each slot's held-out score. A `pbt-score` event already in the ledger (a killed
+        driver's) is data that drives exploitation: it is recomputed (scores are greedy
+        rewards of replayed weights, deterministic) and refused unless it agrees."""
         target, out = round_ * self.interval, []
         for slot in range(self.K):
             run = self.run_in(slot, round_)
             got = _event(self.ledger, run, "pbt-score", pbt=self.name, round=round_)
+            score = self.score(run, target)
             if got is None:
-                if self._held_out is None:
-                    self._held_out = HeldOut(self.cfg, self.rows, self.skip)
-                got = {"pbt": self.name, "round": round_, "slot": slot, "generation": target,
-                       "score": self._held_out.score(self.ledger, run, target)}
+                got = {"pbt": self.name, "round": round_, "slot": slot, "generation": target, "score": score}
                 self.ledger.log_event(run, "pbt-score", got)
+            elif got != {"pbt": self.name, "round": round_, "slot": slot, "generation": target, "score": score}:
+                raise SeedLedgerError(
+                    f"run {run}'s pbt-score event for round {round_} says {got.get('score')!r} (slot "
+                    f"{got.get('slot')!r}, generation {got.get('generation')!r}); its weights score {score!r} "
+                    f"(slot {slot}, generation {target}): the event is not this ledger's"
+                )
             self.say({"event": "scored", "round": round_, "run": run, "score": got["score"]})
             out.append(got["score"])
         return out
@@ -163,7 +191,7 @@ class PBT:
             sigma = pcfg.sigma * rng.choice((DOWN, UP))
             if not self.ledger.has_run(child):
                 session.fork(self.ledger, f"{parent}@{target}", child,
-                             [override("lr", lr), override("sigma", sigma)], 0)
+                             [override("lr", lr), override("sigma", sigma)], 0, trust_code=self.check_code(parent))
             if _event(self.ledger, child, "pbt-exploit") is None:
                 payload = {"pbt": self.name, "round": round_, "slot": slot, "from": f"{parent}@{target}",
                            "from_score": scores[donor], "replaced": self.run_in(slot, round_),
@@ -172,6 +200,8 @@ class PBT:
                 self.say({"event": "exploit", **payload, "run": child})
 
     def run(self) -> dict[str, Any]:
+        for run in self.existing_runs():  # before anything is built from a stored config
+            self.check_code(run)
         self.start()
         history = []
         for round_ in range(1, self.R + 1):
@@ -188,7 +218,7 @@ class PBT:
                          "score": last["scores"][best]}}
 
 
-def _train_on_ray(location: str, todo: list[tuple[str, int]], address: str | None) -> None:
+def _train_on_ray(location: str, todo: list[tuple[str, int]], address: str | None, trust_code: bool) -> None:
     """A round's members as Ray tasks; each session builds its own (Ray) pool, whose actors
     hold the CPUs, so the tasks ask for none."""
     import ray
@@ -198,12 +228,12 @@ def _train_on_ray(location: str, todo: list[tuple[str, int]], address: str | Non
     connect(address)
 
     @ray.remote(num_cpus=0, max_retries=0)
-    def train(location: str, run: str, generations: int) -> str:
+    def train(location: str, run: str, generations: int, trust_code: bool) -> str:
         from engine import session as remote_session
         from ledger import Ledger as RemoteLedger
 
         with RemoteLedger.open(location, create=False) as led:
-            return remote_session.resume(led, run, generations).fingerprint
+            return remote_session.resume(led, run, generations, trust_code=trust_code).fingerprint
 
-    for ref in [train.remote(location, run, n) for run, n in todo]:
+    for ref in [train.remote(location, run, n, trust_code) for run, n in todo]:
         get(ref)

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from engine import adapters, batching, preflight
+from engine import adapters, batching, forkcheck, preflight
 from engine.config import TrainConfig, apply_overrides, load_config, validate
 from engine.devices import check_device
 from engine.interrupts import RunInterrupted, signal_of, signals_held
@@ -32,6 +32,7 @@ from ledger.errors import SeedLedgerError
 from ledger.lease import WriterLease
 from ledger.names import check_run_name
 from replay.noise import run_key
+from replay.perturbation import Perturbation
 from trainers.rewards.loader import is_file_ref
 from trainers.tasks.registry import code_refs
 
@@ -371,6 +372,7 @@ def fork(
         raise SeedLedgerError("a fork trains its parent's parameters; `train` cannot be changed")
     if ledger.has_run(new_name):
         raise SeedLedgerError(f"run {new_name!r} exists; pick another --run")
+    forkcheck.check_policy(ledger, parent.name, gen, cfg)  # a refusal leaves no child behind
     model_dir = resolve_model(cfg.model)
     preflight.check(cfg, model_dir)
     if _rows_changed(validate(parent.config, f"run {parent.name} config"), cfg, overrides):
@@ -396,6 +398,8 @@ def fork(
                 pool = make_pool(cfg, model_dir)
                 _check_base(parent, pool.base_fingerprint(), cfg)
                 pool.restore(ledger, run.name, gen, anchors_dir(ledger))
+                forkcheck.check_policy(ledger, parent.name, gen, cfg, pool,
+                                       Perturbation.from_run(run.noise_spec, run.param_selection).trained)
         except BaseException as exc:
             with signals_held():
                 if pool is not None:

@@ -16,11 +16,8 @@ The study file (YAML):
       population: {type: categorical, choices: [4, 8]}
       optimizer.name: {type: categorical, choices: [sgd, adam]}
 
-Storage. The study lives in the ledger's own database: Optuna's RDB storage on the ledger's
-URL creates its tables (`studies`, `trials`, …) beside the ledger's. Optuna keeps its schema
-revision in `alembic_version`, where the ledger keeps its own, so it runs with
-`skip_compatibility_check` and this module checks Optuna's schema itself (the study records
-the head revision of the Optuna that created it; another is refused).
+Storage. The study lives in the ledger's own database, beside the ledger's tables, and one
+tuner at a time holds it (`engine.studystore`: Optuna's schema checked, the study's lease).
 
 Each trial is an ordinary run: created (`session.start`, no generations), given a
 `tune-trial` event (study, trial number, parameters), then trained by `session.resume` with
@@ -33,8 +30,9 @@ n depend only on the seed and trials 0..n-1, whether or not the tuner was killed
 Resume: rerunning the same command first finishes trials left RUNNING by a dead tuner
 (their runs resume from their last committed generation; a run whose writer lease is live
 belongs to another tuner and is skipped), then asks new ones until the study holds
-`trials`. Nothing is lost and nothing trains twice. A trial run's stored config is data (a
-copied ledger may plant one): the code it names runs only with `trust_code`.
+`trials`. Nothing is lost and nothing trains twice. A trial run's stored config and the
+parameters in Optuna's tables are data (a copied ledger may plant them): `engine.tunecheck`
+holds them to the study file before anything is built from them.
 """
 
 from __future__ import annotations
@@ -48,11 +46,11 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from engine import session
+from engine import session, studystore, tunecheck
 from engine.config import load_config, validate
 from engine.loop import Hooks
+from engine.studystore import open_study
 from ledger import Ledger
-from ledger.db import to_url
 from ledger.errors import LeaseHeld, SeedLedgerError
 from replay.hashing import splitmix64
 
@@ -178,48 +176,6 @@ def check_space(config: Path, fixed: list[str], space: dict[str, Param]) -> None
                 raise SeedLedgerError(f"space.{name} = {value!r}: {exc}") from None
 
 
-def optuna_schema_head() -> str:
-    """Head revision of the installed Optuna's own storage migrations."""
-    import optuna.storages._rdb as rdb
-    from alembic.config import Config
-    from alembic.script import ScriptDirectory
-
-    cfg = Config()
-    cfg.set_main_option("script_location", str(Path(rdb.__file__).parent / "alembic"))
-    return ScriptDirectory.from_config(cfg).get_current_head()
-
-
-def open_study(ledger: Ledger, name: str, sampler: SamplerSpec, pruner: PrunerSpec):
-    """The study `name` in the ledger's database (created on first use)."""
-    import optuna
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    url = to_url(ledger.location)
-    kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
-    storage = optuna.storages.RDBStorage(url, engine_kwargs=kwargs, skip_compatibility_check=True)
-    study = optuna.create_study(
-        study_name=name, storage=storage, direction="maximize", load_if_exists=True,
-        pruner=_pruner(pruner),
-    )
-    head = optuna_schema_head()
-    made = storage.get_study_system_attrs(study._study_id).get("seedledger:optuna_schema")
-    if made is None:
-        storage.set_study_system_attr(study._study_id, "seedledger:optuna_schema", head)
-    elif made != head:
-        raise SeedLedgerError(
-            f"study {name!r} was made with Optuna schema {made}; the installed Optuna's is {head}"
-        )
-    return study
-
-
-def _pruner(spec: PrunerSpec):
-    import optuna
-
-    if spec.name == "none":
-        return optuna.pruners.NopPruner()
-    return optuna.pruners.MedianPruner(n_startup_trials=spec.startup_trials, n_warmup_steps=spec.warmup)
-
-
 def _sampler(spec: SamplerSpec, number: int):
     """The sampler for trial `number`, seeded from (seed, number): a restarted tuner draws
     what an uninterrupted one would have."""
@@ -264,16 +220,6 @@ class _Reporter:
         return Hooks(on_generation_end=end, should_stop=lambda: self.pruned_at is not None)
 
 
-def _trial_event(ledger: Ledger, run: str) -> dict | None:
-    events = ledger.events(run, kind="tune-trial")
-    return events[0].payload if events else None
-
-
-def _check_code(ledger: Ledger, run: str, trust_code: bool) -> None:
-    """A trial run may come from a copied ledger: the code its stored config names is data."""
-    session.check_stored_code(session.stored_code(ledger.get_run(run).config), f"run {run}", trust_code)
-
-
 def run_trial(
     ledger: Ledger, study, study_name: str, spec: StudySpec, config: Path, trial,
     trust_code: bool = False,
@@ -286,20 +232,21 @@ def run_trial(
     number = trial.number
     name = trial_run(study_name, number)
     params = {key: param.suggest(trial, key) for key, param in spec.space.items()}
+    tunecheck.check_params(name, spec.space, params)  # Optuna's tables may hold planted values
     overrides = [*spec.set, *(override(k, v) for k, v in params.items())]
     if spec.budget is not None:
         cfg = load_config(config, overrides)
         overrides.append(f"generations={max(1, spec.budget // (cfg.population * cfg.batch_size))}")
     if not ledger.has_run(name):
         session.start(ledger, str(config), name, overrides, 0)
-    elif _trial_event(ledger, name) is None and ledger.latest_generation(name) > 0:
-        raise SeedLedgerError(f"run {name!r} exists and is not trial {number} of study {study_name!r}")
-    event = _trial_event(ledger, name)
-    if event is None:  # new, or a dead tuner made the run but not yet its event
+    elif tunecheck.trial_event(ledger, name) is None and ledger.latest_generation(name) > 0:
+        raise tunecheck.ForeignTrial(f"run {name!r} exists and is not trial {number} of study {study_name!r}")
+    # before HeldOut builds a task from the stored config, or anything trains on it
+    tunecheck.check_stored_trial(ledger, name, number, study_name, params,
+                                 tunecheck.expected_config(config, overrides), trust_code,
+                                 tunecheck.own_code(config, spec.set))
+    if tunecheck.trial_event(ledger, name) is None:  # new, or a dead tuner made the run but not its event
         ledger.log_event(name, "tune-trial", {"study": study_name, "trial": number, "params": params})
-    elif event.get("study") != study_name or event.get("trial") != number:
-        raise SeedLedgerError(f"run {name!r} belongs to study {event.get('study')!r} trial {event.get('trial')}")
-    _check_code(ledger, name, trust_code)  # before HeldOut builds a task from the stored config
     cfg = validate(ledger.get_run(name).config, f"run {name} config")
     held_out = HeldOut(cfg, spec.objective.rows, spec.objective.skip)
     reporter = _Reporter(ledger, name, trial, held_out, spec.objective.every)
@@ -308,7 +255,7 @@ def run_trial(
         reporter.at(latest)
         reporter.check(latest)
     if reporter.pruned_at is None and latest < cfg.generations:
-        session.resume(ledger, name, None, reporter.hooks(), trust_code=trust_code)
+        session.resume(ledger, name, None, reporter.hooks(), trust_code=True)  # its code: checked above
     latest = ledger.latest_generation(name)
     if reporter.pruned_at is not None:
         outcome = {"state": "pruned", "value": reporter.reported().get(latest), "generation": latest}
@@ -335,9 +282,6 @@ def tune(
     trust_code: bool = False,
 ) -> dict[str, Any]:
     """Bring the study to `trials` trials (finishing any a dead tuner left); its summary."""
-    import optuna
-    from optuna.trial import TrialState
-
     spec, config, default_name = load_study(study_path)
     spec = spec.model_copy(update={"set": [*spec.set, *overrides]})
     name = study_name or default_name
@@ -348,9 +292,21 @@ def tune(
         spec = spec.model_copy(update={"pruner": PrunerSpec(name="none")})  # nothing to prune on
     check_space(config, spec.set, spec.space)
     study = open_study(ledger, name, spec.sampler, spec.pruner)
+    with studystore.held(ledger, study._study_id, name):  # one tuner per study, before any trial
+        return _bring(ledger, study, name, spec, config, total, on_trial, trust_code)
+
+
+def _bring(ledger, study, name, spec, config, total, on_trial, trust_code: bool) -> dict[str, Any]:
+    """The study's trials, under its lease: first those a dead tuner left RUNNING."""
+    import optuna
+    from optuna.trial import TrialState
+
+    own = tunecheck.own_code(config, spec.set)
     for trial in study.get_trials(deepcopy=False):  # before any trial is touched (or told FAIL)
+        if trial.state == TrialState.RUNNING:  # to be finished with the parameters it holds
+            tunecheck.check_params(trial_run(name, trial.number), spec.space, trial.params)
         if ledger.has_run(trial_run(name, trial.number)):
-            _check_code(ledger, trial_run(name, trial.number), trust_code)
+            tunecheck.check_code(ledger, trial_run(name, trial.number), trust_code, own)
     ran = []
     for frozen in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         study.sampler = _sampler(spec.sampler, frozen.number)  # for any parameter not yet drawn
@@ -374,8 +330,8 @@ def _guarded(ledger, study, name, spec, config, trial, trust_code: bool = False)
 
     try:
         return run_trial(ledger, study, name, spec, config, trial, trust_code)
-    except LeaseHeld:
-        raise
+    except (LeaseHeld, tunecheck.ForeignTrial):
+        raise  # another tuner's trial, or a planted one: not this trial's outcome
     except Exception as exc:
         study.tell(trial.number, state=TrialState.FAIL)
         run = trial_run(name, trial.number)

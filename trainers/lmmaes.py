@@ -152,15 +152,23 @@ class LMMAES:
         self._view = view
         if self.rates is None or self.rates.n != view.dimension:
             self.rates = Rates.of(view.dimension, self.population, self.spec.memory)
-        mine = (self.rates.memory, self.spec.adapt_sigma)
+        self.check_parent(self.rates.memory)
+        self._gram = view.gram(self.rates.memory + (1 if self.spec.adapt_sigma else 0))
+
+    def check_parent(self, memory: int | None = None) -> None:
+        """Refuse a restored parent generation whose paths this policy cannot continue. A fork
+        asks before its run exists, without the dimension: `memory` None compares the
+        config's `lmmaes.memory` when it sets one (its default depends on the dimension)."""
+        memory = self.spec.memory if memory is None else memory
         if self._foreign:
             raise ValueError("lmmaes: the parent generation's paths state holds another policy's vectors (a GA's "
                              "survivor offsets); fork LM-MA-ES from an ES or LM-MA-ES generation")
-        if self._layout is not None and self._layout != mine:  # path j (and p_σ) would mean another vector
-            raise ValueError(f"lmmaes: the parent's paths have memory {self._layout[0]} and adapt_sigma "
-                             f"{str(self._layout[1]).lower()}; a fork keeps both (this config: memory {mine[0]}, "
-                             f"adapt_sigma {str(mine[1]).lower()})")
-        self._gram = view.gram(self.rates.memory + (1 if self.spec.adapt_sigma else 0))
+        layout = self._layout  # path j (and p_σ) would mean another vector
+        if layout is not None and (layout[1] != self.spec.adapt_sigma or memory not in (None, layout[0])):
+            raise ValueError(f"lmmaes: the parent's paths have memory {layout[0]} and adapt_sigma "
+                             f"{str(layout[1]).lower()}; a fork keeps both (this config: memory "
+                             f"{'default' if memory is None else memory}, "
+                             f"adapt_sigma {str(self.spec.adapt_sigma).lower()})")
 
     def _need(self) -> tuple[PathView, Rates]:
         if self._view is None or self.rates is None:

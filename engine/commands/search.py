@@ -58,6 +58,7 @@ def pbt(
     set_: Sets = None,
     ledger: LedgerOpt = DEFAULT_LEDGER,
     as_json: JsonOpt = False,
+    trust_code: TrustCode = False,
 ):
     """Population-based training: rounds of training, exploit = fork of the strongest,
     explore = perturbed lr/σ. Rerun to resume; `log --graph` shows the history."""
@@ -74,7 +75,7 @@ def pbt(
     with open_ledger(ledger, create=True) as led:
         result = PBT(
             led, config, population, rounds, name=name, interval=interval, fraction=fraction,
-            rows=rows, skip=skip, overrides=set_ or [], say=say,
+            rows=rows, skip=skip, overrides=set_ or [], say=say, trust_code=trust_code,
         ).run()
     best = result["best"]
     emit(result, as_json, f"pbt {result['pbt']}: best {best['run']}@{best['generation']} held-out {_fmt(best['score'])}")

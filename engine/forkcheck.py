@@ -1,0 +1,33 @@
+"""A fork's refusals, taken before its child run exists (issue 31 item 6).
+
+A policy restored from the parent's records says whether it can continue them (LM-MA-ES
+keeps its parent's path layout; it cannot read a GA's survivor offsets): asked before
+`create_run`, so a refusal is one line and leaves no empty child holding the name. What
+depends on the loaded weights (LM-MA-ES's default memory, its rates' dimension) is asked
+again while the fork is set up, where a failure deletes the child before anything trains.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine.config import TrainConfig
+from ledger import Ledger
+from ledger.errors import SeedLedgerError
+from replay.paths import StateView
+from trainers.policy import make_policy
+
+
+def check_policy(ledger: Ledger, parent: str, generation: int, cfg: TrainConfig, pool: Any = None,
+                 trained: Any = None) -> None:
+    """SeedLedgerError if `cfg`'s policy cannot continue `parent@generation`; with `pool`
+    (holding that generation) and `trained`, the check that needs the weights too."""
+    try:
+        policy = make_policy(cfg)
+        policy.restore(ledger.records(parent, upto=generation))
+        if pool is not None and hasattr(policy, "attach"):
+            policy.attach(StateView(*pool.state(), trained))
+        elif hasattr(policy, "check_parent"):
+            policy.check_parent()
+    except ValueError as exc:
+        raise SeedLedgerError(f"cannot fork {parent}@{generation}: {exc}") from None
