@@ -39,7 +39,7 @@ HOSTILE = [
     ("memory hog, small steps", "x = []\nwhile True: x.append(bytearray(1 << 20))", "memory", "MemoryError"),
     ("huge output", "while True: print('x' * 65536)", "output_limit", ""),
     ("sleep forever (no CPU)", "import time; time.sleep(3600)", "wall_timeout", ""),
-    ("kill the launcher", "import os, signal; os.kill(os.getppid(), signal.SIGKILL)", "died", ""),
+    ("kill the launcher", "import os, signal; os.kill(os.getppid(), signal.SIGKILL)", "failed", "PermissionError"),
     ("write to /usr", "open('/usr/pwned', 'w')", "failed", "OSError"),
     ("exit 0 before the tests", "import sys; sys.exit(0)", "failed", "SystemExit"),
     ("fake a result on stdout", "print('{\"status\": \"ok\", \"value\": 1.0}')\nraise ValueError", "failed", "ValueError"),
@@ -67,7 +67,7 @@ def test_a_good_program_passes_between_hostile_ones(box):
         {"program": "import os; os.fork(); os.fork()\ndef f(x): return x + 1", "test": "assert f(1) == 2"},
         {"program": good, "test": "assert f(1) == 3"},
     ], limits=LIMITS)
-    assert [o.status for o in outcomes] == ["ok", "died", "ok", "failed", "ok", "failed"]
+    assert [o.status for o in outcomes] == ["ok", "failed", "ok", "failed", "ok", "failed"]
     assert outcomes[0].value == 1.0 and outcomes[-1].error == "AssertionError"
 
 
@@ -163,12 +163,12 @@ def test_launcher_source_is_standard_library_only():
 
 def test_a_deeply_nested_result_is_a_verdict_not_a_crash(box):
     """A program that writes a 5,000-deep JSON document as its result and exits 0: the
-    launcher's parser gives up (RecursionError) and the item scores nothing; the launcher
-    lives on, so the next item runs in it."""
+    launcher's parser gives up (no nonce, and RecursionError) and the item is ``malformed``,
+    scoring nothing; the launcher lives on, so the next item runs in it."""
     deep = "import os\nos.write(3, b'[' * 5000 + b']' * 5000)\nos._exit(0)"
     outcomes = box.run("python", [
         {"program": deep, "test": ""},
         {"program": "def f(x):\n    return x + 1\n", "test": "assert f(1) == 2"},
     ], limits=LIMITS)
-    assert [o.status for o in outcomes] == ["crashed", "ok"]
+    assert [o.status for o in outcomes] == ["malformed", "ok"]
     assert outcomes[0].value is None

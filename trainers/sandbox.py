@@ -5,14 +5,20 @@ One launcher process (``trainers/sandbox_child.py``) per training process, start
 use and restarted if it dies, runs inside ``bwrap``: new PID, network, IPC, UTS and cgroup
 namespaces (no network at all), a new session, killed with its parent; the filesystem is
 read-only binds of ``/usr`` and the Python installation only (no home, no ledger, no
-work tree), a small tmpfs ``/tmp``, a fresh ``/proc`` and ``/dev``, an empty environment
-but for a fixed ``PYTHONHASHSEED`` (set order must not change a reward). Started as root it
-has no user namespace and drops to a uid of its own, so ``RLIMIT_NPROC`` holds.
+work tree), small tmpfs ``/tmp`` and ``/dev/shm`` (sized: files count), a fresh ``/proc``
+and a read-only ``/dev``, an empty environment but for a fixed ``PYTHONHASHSEED`` (set
+order must not change a reward). Started as root it has no user namespace: the launcher
+keeps uid 0 with CAP_SETUID, CAP_SETGID and CAP_KILL only, and items run as a uid of
+their own (``RLIMIT_NPROC`` holds; they cannot signal or trace the launcher).
 
-Each item of a request runs in its own fork of the launcher with the ``Limits`` below,
-bounded by CPU seconds (deterministic: the same work times out on every run), not by
-the clock; the clock is only a safety net for programs that block without using CPU,
-and it is reported as its own outcome (``wall_timeout``). What an item did comes back
+Each item of a request runs in its own caged fork of the launcher (``sandbox_item.py``,
+``sandbox_cage.py``) with the ``Limits`` below: CPU summed over all its processes (the
+items' cgroups, ``sandbox_cgroup.py``; without them the item may not fork), memory
+including its files, no namespaces, mounts, ptrace or signals to the launcher (seccomp).
+It is bounded by CPU seconds (deterministic: the same work times out on every run), not
+by the clock; the clock is only a safety net for programs that block without using CPU,
+and it is reported as its own outcome (``wall_timeout``); an item still using CPU at its
+wall limit gets more time (up to 3×), so load never decides its verdict. What an item did comes back
 as an ``Outcome``; callers turn outcomes into rewards (0 unless ``ok``), so a reward
 never raises. A sandbox that cannot start at all is a broken machine, not a reward: that
 raises ``SeedLedgerError`` (no unsandboxed fallback).
@@ -37,20 +43,25 @@ from pathlib import Path
 from typing import Any
 
 from ledger.errors import SeedLedgerError
+from trainers.sandbox_cgroup import SandboxCgroups
 
 INSTALL_HINT = "install the 'bubblewrap' package (apt-get install bubblewrap)"
-STATUSES = ("ok", "failed", "memory", "timeout", "output_limit", "wall_timeout", "crashed", "died")
+STATUSES = ("ok", "failed", "memory", "timeout", "output_limit", "wall_timeout", "crashed", "died",
+            "malformed")
+_CAGE = ("sandbox_child.py", "sandbox_item.py", "sandbox_cage.py")  # passed into the sandbox
+_MAX_LINE = 64 << 20
 _START_SECONDS = 60.0
 _uids = itertools.count()
 
 
 @dataclass(frozen=True)
 class Limits:
-    """Per-item resource limits, applied in the item's own process."""
+    """Per-item resource limits: over the whole item (its cgroup: CPU of all its processes,
+    memory with its files, processes) and in each process (rlimits)."""
 
     cpu_seconds: int = 2
-    memory_mb: int = 512  # address space beyond what the launcher already maps
-    processes: int = 4  # alive at once, threads included
+    memory_mb: int = 512  # each process's address space beyond the launcher's; the item's memory + 64 MiB
+    processes: int = 4  # alive at once, threads included (1 without cgroups: no forking)
     file_mb: int = 8  # largest file written
     output_kb: int = 256  # stdout + stderr read before the item is stopped
     wall_seconds: float | None = None  # safety net for sleepers; default 10 × cpu + 20 (a loaded host must not trip it)
@@ -74,6 +85,15 @@ class Outcome:
     @property
     def ok(self) -> bool:
         return self.status == "ok"
+
+
+def _outcome(msg: dict[str, Any]) -> Outcome:
+    """An item's answer as an Outcome: an unknown status or a value of the wrong kind is
+    ``malformed``."""
+    status, value = msg.get("status"), msg.get("value")
+    if status not in STATUSES or not isinstance(value, (int, float, dict, type(None))) or isinstance(value, bool):
+        return Outcome("malformed", None, "bad answer")
+    return Outcome(str(status), value, str(msg.get("error", ""))[:200])
 
 
 def bwrap_path() -> str:
@@ -110,8 +130,11 @@ def _binds() -> list[str]:
 class Sandbox:
     """A launcher process in bwrap, fed one request at a time (thread-safe)."""
 
-    def __init__(self, tmp_mb: int = 32) -> None:
+    def __init__(self, tmp_mb: int = 32, shm_mb: int = 16, cgroups: bool = True) -> None:
         self.tmp_mb = tmp_mb
+        self.shm_mb = shm_mb
+        self.use_cgroups = cgroups
+        self.cgroups = SandboxCgroups(enabled=False)
         self._proc: subprocess.Popen[bytes] | None = None
         self._stderr: Any = None
         self._buffer = b""
@@ -121,11 +144,12 @@ class Sandbox:
         self.starts = 0
 
     # -- process ---------------------------------------------------------------------
-    def _command(self, launcher_fd: int) -> list[str]:
+    def _command(self, fds: list[int]) -> list[str]:
         root = os.geteuid() == 0
-        if root:  # no user namespace: the launcher switches uid itself (RLIMIT_NPROC holds)
+        if root:  # no user namespace: the launcher switches items to their uid
             isolation = ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
-                         "--unshare-cgroup-try", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+                         "--unshare-cgroup-try", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID",
+                         "--cap-add", "CAP_KILL"]
         else:
             isolation = ["--unshare-all"]
         uid = 1_000_000 + (os.getpid() * 64 + next(_uids) % 64) % 2_000_000_000 if root else 0
@@ -136,31 +160,39 @@ class Sandbox:
         return [
             bwrap_path(), "--die-with-parent", "--new-session", *isolation, *_binds(),
             "--proc", "/proc", "--dev", "/dev",
+            "--perms", "1777", "--size", str(self.shm_mb << 20), "--tmpfs", "/dev/shm",
+            "--remount-ro", "/dev",
             "--perms", "1777", "--size", str(self.tmp_mb << 20), "--tmpfs", "/tmp",
-            "--dir", "/sandbox", "--ro-bind-data", str(launcher_fd), "/sandbox/launcher.py",
+            "--dir", "/sandbox", *self.cgroups.binds(),
+            *[a for fd, name in zip(fds, _CAGE, strict=True) for a in ("--ro-bind-data", str(fd), f"/sandbox/{name}")],
             "--chdir", "/tmp", "--clearenv", *setenv,
-            sys.executable, "-s", "-P", "-B", "/sandbox/launcher.py", str(uid),
+            sys.executable, "-s", "-P", "-B", "/sandbox/sandbox_child.py", str(uid),
         ]
 
     def _start(self) -> None:
         self._stop()
-        source = (Path(__file__).with_name("sandbox_child.py")).read_bytes()
-        read_fd, write_fd = os.pipe()
+        bwrap_path()  # a missing bwrap is said before anything is made
+        self.cgroups = SandboxCgroups(enabled=self.use_cgroups)
+        pipes = [os.pipe() for _ in _CAGE]
         self._stderr = tempfile.TemporaryFile()
         try:
             self._proc = subprocess.Popen(
-                self._command(read_fd), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                stderr=self._stderr, pass_fds=[read_fd], start_new_session=True,
+                self._command([r for r, _ in pipes]), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                stderr=self._stderr, pass_fds=[r for r, _ in pipes], start_new_session=True,
             )
         except OSError as exc:
+            for _, w in pipes:
+                os.close(w)
             raise SeedLedgerError(f"the sandbox could not start bwrap: {exc.strerror}") from None
         finally:
-            os.close(read_fd)
-        try:
-            with os.fdopen(write_fd, "wb") as f:
-                f.write(source)
-        except BrokenPipeError:
-            pass  # bwrap exited at once: its stderr says why (below)
+            for r, _ in pipes:
+                os.close(r)
+        for (_, write_fd), name in zip(pipes, _CAGE, strict=True):
+            try:  # bwrap reads them in order, each to its end
+                with os.fdopen(write_fd, "wb") as f:
+                    f.write(Path(__file__).with_name(name).read_bytes())
+            except BrokenPipeError:
+                pass  # bwrap exited at once: its stderr says why (below)
         self._buffer = b""
         self._eof = False
         self.starts += 1
@@ -192,6 +224,7 @@ class Sandbox:
         if self._stderr is not None:
             self._stderr.close()
             self._stderr = None
+        self.cgroups.close()
 
     def close(self) -> None:
         with self._lock:
@@ -200,8 +233,9 @@ class Sandbox:
     def _alive(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
-    def _read_line(self, deadline: float, cap: int = 512 << 20) -> dict[str, Any] | None:
-        """The launcher's next JSON line, or None if it died or ``deadline`` passed."""
+    def _read_line(self, deadline: float, cap: int = _MAX_LINE) -> dict[str, Any] | None:
+        """The launcher's next JSON line, or None if it died or ``deadline`` passed; a
+        line that is not one of its documents is ``{"malformed": ...}``, never a crash."""
         assert self._proc is not None and self._proc.stdout is not None
         fd = self._proc.stdout.fileno()
         with selectors.DefaultSelector() as sel:
@@ -216,7 +250,11 @@ class Sandbox:
                     return None
                 self._buffer += data
         line, _, self._buffer = self._buffer.partition(b"\n")
-        return json.loads(line)  # written by our launcher; children cannot reach its stdout
+        try:
+            msg = json.loads(line)  # written by our launcher; items cannot reach its stdout
+        except Exception:  # noqa: BLE001 - deep nesting (RecursionError), bad bytes: a verdict
+            return {"malformed": "not JSON"}
+        return msg if isinstance(msg, dict) else {"malformed": "not a document"}
 
     def _send(self, request: dict[str, Any]) -> None:
         assert self._proc is not None and self._proc.stdin is not None
@@ -235,7 +273,8 @@ class Sandbox:
         plus a margin, the item is ``wall_timeout``. Raises SeedLedgerError only when
         the sandbox cannot start or the request itself is refused (a bad setup)."""
         lim = limits.as_request()
-        per_item = item_seconds if item_seconds is not None else lim["wall_seconds"] + 10.0
+        # the launcher gives an item still using CPU up to 3 × its wall limit (see above)
+        per_item = item_seconds if item_seconds is not None else 3 * lim["wall_seconds"] + 10.0
         out: list[Outcome] = []
         if not items:
             return out
@@ -260,13 +299,17 @@ class Sandbox:
                         if len(out) < len(items):
                             out.append(Outcome(status))
                         break
+                    if "malformed" in msg:  # the stream is out of step: a fresh launcher
+                        self._stop()
+                        out.append(Outcome("malformed", None, "launcher"))
+                        break
                     if msg.get("id") != rid:
                         continue
                     if "refused" in msg:
                         raise SeedLedgerError(f"sandbox {job}: {msg['refused']}")
                     if msg.get("done"):
                         break
-                    out.append(Outcome(str(msg.get("status")), msg.get("value"), str(msg.get("error", ""))))
+                    out.append(_outcome(msg))
         return out
 
     def ping(self) -> int:

@@ -1,20 +1,23 @@
 """The sandbox's launcher: the one program that bwrap starts (``trainers/sandbox.py``).
 
 Standard library only, and never imported by seedledger itself: the host passes this
-file's text into the sandbox. It is trusted code of ours that handles hostile data: it
-drops to an unprivileged uid (when started as root), makes itself undumpable, then reads
-JSON requests on stdin, one a line, and answers one JSON line per item on stdout. Every
+file's text (and ``sandbox_item.py``, ``sandbox_cage.py``) into the sandbox. It is trusted
+code of ours that handles hostile data: it makes itself undumpable, then reads JSON requests on stdin, one a line, and answers one JSON line per item on stdout. Every
 item runs in a fresh ``fork`` of this process, so one item cannot change what another
-sees; the child gets its resource limits (CPU seconds, address space, processes, file
-size, open files) before it touches the item, writes its result on fd 3, and its stdout
-and stderr go to a pipe that is read up to a cap. After each item every other process of
-the sandbox's uid is killed and ``/tmp`` is emptied.
+sees. Before it touches the item the child joins the item's cgroups, leads a session of
+its own, becomes the item uid (as root; the launcher keeps uid 0 with only CAP_SETUID,
+CAP_SETGID and CAP_KILL, so items cannot signal or trace it), takes its resource limits
+and a seccomp filter (``sandbox_cage.py``); its stdout and stderr go to a pipe read up to
+a cap. Its result goes to fd 3 behind a nonce it reads only after the item's code has
+returned, so bytes an item writes to any fd are not a verdict (in-process grading keeps
+its own limits: README). After each item every other process is killed, and ``/tmp`` and
+``/dev/shm`` are emptied.
 
 Item outcomes: ``ok`` (value), ``failed`` (an exception: its type name), ``memory``
 (MemoryError), ``timeout`` (the CPU limit), ``output_limit``, ``wall_timeout`` (the
 safety net for programs that block without using CPU), ``crashed`` (died without a
-result). Jobs: ``python`` (a program and one test), ``math`` (math-verify), ``rg_rows``
-and ``rg_score`` (reasoning-gym's generators and its ``score_answer``), ``ping``.
+result), ``malformed`` (result bytes that are not a verdict). Jobs: ``python`` (a program
+and one test), ``math`` (math-verify), ``rg_rows`` and ``rg_score`` (reasoning-gym's generators and its ``score_answer``), ``ping``.
 """
 
 from __future__ import annotations
@@ -24,31 +27,21 @@ import json
 import os
 import pickle
 import random
-import resource
-import selectors
-import shutil
 import signal
-import stat
 import sys
-import time
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-RESULT_FD = 3
+sys.path.insert(0, "/sandbox")  # -P keeps the script's directory off the path
+from sandbox_item import item_uid, run_item  # noqa: E402
+
 MAX_ENTRIES = 20000
 _datasets: dict[str, Any] = {}
 _entries: OrderedDict[tuple[str, int], Any] = OrderedDict()
 
 
-def _drop_privileges() -> None:
-    """As root (a sandbox started by root has no user namespace), become the uid the host
-    chose, so that RLIMIT_NPROC holds (it does not for root) and no capability is left."""
-    if os.getuid() == 0 and len(sys.argv) > 1 and int(sys.argv[1]) > 0:
-        uid = int(sys.argv[1])
-        os.setgroups([])
-        os.setgid(uid)
-        os.setuid(uid)
+def _harden() -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: children cannot open our /proc/PID/fd
     libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: orphans come to us to be reaped
@@ -59,178 +52,6 @@ def _send(obj: dict[str, Any]) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(1, view):]
-
-
-def _limits(lim: dict[str, Any]) -> None:
-    cpu = int(lim["cpu_seconds"])
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
-    with open("/proc/self/statm") as f:
-        vsz = int(f.read().split()[0]) * resource.getpagesize()
-    memory = vsz + (int(lim["memory_mb"]) << 20)
-    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-    procs = int(lim["processes"]) + 1  # the launcher shares the uid
-    resource.setrlimit(resource.RLIMIT_NPROC, (procs, procs))
-    size = int(lim["file_mb"]) << 20
-    resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
-
-
-def _child(handler: Callable[[dict], Any], item: dict, lim: dict, result_w: int, out_w: int) -> None:
-    """In the forked child: redirect, limit, run, report on fd 3, exit. Never returns."""
-    code = 0
-    me = os.getpid()
-    try:
-        devnull = os.open("/dev/null", os.O_RDONLY)
-        os.dup2(devnull, 0)
-        os.dup2(out_w, 1)
-        os.dup2(out_w, 2)
-        os.dup2(result_w, RESULT_FD)
-        os.closerange(RESULT_FD + 1, 65536)
-        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-        os.makedirs("/tmp/work", exist_ok=True)
-        os.chdir("/tmp/work")
-        random.seed(0)
-        if "numpy" in sys.modules:
-            sys.modules["numpy"].random.seed(0)
-        _limits(lim)
-        try:
-            value = handler(item)
-            data = value if lim.get("raw") else json.dumps({"status": "ok", "value": value}).encode()
-        except MemoryError:
-            data = json.dumps({"status": "memory", "error": "MemoryError"}).encode()
-        except BaseException as exc:  # noqa: BLE001 - hostile code may raise anything
-            data = json.dumps({"status": "failed", "error": type(exc).__name__}).encode()
-        if os.getpid() != me:  # a process the item forked reached our code: it reports nothing
-            os._exit(0)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(RESULT_FD, view):]
-    except BaseException:  # noqa: BLE001 - report as a crash (no result)
-        code = 1
-    os._exit(code)
-
-
-def _kill_others() -> None:
-    """Kill every process of our uid in the sandbox but ourselves (stray grandchildren)."""
-    try:
-        os.kill(-1, signal.SIGKILL)
-    except OSError:
-        pass
-
-
-def _reap_all() -> None:
-    """Kill and reap every remaining process (we are their subreaper), so the next item
-    starts with none alive: a process not yet reaped still counts against RLIMIT_NPROC."""
-    while True:
-        _kill_others()
-        try:
-            os.waitpid(-1, 0)
-        except ChildProcessError:
-            return
-
-
-def _wipe_tmp() -> None:
-    def unlock(func: Any, path: str, exc: Any) -> None:
-        try:
-            os.chmod(os.path.dirname(path) or "/tmp", stat.S_IRWXU)
-            os.chmod(path, stat.S_IRWXU)
-            func(path)
-        except OSError:
-            pass
-
-    for name in os.listdir("/tmp"):
-        path = os.path.join("/tmp", name)
-        if os.path.isdir(path) and not os.path.islink(path):
-            shutil.rmtree(path, onerror=unlock)
-        else:
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
-
-
-def run_item(handler: Callable[[dict], Any], item: dict, lim: dict) -> tuple[dict[str, Any], bytes]:
-    """Run one item in a limited child; its outcome and (for raw jobs) its result bytes."""
-    result_r, result_w = os.pipe()
-    out_r, out_w = os.pipe()
-    sys.stdout.flush()
-    pid = os.fork()
-    if pid == 0:
-        os.close(result_r)
-        os.close(out_r)
-        _child(handler, item, lim, result_w, out_w)
-    os.close(result_w)
-    os.close(out_w)
-    result_cap = int(lim.get("result_bytes", 1 << 20))
-    output_cap = int(lim["output_kb"]) << 10
-    deadline = time.monotonic() + float(lim["wall_seconds"])
-    pidfd = os.pidfd_open(pid)
-    sel = selectors.DefaultSelector()
-    for fd in (result_r, out_r, pidfd):
-        sel.register(fd, selectors.EVENT_READ)
-    pipes = {result_r, out_r}
-    result = bytearray()
-    output = 0
-    override: str | None = None
-    until = deadline  # then, once the child is gone, a short drain of the pipes
-
-    def stop(reason: str) -> None:
-        nonlocal override
-        if override is None:
-            override = reason
-            os.kill(pid, signal.SIGKILL)
-
-    while pipes or pidfd in sel.get_map():
-        now = time.monotonic()
-        if now >= until:
-            if pidfd not in sel.get_map():
-                break  # drained long enough
-            stop("wall_timeout")
-        for key, _ in sel.select(max(0.0, until - now)):
-            fd = key.fd
-            if fd == pidfd:
-                sel.unregister(pidfd)
-                _kill_others()  # grandchildren would hold the pipes open
-                until = time.monotonic() + 1.0
-                continue
-            data = os.read(fd, 65536)
-            if not data:
-                sel.unregister(fd)
-                pipes.discard(fd)
-            elif fd == result_r:
-                result += data
-                if len(result) > result_cap:
-                    stop("output_limit")
-            else:
-                output += len(data)
-                if output > output_cap:
-                    stop("output_limit")
-    sel.close()
-    for fd in (result_r, out_r, pidfd):
-        os.close(fd)
-    _, status, usage = os.wait4(pid, 0)
-    _reap_all()
-    _wipe_tmp()
-    cpu = usage.ru_utime + usage.ru_stime
-    if override is not None:
-        return {"status": override}, b""
-    if lim.get("raw") is not None and os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0 and result:
-        return {"status": "ok"}, bytes(result)
-    if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0 and result:
-        try:
-            outcome = json.loads(result.decode())
-        except (ValueError, RecursionError):  # any bytes from the item are a verdict, never a crash
-            return {"status": "crashed", "error": "bad result"}, b""
-        if isinstance(outcome, dict) and outcome.get("status") in ("ok", "failed", "memory"):
-            return outcome, b""
-        return {"status": "crashed", "error": "bad result"}, b""
-    if os.WIFSIGNALED(status):
-        sig = os.WTERMSIG(status)
-        if sig == signal.SIGXCPU or (sig == signal.SIGKILL and cpu >= float(lim["cpu_seconds"]) - 0.05):
-            return {"status": "timeout"}, b""
-        return {"status": "crashed", "error": signal.Signals(sig).name}, b""
-    return {"status": "crashed", "error": f"exit {os.WEXITSTATUS(status)}"}, b""
 
 
 # ---- jobs: each handler runs in the child --------------------------------------------------
@@ -324,7 +145,7 @@ def _handle(request: dict) -> None:
     items = request.get("items", [])
     setup = request.get("setup") or {}
     if job == "ping":
-        _send({"id": rid, "done": True, "uid": os.getuid()})
+        _send({"id": rid, "done": True, "uid": item_uid()})
         return
     try:
         handler = _prepare(rid, job, setup, items, lim)
@@ -344,9 +165,9 @@ def _handle(request: dict) -> None:
 
 
 def main() -> None:
-    _drop_privileges()
+    _harden()
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-    _send({"ready": True, "uid": os.getuid()})
+    _send({"ready": True, "uid": item_uid()})
     for line in sys.stdin:
         if line.strip():
             _handle(json.loads(line))
