@@ -50,6 +50,13 @@ def _fresh_workdir(workdir: Path) -> None:
     workdir.mkdir(parents=True)
 
 
+def examples(before: list[float | None], after: list[float | None], count: int = 3) -> list[int]:
+    """Rows to print before/after: the first `count` the training improved, else the first rows
+    (what a reader should see is whether the answers changed, not one chosen row)."""
+    better = [i for i, (b, a) in enumerate(zip(before, after, strict=True)) if (a or 0.0) > (b or 0.0)]
+    return (better or list(range(len(after))))[:count]
+
+
 def run_demo(
     workdir: Path, generations: int | None = None, config: Path = CONFIG, overrides: list[str] = (),
 ) -> dict:
@@ -84,7 +91,9 @@ def run_demo(
         final = Evaluator(cfg, rebuilt).held_out_scores(cfg.evaluation.rows)  # the rebuilt files' answers
         evaluation = compare("demo", latest, "demo@0", 0, base, final)
         ledger.log_event("demo", "evaluation", evaluation.payload("demo"))  # `plot` draws it
-        final_reward, final_answer = evaluation.mean, final.completions[0]
+        final_reward = evaluation.mean
+        shown = examples(base.rewards, final.rewards)
+        question, base_answer, final_answer = base.questions[shown[0]], base.completions[shown[0]], final.completions[shown[0]]
         png = workdir / "demo-reward.png"
         plot_run(ledger, "demo", png)
 
@@ -116,7 +125,8 @@ def run_demo(
         f"{change['mean']:+.4f} ± {change['stderr']:.4f} (s.e.); "
         f"{change['better']} better, {change['worse']} worse",
     )
-    table.add_row(Text(repr(question)), Text(f"base {base_answer!r}\nfinal {final_answer!r}"))
+    for i in shown:
+        table.add_row(Text(repr(base.questions[i])), Text(f"base  {base.completions[i]!r}\nfinal {final.completions[i]!r}"))
     table.add_row("fingerprint (verified by replay)", f"{info['fingerprint'][:16]}… {'ok' if figures['verified'] else 'MISMATCH'}")
     table.add_row("seed file", f"{figures['seed_file_bytes']:,} bytes ({seeds})")
     table.add_row("safetensors", f"{weights:,} bytes ({weights / figures['seed_file_bytes']:,.0f}× larger)")
