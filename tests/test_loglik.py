@@ -116,16 +116,21 @@ def test_difference_shaping_is_the_projected_gradient():
         es.shape([0.0, 1.0, 2.0, 3.0])
 
 
-def test_a_loglik_run_resumes_and_rebuilds_from_its_seed_file_exactly(tmp_path):
-    """3 generations straight == 2 then resume to 3 == the exported seed file rebuilt."""
+def test_a_loglik_run_killed_resumes_forks_and_rebuilds_exactly(tmp_path):
+    """3 generations straight == SIGKILLed inside generation 3's update, then resumed; a fork
+    of it rebuilds from its own seed file to its fingerprint."""
     cli = Cli(tmp_path)
     cfg = tmp_path / "ll.yaml"
     cfg.write_text(json.dumps({**BASE, "perturbation": "lowrank", "shaping": "difference", "lr": 0.002}))
     cli.run("train", str(cfg), "--run", "a", "--generations", "3")
-    cli.run("train", str(cfg), "--run", "b", "--generations", "2")
+    plain = cli.env
+    cli.env = {**plain, "SEEDLEDGER_FAILPOINT": "update@3"}
+    cli.run("train", str(cfg), "--run", "b", "--generations", "3", code=-9)
+    cli.env = plain
     cli.run("resume", "b", "--generations", "1")
-    shown = [json.loads(cli.run("show", run, "--json").stdout) for run in ("a", "b")]
-    assert shown[0]["fingerprint"] == shown[1]["fingerprint"]
-    cli.run("export", "a", "-o", "a.seeds")
-    rebuilt = json.loads(cli.run("rebuild", "a.seeds", "-o", "out", "--json").stdout)
-    assert rebuilt["fingerprint"] == shown[0]["fingerprint"]
+    a, b = (cli.json("show", run) for run in ("a", "b"))
+    assert a["fingerprint"] == b["fingerprint"]
+    cli.run("fork", "a@2", "--run", "c", "--set", "shaping=zscore", "--generations", "2")
+    c = cli.json("show", "c")
+    cli.run("export", "c", "-o", "c.seeds")
+    assert cli.json("rebuild", "c.seeds", "-o", "out")["fingerprint"] == c["fingerprint"] != a["fingerprint"]

@@ -169,6 +169,18 @@ def test_a_worker_killed_mid_generation_is_rebuilt_and_changes_nothing(
     assert (fingerprints, rewards, final) == local_run
 
 
+@pytest.mark.ray
+def test_a_loglik_run_on_two_workers_equals_the_local_pool(cluster, tmp_path):
+    """Likelihood fitness (issue 30): every worker scores its members' reference answers in
+    its own batched forward, and the run equals the local pool's bit for bit."""
+    loglik = ["task.rewards=[loglik]", "perturbation=lowrank"]
+    (tmp_path / "local").mkdir()
+    (tmp_path / "ray").mkdir()
+    local = _train(tmp_path / "local", loglik)
+    assert _train(tmp_path / "ray", loglik + RAY) == local
+    assert len(set(local[0])) == GENERATIONS  # a signal in every generation
+
+
 # -- an existing cluster, joined through RAY_ADDRESS, via the console script ----------------
 
 HEAD = """
