@@ -380,8 +380,6 @@ class TrainConfig(Strict):
     @model_validator(mode="after")
     def _loglik_settings(self) -> TrainConfig:
         some, only = uses_loglik(self.task)
-        if some and self.backend != "hf":
-            raise ValueError("rewards: loglik scores reference answers by teacher forcing on backend: hf")
         if some and self.passk is not None:
             raise ValueError("rewards: loglik scores one reference answer per row; passk needs sampled ones")
         if only and self.kl is not None:

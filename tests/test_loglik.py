@@ -99,7 +99,6 @@ def test_reference_and_options():
 
 
 @pytest.mark.parametrize("overrides, message", [
-    ({"backend": "vllm"}, "loglik scores reference answers by teacher forcing on backend: hf"),
     ({"passk": {"n": 4, "k": 2}, "sampling": {"temperature": 1.0}}, "passk needs sampled ones"),
     ({"kl": {"beta": 0.1}}, "with only loglik rewards none are decoded"),
     ({"task": {"name": "arithmetic", "rewards": [{"fn": "loglik", "colour": 1}]}}, "unknown option 'colour'"),

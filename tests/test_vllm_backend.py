@@ -138,3 +138,22 @@ def test_members_along_replay_state_paths_are_refused(backends: tuple) -> None:
     along = Population(keys=(KEY,), signs=(0,), sigma=SIGMA, seeds=(None,), paths=((1.0,),), state=OptimizerState())
     with pytest.raises(ValueError, match="need the hf backend"):
         vb.evaluate(vb.master(), along, PROMPTS, MAX_NEW)
+
+
+def test_loglik_matches_hf(backends: tuple) -> None:
+    """Likelihood fitness from vLLM's prompt log-probabilities equals the HF backend's
+    teacher-forced scores, for a mirrored pair of full-rank members."""
+    from engine.backends.base import Population
+
+    vb, hb = backends
+    master = vb.master()
+    population = Population((KEY, KEY), (1, -1), SIGMA, (None, None))
+    references = ["<answer>5</answer>", "<answer>42</answer>", "<answer>579</answer>",
+                  "<answer>17</answer>", "<answer>42</answer>", "<answer>13</answer>"]
+    mine = vb.loglik(master, population, PROMPTS, references).scores
+    theirs = hb.loglik(master, population, PROMPTS, references).scores
+    worst = max(abs(a - b) for m, t in zip(mine, theirs, strict=True) for a, b in zip(m, t, strict=True))
+    print(f"vLLM vs HF loglik: max |Δ| = {worst:.2e}")
+    assert worst < 1e-3
+    assert mine[0] != mine[1]  # the pair's members score differently
+    vb.load_master(master)

@@ -133,3 +133,18 @@ def test_too_many_members_are_refused(backends: tuple) -> None:
 def test_rank4_adapters_in_wider_slots_match_hf(backends: tuple) -> None:
     assert backends[0].perturbation.rank == 4
     _check_agreement(*backends)
+
+
+def test_loglik_of_lowrank_members_matches_hf(backends: tuple) -> None:
+    """Likelihood fitness with one LoRA slot per low-rank member (vLLM's prompt
+    log-probabilities) equals the HF backend's batched teacher-forced scores."""
+    vb, hb = backends
+    master = vb.master()
+    vb.load_master(master)
+    references = ["<answer>5</answer>", "<answer>42</answer>", "<answer>579</answer>", "red", "The sea is calm."]
+    mine = vb.loglik(master, GENERATIONS[1], PROMPTS, references).scores
+    theirs = hb.loglik(master, GENERATIONS[1], PROMPTS, references).scores
+    worst = max(abs(a - b) for m, t in zip(mine, theirs, strict=True) for a, b in zip(m, t, strict=True))
+    print(f"vLLM multi-LoRA vs HF batched loglik: max |Δ| = {worst:.2e}")
+    assert worst < 1e-3
+    assert len({round(sum(s), 9) for s in mine}) == 4  # every member scores differently

@@ -48,7 +48,14 @@ from typing import Any
 
 import torch
 
-from engine.backends.base import Messages, Population, PopulationOutput, evaluate_one_by_one
+from engine.backends import vllm_scoring
+from engine.backends.base import (
+    LikelihoodOutput,
+    Messages,
+    Population,
+    PopulationOutput,
+    evaluate_one_by_one,
+)
 from engine.backends.hf import prompt_stream_seed
 from engine.backends.vllm_lora import NO_PATH, engine_kwargs
 from ledger.errors import SeedLedgerError
@@ -275,6 +282,13 @@ class VLLMBackend:
             [texts[m * per : (m + 1) * per] for m in range(len(population))],
             {"load_member": loaded - started, "generate": time.perf_counter() - loaded},
         )
+
+    def loglik(
+        self, master: dict[str, torch.Tensor], population: Population, prompts: list[Messages],
+        references: list[str],
+    ) -> LikelihoodOutput:
+        """Likelihood fitness from vLLM's prompt log-probabilities (`vllm_scoring`)."""
+        return vllm_scoring.loglik(self, master, population, prompts, references)
 
     def _fresh_ids(self, n: int) -> list[int]:
         ids = list(range(self._next_adapter, self._next_adapter + n))
