@@ -36,6 +36,7 @@ from engine.config import TrainConfig
 from engine.evaluator import MemberResult
 from engine.failpoints import failpoint
 from engine.interrupts import raise_pending
+from engine.signal_advice import advice
 from ledger import GenerationRecord, Ledger, MemberRecord, ReplayStep, RunInfo
 from replay.anchors import save_anchor
 from replay.noise import round_coefficient
@@ -74,8 +75,9 @@ def no_signal_streak(history: list[GenerationRecord]) -> int:
     return streak
 
 
-def no_signal_warning(record: GenerationRecord, streak: int) -> tuple[str, dict]:
-    """The console line and the event payload for a generation without signal."""
+def no_signal_warning(record: GenerationRecord, streak: int, cfg: TrainConfig) -> tuple[str, dict]:
+    """The console line and the event payload for a generation without signal, with what to
+    change for this run (`engine.signal_advice`)."""
     rewards = [m.reward for m in record.members]
     unscored = all(v is None for m in record.members for v in m.components.values())
     why = (
@@ -86,7 +88,7 @@ def no_signal_warning(record: GenerationRecord, streak: int) -> tuple[str, dict]
     times = "1 generation" if streak == 1 else f"{streak} generations in a row"
     message = (
         f"generation {record.index}: no signal ({why}), so the update is zero; {times} without "
-        "signal. Check the reward (answer format, max_new_tokens) or raise sigma"
+        f"signal. Check the reward (answer format, max_new_tokens), or {advice(cfg, record.sigma)}"
     )
     return message, {"generation": record.index, "reward": rewards[0], "streak": streak, "why": why}
 
@@ -240,7 +242,7 @@ def train(
         hooks.on_generation_end(record, seconds)
         streak = streak + 1 if no_signal(record) else 0
         if streak:
-            message, payload = no_signal_warning(record, streak)
+            message, payload = no_signal_warning(record, streak, cfg)
             ledger.log_event(run.name, "no-signal", payload)
             hooks.on_notice("warning", message)
         if hooks.should_stop():

@@ -4,19 +4,26 @@ When stdout is a terminal, training draws one rich bar per generation on stderr 
 `--json` output on stdout stays one clean document). When it is not (CI logs,
 `make demo > log`, a pipe), bars would print nothing until the end, so each generation
 prints one flushed line on stdout instead, and model provisioning one line per step
-(`line`). Under `--json` the per-generation lines are off; notices (a lease taken over)
+(`line`). A generation that takes minutes (SmolLM2 on a CPU) also prints how far it got,
+at most once per `$SEEDLEDGER_PROGRESS_SECONDS` (default 30; 0 = after every member
+group): `generation 3: 4/8 members, 61.2s`, so a log never looks stuck and fast
+generations add nothing. Under `--json` these lines are off; notices (a lease taken over)
 always go to stderr.
 """
 
 from __future__ import annotations
 
+import os
 import sys
+import time
 from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
+
+from ledger.errors import SeedLedgerError
 
 if TYPE_CHECKING:
     from engine.loop import Hooks
@@ -26,6 +33,24 @@ if TYPE_CHECKING:
 def interactive() -> bool:
     """Whether stdout is a terminal (live bars) rather than a log (plain lines)."""
     return sys.stdout.isatty()
+
+
+PROGRESS_SECONDS = 30.0
+"""Default least time between two in-generation lines in a log."""
+
+
+def progress_seconds() -> float:
+    """`$SEEDLEDGER_PROGRESS_SECONDS` (seconds >= 0), else `PROGRESS_SECONDS`."""
+    text = os.environ.get("SEEDLEDGER_PROGRESS_SECONDS", "").strip()
+    if not text:
+        return PROGRESS_SECONDS
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise SeedLedgerError(f"SEEDLEDGER_PROGRESS_SECONDS: expected seconds >= 0, got {text[:40]!r}")
+    return value
 
 
 def line(text: str) -> None:
@@ -51,6 +76,9 @@ class TrainingProgress:
             transient=False,
         )
         self.rows: list[tuple[int, float, float, float, str]] = []
+        self.every = progress_seconds() if enabled and not self.live else PROGRESS_SECONDS
+        self._generation = (0, 0)  # (index, members) of the generation in flight
+        self._began = self._last = 0.0  # its start, and the last line about it (monotonic)
         self._task = None
         self._rewards: list[float] = []
         self._started = False
@@ -72,6 +100,8 @@ class TrainingProgress:
             self.progress.start()
             self._started = True
         self._rewards = []
+        self._generation = (generation, members)
+        self._began = self._last = time.monotonic()
         self._task = self.progress.add_task(
             "", total=members, generation=generation, mean=0.0, best=0.0
         )
@@ -84,6 +114,17 @@ class TrainingProgress:
             mean=sum(self._rewards) / len(self._rewards),
             best=max(self._rewards),
         )
+        self._log_partial()
+
+    def _log_partial(self) -> None:
+        """In a log, how many members are done, once `every` seconds have passed since the
+        last line (the generation's own line reports the last member)."""
+        generation, members = self._generation
+        now = time.monotonic()
+        if not self.enabled or self.live or len(self._rewards) >= members or now - self._last < self.every:
+            return
+        self._last = now
+        line(f"generation {generation}: {len(self._rewards)}/{members} members, {now - self._began:.1f}s")
 
     def _end(self, record: GenerationRecord, seconds: float) -> None:
         stats = record.reward_stats()

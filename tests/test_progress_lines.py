@@ -1,9 +1,11 @@
 """Progress in logs: when stdout is not a terminal, training prints one line per generation
-on stdout (none under --json), and provisioning a model one line per step."""
+on stdout (none under --json) and, at most once per $SEEDLEDGER_PROGRESS_SECONDS, how many
+members of the generation are done; provisioning a model prints one line per step."""
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -39,3 +41,21 @@ def test_provisioning_prints_one_line_per_step(tmp_path):
     steps = [ln.removeprefix("provisioning 'tiny': ") for ln in lines[1:]]
     assert steps == ["saving the tokenizer", "making seeded random weights", "saving fp32 safetensors",
                      "writing the manifest and syncing to disk"], lines
+
+
+def test_a_log_shows_progress_within_a_generation(tmp_path):
+    cli = Cli(tmp_path)
+    (tmp_path / "c.yaml").write_text(tiny_config(generations=1))
+    cli.env["SEEDLEDGER_PROGRESS_SECONDS"] = "0"  # a line after every member group
+    out = cli.run("train", "c.yaml", "--run", "r").stdout.splitlines()  # stdout and stderr are pipes
+    end = next(i for i, ln in enumerate(out) if ln.startswith("generation 1: reward mean"))
+    partial = [ln for ln in out[:end] if re.fullmatch(r"generation 1: [1-3]/4 members, \d+\.\ds", ln)]
+    assert partial and partial == [ln for ln in out if " members, " in ln], out
+    done = [int(ln.split(": ")[1].split("/")[0]) for ln in partial]
+    assert done == sorted(set(done)), "counts only grow"
+    # the default (30 s) adds nothing to a generation that takes a second
+    del cli.env["SEEDLEDGER_PROGRESS_SECONDS"]
+    out = cli.run("resume", "r", "--generations", "1").stdout
+    assert " members, " not in out and "generation 2: reward mean" in out
+    cli.env["SEEDLEDGER_PROGRESS_SECONDS"] = "soon"
+    assert "SEEDLEDGER_PROGRESS_SECONDS: expected seconds >= 0, got 'soon'" in cli.bad("resume", "r")

@@ -6,6 +6,10 @@ writes one, else its whole stripped text. ``match``: ``exact`` (equal after whit
 collapsing; ``casefold`` optional), ``regex`` (the answer cell is a pattern that must
 match the whole answer), or ``numeric`` (equal as numbers).
 
+Split: with no ``test_path``, ``test_size`` rows of a seeded permutation are held out; by
+default ``default_test_size`` rows (a fifth, at least 1, at most 100), so a 30-row file
+trains on 24 and scores on 6. A file too small to split (1 row) is refused in one line.
+
 Regex patterns come from the dataset and are compiled once, when the task loads; an
 invalid one is refused there with a one-line error naming the file, row and column. A
 pattern runs on model output, which is hostile, so only answers up to
@@ -22,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ledger.errors import SeedLedgerError
+from replay.task_settings import check_setting
 from trainers.rewards.answers import as_text, extract_tag, parse_number
 from trainers.rewards.combine import RewardFn, WeightedReward
 
@@ -32,6 +37,15 @@ from .sampling import split_rows
 MATCHES = ("exact", "regex", "numeric")
 MAX_REGEX_TEXT = 1000
 """Longest answer (characters, after stripping) that a ``regex`` reward matches."""
+DEFAULT_TEST_SIZE = 100
+"""The most rows the default split holds out."""
+
+
+def default_test_size(rows: int) -> int:
+    """The held-out rows when ``test_size`` is not given: a fifth of ``rows``, at least 1 and
+    at most ``DEFAULT_TEST_SIZE`` (the old fixed default, which refused files of 100 rows or
+    fewer), so a small file trains with the defaults and train is never empty."""
+    return max(1, min(DEFAULT_TEST_SIZE, rows // 5))
 
 
 def _norm(text: str, casefold: bool) -> str:
@@ -102,6 +116,26 @@ def match_reward(
     return reward
 
 
+def _split(
+    rows: list[dict[str, Any]], test_rows: list[dict[str, Any]] | None,
+    test_size: int | None, data_seed: int, path: str,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(train, test), with the default held-out size and one-line errors that say what to set."""
+    if test_rows is None and len(rows) < 2:
+        raise SeedLedgerError(
+            f"{path}: cannot split {len(rows)} row into train and test: a jsonl task needs at "
+            "least 2 rows, or a separate test_path"
+        )
+    if test_size is None:
+        test_size = default_test_size(len(rows))
+    elif check_setting("jsonl", "test_size", test_size) >= len(rows) and test_rows is None:
+        raise SeedLedgerError(
+            f"{path}: test_size {test_size} leaves no training rows of {len(rows)} (set it below "
+            f"{len(rows)}, or leave it out for a fifth: {default_test_size(len(rows))})"
+        )
+    return split_rows(rows, test_rows, test_size, data_seed, path)
+
+
 def load(
     path: str | None = None,
     test_path: str | None = None,
@@ -112,7 +146,7 @@ def load(
     system: str | None = None,
     data_seed: int = 0,
     seed: int = 0,
-    test_size: int = 100,
+    test_size: int | None = None,
     max_new_tokens: int | None = 64,
     rewards: list[WeightedReward] | None = None,
     **unused: Any,
@@ -139,7 +173,7 @@ def load(
         return rows
 
     test_rows = read(test_path) if test_path is not None else None
-    train, test = split_rows(read(path), test_rows, test_size, data_seed, path)
+    train, test = _split(read(path), test_rows, test_size, data_seed, path)
 
     def prompt(row: dict[str, Any]) -> Messages:
         cell = row[prompt_column]

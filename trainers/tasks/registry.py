@@ -4,6 +4,8 @@ Spec forms (YAML or ``--set task=...``):
 - ``"arithmetic"``, ``"countdown"`` — generated tasks;
 - ``"countdown:PATH"``, ``"math:PATH"``, ``"jsonl:PATH"``, ``"code:PATH"`` — local files;
 - ``"reasoning_gym:NAME"`` — a reasoning-gym generator; ``"code:humaneval"`` — HumanEval;
+- any of these with options: ``"jsonl:PATH?test_size=8&match=numeric"`` (``spec_options``;
+  ``--set task.test_size=8`` on a string form means the same);
 - a mapping ``{name: countdown, path: ..., test_size: 100, level: 2, rewards: [...]}``;
 - a mix: ``{mix: [{task: arithmetic, weight: 0.7}, {task: "math:gsm8k.jsonl", weight: 0.3}]}``
   or the same list alone.
@@ -36,6 +38,7 @@ from trainers.rewards.spec import BUILTIN, parse_rewards
 from . import arithmetic, code_task, countdown, jsonl_task, math_task, reasoning_gym_task
 from .base import Task
 from .mixture import MixtureTask
+from .spec_options import expand
 
 LOADERS: dict[str, Callable[..., Task]] = {
     "arithmetic": arithmetic.load,
@@ -58,6 +61,7 @@ def absolute_paths(spec: Any, base_dir: str | Path) -> Any:
     config loads the same files from any working directory. Absolute paths, module
     references and anything not understood are left as they are (``load_task`` judges)."""
     base = Path(base_dir)
+    spec = expand(spec, LOADERS)  # "jsonl:PATH?test_size=8" and {name: "jsonl:PATH", ...}
 
     def fix(path: Any, task: Any = None) -> Any:
         if not isinstance(path, str) or not path or Path(path).is_absolute():
@@ -101,6 +105,7 @@ def code_refs(spec: Any) -> list[str]:
     """Every reward reference in task ``spec`` that imports code (``module:function`` or
     ``file.py:function``; built-ins are not code), in order, without loading anything:
     what a stored config would make `resume` or `fork` import."""
+    spec = expand(spec, LOADERS)
     if isinstance(spec, list):
         return [r for item in spec for r in code_refs(item)]
     if not isinstance(spec, dict):
@@ -117,6 +122,7 @@ def code_refs(spec: Any) -> list[str]:
 def task_levels(spec: Any) -> int:
     """How many difficulty levels the task ``spec`` names, without loading any data (1 for
     file-backed tasks and mixes, which a curriculum cannot move)."""
+    spec = expand(spec, LOADERS)
     if isinstance(spec, str):
         name, _, path = spec.partition(":")
         return 1 if path else _LEVELED.get(name, 1)
@@ -133,6 +139,7 @@ def load_task(spec: Any, seed: int = 0, base_dir: str | Path | None = None) -> T
     reward files are taken from ``base_dir`` (``absolute_paths``), else as given."""
     if base_dir is not None:
         spec = absolute_paths(spec, base_dir)
+    spec = expand(spec, LOADERS)
     if isinstance(spec, list):
         return _load_mix(spec, seed)
     if isinstance(spec, dict) and "mix" in spec:
@@ -216,6 +223,7 @@ def build_rewards(
 
 def reward_lists(spec: Any) -> list[Any]:
     """Every `rewards` list a task spec holds (a mix's parts included), unvalidated."""
+    spec = expand(spec, LOADERS)
     if isinstance(spec, list):
         return [r for item in spec for r in reward_lists(item)]
     if not isinstance(spec, dict):

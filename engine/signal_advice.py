@@ -1,0 +1,46 @@
+"""What to change when a generation has no signal (every member tied), for this run.
+
+Why: a new user's SmolLM2 runs tied in most generations, and "raise sigma" alone did not
+say by how much or what else helps. The advice names values from the run's own settings:
+σ for its perturbation kind (σ in force ×3, at least the kind's usual scale: 1e-3 for
+full-rank and low-rank noise on the weights, 1e-2 for a LoRA adapter, whose B starts at
+zero), more rows per generation, sampling instead of greedy decoding, and the dense
+`loglik` reward, which differs between members however small σ is.
+"""
+
+from __future__ import annotations
+
+from engine.config import MAX_BATCH, TrainConfig
+from trainers.tasks.registry import uses_loglik
+
+USUAL_SIGMA = {"full": 1e-3, "lowrank": 1e-3, "lora": 1e-2}
+"""The σ each perturbation kind usually trains with (README: the paper's 1e-3; LoRA 1e-2)."""
+SAMPLING_TEMPERATURE = 0.7
+
+
+def perturbation_kind(cfg: TrainConfig) -> str:
+    """`lora` for an adapter run, else the noise's kind (`full` or `lowrank`)."""
+    if cfg.train != "full":
+        return "lora"
+    return "full" if cfg.perturbation == "full" else "lowrank"
+
+
+def suggested_sigma(kind: str, sigma: float) -> float:
+    """σ ×3, at least the kind's usual scale, on one significant digit."""
+    return float(f"{max(3 * sigma, USUAL_SIGMA[kind]):.0e}")
+
+
+def advice(cfg: TrainConfig, sigma: float) -> str:
+    """One clause of concrete changes for `cfg`, whose generation ran at `sigma`."""
+    kind = perturbation_kind(cfg)
+    tips = [f"sigma: {suggested_sigma(kind, sigma):g} (now {sigma:.3g}, {kind} noise)"]
+    if cfg.batch_size < MAX_BATCH:
+        tips.append(f"batch_size: {min(2 * cfg.batch_size, MAX_BATCH)} (now {cfg.batch_size}: "
+                    "more rows per generation, fewer ties)")
+    if cfg.sampling.temperature <= 0:
+        tips.append(f"sampling: {{temperature: {SAMPLING_TEMPERATURE}}} (now greedy)")
+    some, _ = uses_loglik(cfg.task)
+    if not some and cfg.passk is None:
+        tips.append("the dense reward `loglik` in the task's rewards (e.g. rewards: [task, loglik]; "
+                    "it needs an answer column)")
+    return "try " + "; ".join(tips)
