@@ -33,8 +33,9 @@ def qa30(tmp_path: Path) -> Path:
     return write_qa(tmp_path / "qa.jsonl", 30)
 
 
-def test_default_split_holds_out_a_fifth_between_1_and_100() -> None:
-    assert [default_test_size(n) for n in (2, 4, 5, 30, 499, 500, 10_000)] == [1, 1, 1, 6, 99, 100, 100]
+def test_default_split_holds_out_a_fifth_of_small_files_and_100_as_before() -> None:
+    sizes = (2, 4, 5, 30, 100, 101, 499, 10_000)
+    assert [default_test_size(n) for n in sizes] == [1, 1, 1, 6, 20, 100, 100, 100]
 
 
 def test_a_30_row_file_trains_with_the_defaults(tmp_path: Path, qa30: Path) -> None:

@@ -7,8 +7,8 @@ collapsing; ``casefold`` optional), ``regex`` (the answer cell is a pattern that
 match the whole answer), or ``numeric`` (equal as numbers).
 
 Split: with no ``test_path``, ``test_size`` rows of a seeded permutation are held out; by
-default ``default_test_size`` rows (a fifth, at least 1, at most 100), so a 30-row file
-trains on 24 and scores on 6. A file too small to split (1 row) is refused in one line.
+default ``default_test_size`` rows (100, as always, above 100 rows; a fifth of a smaller
+file, at least 1), so a 30-row file trains on 24 and scores on 6. A file too small to split (1 row) is refused in one line.
 
 Regex patterns come from the dataset and are compiled once, when the task loads; an
 invalid one is refused there with a one-line error naming the file, row and column. A
@@ -42,10 +42,10 @@ DEFAULT_TEST_SIZE = 100
 
 
 def default_test_size(rows: int) -> int:
-    """The held-out rows when ``test_size`` is not given: a fifth of ``rows``, at least 1 and
-    at most ``DEFAULT_TEST_SIZE`` (the old fixed default, which refused files of 100 rows or
-    fewer), so a small file trains with the defaults and train is never empty."""
-    return max(1, min(DEFAULT_TEST_SIZE, rows // 5))
+    """The held-out rows when ``test_size`` is not given: ``DEFAULT_TEST_SIZE`` (100, the old
+    fixed default, so every stored run keeps its split) for files above 100 rows; a fifth,
+    at least 1, for the smaller files that default refused, so they train as given."""
+    return DEFAULT_TEST_SIZE if rows > DEFAULT_TEST_SIZE else max(1, rows // 5)
 
 
 def _norm(text: str, casefold: bool) -> str:
