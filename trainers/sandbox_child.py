@@ -33,8 +33,11 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-sys.path.insert(0, "/sandbox")  # -P keeps the script's directory off the path
-from sandbox_item import item_uid, run_item  # noqa: E402
+if __package__:  # imported as trainers.sandbox_child (tests, docs): its siblings are in the package
+    from .sandbox_item import item_uid, run_item
+else:  # run as /sandbox/sandbox_child.py in the cage, where -P keeps its directory off the path
+    sys.path.insert(0, "/sandbox")
+    from sandbox_item import item_uid, run_item
 
 MAX_ENTRIES = 20000
 _datasets: dict[str, Any] = {}

@@ -23,7 +23,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from sandbox_cage import ItemCgroup, install_seccomp
+if __package__:  # imported as trainers.sandbox_item (tests, docs)
+    from .sandbox_cage import ItemCgroup, install_seccomp
+else:  # imported by the launcher inside the cage, from /sandbox
+    from sandbox_cage import ItemCgroup, install_seccomp
 
 RESULT_FD = 3
 NONCE_FD = 4
