@@ -20,7 +20,8 @@ say which slot and round they are, `pbt-score` events hold the scores already ta
 rerun recomputes each and refuses one that disagrees: a copied ledger may forge them), the
 runs resume from their last committed generation, so rerunning the command continues and
 nothing trains twice; code a member's stored config names beyond the user's config runs
-only with `trust_code`; (2) reproducible: rounds are synchronous, scores are greedy held-out
+only with `trust_code`, and a member's stored config must be the one the user's config makes
+for its explored lr, σ and seed (`engine.tunecheck`, as `tune` holds a trial); (2) reproducible: rounds are synchronous, scores are greedy held-out
 rewards of replayed weights, ties go to the lower slot, and every random choice comes from
 a generator seeded by (seed, round, slot): the same config and seed give the same forks,
 settings and fingerprints. What remains of Ray Tune's value is parallelism, which a round's
@@ -35,7 +36,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from engine import session
+from engine import session, tunecheck
 from engine.config import load_config, validate
 from engine.tune import override
 from ledger import Ledger
@@ -102,9 +103,41 @@ class PBT:
         session.check_stored_code(refs, f"run {run}", self.trust_code)
         return True
 
-    def existing_runs(self) -> list[str]:
-        return [member_run(self.name, slot, round_) for slot in range(self.K) for round_ in range(self.R)
-                if self.ledger.has_run(member_run(self.name, slot, round_))]
+    def existing_runs(self) -> list[tuple[str, int, int]]:
+        """(run, slot, round made) of every member run already in the ledger."""
+        return [(member_run(self.name, slot, round_), slot, round_) for slot in range(self.K)
+                for round_ in range(self.R) if self.ledger.has_run(member_run(self.name, slot, round_))]
+
+    def first_settings(self, slot: int) -> tuple[float, float, int]:
+        """Round 0's (lr, σ, seed) of `slot`: seed + slot, and but for slot 0 lr and σ drawn
+        log-uniformly within ×/÷2."""
+        lr, sigma = self.cfg.lr, self.cfg.sigma
+        if slot:
+            rng = _rng(self.seed, 0, slot)
+            lr, sigma = lr * 2 ** rng.uniform(-1, 1), sigma * 2 ** rng.uniform(-1, 1)
+        return lr, sigma, self.seed + slot
+
+    def check_config(self, run: str, slot: int, round_: int) -> None:
+        """A member run may come from a copied ledger: its stored config must be what the
+        user's config makes for its explored settings: round 0's as drawn; a fork's lr and σ
+        within what `round_` explores reach (×/÷2, then ×/÷1.25 a round) and one slot's seed."""
+        if round_ == 0:
+            lr, sigma, seed = self.first_settings(slot)
+        else:
+            stored = self.ledger.get_run(run).config
+            lr, sigma, seed = stored.get("lr"), stored.get("sigma"), stored.get("seed")
+            reach = 2 * UP**round_ * (1 + 1e-9)
+            for key, value, base in (("lr", lr, self.cfg.lr), ("sigma", sigma, self.cfg.sigma)):
+                number = isinstance(value, int | float) and not isinstance(value, bool)
+                if not (number and base / reach <= value <= base * reach):
+                    raise tunecheck.ForeignTrial(
+                        f"run {run}'s stored {key} {tunecheck.short(value)} is beyond what pbt's explore "
+                        f"reaches by round {round_} from {base!r}")
+            if type(seed) is not int or seed not in range(self.seed, self.seed + self.K):
+                raise tunecheck.ForeignTrial(f"run {run}'s stored seed {tunecheck.short(seed)} is no slot's")
+        sets = [override("lr", lr), override("sigma", sigma), override("seed", seed)]
+        expected = tunecheck.expected_config(Path(self.config), [*self.overrides, *sets])
+        tunecheck.check_config(self.ledger, run, expected, self.trust_code, "the pbt config")
 
     def start(self) -> None:
         """Round 0: K members from the config (idempotent)."""
@@ -115,10 +148,7 @@ class PBT:
                 raise SeedLedgerError(f"pbt {self.name!r} was started with {made}; rerun with the same settings")
         for slot in range(self.K):
             run = member_run(self.name, slot, 0)
-            lr, sigma, seed = self.cfg.lr, self.cfg.sigma, self.seed + slot
-            if slot:
-                rng = _rng(self.seed, 0, slot)
-                lr, sigma = lr * 2 ** rng.uniform(-1, 1), sigma * 2 ** rng.uniform(-1, 1)
+            lr, sigma, seed = self.first_settings(slot)
             sets = [override("lr", lr), override("sigma", sigma), override("seed", seed)]
             if not self.ledger.has_run(run):
                 session.start(self.ledger, self.config, run, [*self.overrides, *sets], 0)
@@ -200,8 +230,9 @@ class PBT:
                 self.say({"event": "exploit", **payload, "run": child})
 
     def run(self) -> dict[str, Any]:
-        for run in self.existing_runs():  # before anything is built from a stored config
+        for run, slot, round_ in self.existing_runs():  # before anything is built from a stored config
             self.check_code(run)
+            self.check_config(run, slot, round_)
         self.start()
         history = []
         for round_ in range(1, self.R + 1):

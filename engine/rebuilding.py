@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from engine.models import resolve_model
+from engine.rebuild_memory import check_rebuild_memory
 from engine.refs import parse_ref, resolve_member, resolve_ref, split_member
 from engine.session import anchors_dir
 from ledger import Ledger
@@ -263,6 +264,13 @@ def _base_for(run, base: str | None, device: str) -> Start:
     return start
 
 
+def _fits(what: str, base: str, noise_spec: str, param_selection: str, steps: list) -> None:
+    """Refuse, before the base is loaded, a replay of `steps` that needs more memory than
+    the bound (`engine.rebuild_memory`): a planted file's paths each cost a copy of the model."""
+    adapter = check_spec(noise_spec, param_selection).adapter
+    check_rebuild_memory(what, resolve_model(base), [s.optimizer for s in steps], adapter)
+
+
 def _unchecked(missing: tuple[int, str] | None, what: str, allow_unverified: bool) -> dict:
     """The report's `verified` fields; NotVerified (exit 1) when nothing checks `what` and
     the user did not pass --allow-unverified."""
@@ -314,6 +322,8 @@ def verify_ref(ledger: Ledger, ref: str, device: str = "cpu") -> dict:
                 "error": message,
             },
         )
+    _fits(f"{run.name}@{gen}", run.base_model, run.noise_spec, run.param_selection,
+          ledger.replay_history(run.name, upto=gen))
     start = _base_for(run, None, device)
     try:
         master, _ = rebuild(ledger, run.name, gen, start.master, verify="every", anchors_dir=None,
@@ -355,6 +365,8 @@ def ref_master(
     fps = ledger.fingerprints(run.name, upto)
     wanted = fps if verify == "every" else {g: fp for g, fp in fps.items() if g == upto}
     checked = _unchecked(missing_fingerprint(run.base_fingerprint, wanted), f"{run.name}@{upto}", allow_unverified)
+    _fits(ref, base or run.base_model, run.noise_spec, run.param_selection,
+          ledger.replay_history(run.name, upto=upto))
     start = _base_for(run, base, device)
     master, state = rebuild(ledger, run.name, upto, start.master, verify=verify,
                             anchors_dir=anchors_dir(ledger), frozen=start.frozen)
@@ -399,6 +411,7 @@ def seedfile_master(
     wanted = fps if verify == "every" else {g: fp for g, fp in fps.items() if g == seeds.generation}
     checked = _unchecked(missing_fingerprint(seeds.base_fingerprint, wanted), str(path), allow_unverified)
     h = seeds.header
+    _fits(str(path), base or seeds.base_model, h["noise_spec"], h["param_selection"], seeds.steps)
     start = load_start(base or seeds.base_model, h["config"], h["noise_spec"], h["param_selection"], device)
     if seeds.base_fingerprint is not None and start.fingerprint != seeds.base_fingerprint:
         raise SeedLedgerError(

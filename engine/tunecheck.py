@@ -86,15 +86,17 @@ def expected_config(config: Path, overrides: list[str]) -> TrainConfig:
     return adapters.resolve(load_config(config, overrides))
 
 
-def check_config(ledger: Ledger, run: str, expected: TrainConfig, trust_code: bool) -> None:
-    """The run's stored config is the study's for its parameters, key by key."""
+def check_config(ledger: Ledger, run: str, expected: TrainConfig, trust_code: bool,
+                 maker: str = "the study file") -> None:
+    """The run's stored config is the one `maker` (the study file; `pbt`'s config) makes for
+    its parameters, key by key."""
     stored, want = ledger.get_run(run).config, expected.model_dump(mode="json")
     skip = {k for k in _RESOLVED if want.get(k) is None} | (set(_CODE_SECTIONS) if trust_code else set())
     for key in sorted(set(want) | set(stored)):
         if key not in skip and stored.get(key) != want.get(key):
             raise ForeignTrial(
-                f"run {run}'s stored config is not the study's for its parameters: {key} is "
-                f"{_short(stored.get(key))}, the study file makes {_short(want.get(key))}"
+                f"run {run}'s stored config is not what {maker} makes for its parameters: {key} is "
+                f"{short(stored.get(key))}, {maker} makes {short(want.get(key))}"
             )
 
 
@@ -110,11 +112,11 @@ def check_stored_trial(
         if event.get("study") != study or event.get("trial") != number:
             raise ForeignTrial(f"run {run!r} belongs to study {event.get('study')!r} trial {event.get('trial')}")
         if event.get("params") != params:
-            raise ForeignTrial(f"run {run}'s tune-trial event names parameters {_short(event.get('params'))}, "
-                               f"but trial {number} holds {_short(params)}")
+            raise ForeignTrial(f"run {run}'s tune-trial event names parameters {short(event.get('params'))}, "
+                               f"but trial {number} holds {short(params)}")
     check_config(ledger, run, expected, trust_code)
 
 
-def _short(value: Any, limit: int = 120) -> str:
+def short(value: Any, limit: int = 120) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 1] + "…"

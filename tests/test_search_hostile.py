@@ -195,3 +195,26 @@ def test_a_planted_pbt_members_reward_code_runs_only_with_trust(pbt_ledger, tmp_
     assert not (tmp_path / "pwned").exists()
     out = json.loads(seedledger("pbt", config, *PBT, "--ledger", str(db), "--trust-code", "--json").stdout)
     assert out["rounds_done"] == pbt_ledger[1]["rounds_done"]
+
+
+def test_a_planted_pbt_members_config_outside_the_users_is_refused(pbt_ledger, tmp_path):
+    """Issue 31: a member run planted before `pbt` starts, stored as slot 1 would be but for a
+    population of 65,536 with 32,768 new tokens, is refused in one line before anything is
+    made or trained; a fork whose stored lr no explore reaches is refused the same way."""
+    with Ledger.open(str(pbt_ledger[0] / "l.db"), create=False) as led:
+        legit = led.get_run("p-m1").config
+        forks = [r.name for r in led.list_runs() if r.name.endswith("-r1")]
+    config = str(pbt_ledger[0] / "tiny.yaml")
+    db = tmp_path / "fresh.db"
+    seedledger("train", config, "--run", "p-m1", "--generations", "0", "--ledger", str(db))
+    forge_config(db, "p-m1", lambda c: c.update(legit, population=65536, max_new_tokens=32768))
+    refused(seedledger("pbt", config, *PBT, "--ledger", str(db), check=False),
+            "p-m1", "max_new_tokens is 32768", "the pbt config makes 4")
+    with Ledger.open(str(db), create=False) as led:
+        assert [r.name for r in led.list_runs()] == ["p-m1"] and led.latest_generation("p-m1") == 0
+
+    assert forks, "the fixture's round 1 forked a member"
+    db = _copy(pbt_ledger, tmp_path)
+    forge_config(db, forks[0], lambda c: c.update(lr=5.0))
+    refused(seedledger("pbt", config, *PBT, "--ledger", str(db), check=False),
+            forks[0], "stored lr 5.0 is beyond what pbt's explore reaches by round 1")
