@@ -38,7 +38,6 @@ from replay import noise
 from replay import paths as replay_paths
 from replay.hashing import MASK64, splitmix64
 from replay.perturbation import Perturbation
-from trainers.rewards.loglik import mean_logprob
 
 
 def prompt_stream_seed(seed: int, index: int, sample: int = 0) -> int:
@@ -302,40 +301,8 @@ class HFBackend:
         self, master: dict[str, torch.Tensor], population: Population, prompts: list[Messages],
         references: list[str],
     ) -> LikelihoodOutput:
-        """Every member's mean log-probability of each row's reference completion (ended by
-        the end-of-turn token), by teacher forcing: no decoding. Low-rank and adapter groups
-        score all members' rows together; full-rank members load their weights in turn."""
-        started = time.perf_counter()
-        contexts = hf_scoring.prompt_ids(self.tokenizer, prompts)
-        targets = hf_scoring.reference_ids(self.tokenizer, self._end_of_turn, references)
-        vocab = self.model.config.vocab_size
-        members = len(population)
-        if self._rows is None:
-            lps: list[list[float]] = []
-            chunks = hf_scoring.budget_chunks(contexts, targets, vocab)
-            for key, sign, row in zip(population.keys, population.signs,
-                                      population.paths or [()] * members, strict=True):
-                self.load_member(master, key, sign, population.sigma, paths=row, state=population.state)
-                lps += hf_scoring.token_logprobs(self.model, self.tokenizer.pad_token_id, self.device,
-                                                 contexts, targets, chunks)
-        else:
-            owner = [m for m in range(members) for _ in prompts]
-            with self.members(master, population.keys, population.signs, population.sigma,
-                              shrink=population.shrink, paths=population.paths, state=population.state):
-                lps = hf_scoring.token_logprobs(
-                    self.model, self.tokenizer.pad_token_id, self.device, contexts * members, targets * members,
-                    hf_scoring.budget_chunks(contexts * members, targets * members, vocab),
-                    self._rows.rows, owner,
-                )
-        scores = [mean_logprob(lp) for lp in lps]
-        per = len(prompts)
-        return LikelihoodOutput([scores[m * per : (m + 1) * per] for m in range(members)],
-                                {"score": time.perf_counter() - started})
-
-    @property
-    def _end_of_turn(self) -> int:
-        eos = self.model.generation_config.eos_token_id or self.tokenizer.eos_token_id
-        return int(eos[0] if isinstance(eos, list) else eos)
+        """Likelihood fitness by teacher forcing (`hf_scoring.loglik`)."""
+        return hf_scoring.loglik(self, master, population, prompts, references)
 
     # ------------------------------------------------------------------ generation
 

@@ -17,12 +17,15 @@ every process that evaluates it.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
+from typing import Any
 
 import torch
 
-from engine.backends.base import Messages
+from engine.backends.base import LikelihoodOutput, Messages, Population
+from trainers.rewards.loglik import mean_logprob
 
 SCORE_ROWS = 8  # KL: rows per teacher-forced forward (its logits: rows × tokens × vocab)
 LOGITS_BUDGET = 1 << 25  # loglik: fp32 logits per forward (128 MiB)
@@ -95,3 +98,42 @@ def token_logprobs(
             tokens = torch.tensor(list(completions[i]), device=device)
             out.append(logp[j, keep - 1 - n :].gather(1, tokens.view(-1, 1)).view(-1).tolist())
     return out
+
+
+def end_of_turn(eos: int | list[int] | None, tokenizer: Any) -> int:
+    """The token a member's answer ends with: the model's (first) EOS from its generation
+    config, else the tokenizer's. Both backends score references with it."""
+    eos = eos or tokenizer.eos_token_id
+    return int(eos[0] if isinstance(eos, list) else eos)
+
+
+def loglik(
+    backend: Any, master: dict[str, torch.Tensor], population: Population, prompts: Sequence[Messages],
+    references: Sequence[str],
+) -> LikelihoodOutput:
+    """Every member's mean log-probability of each row's reference completion on an
+    `HFBackend`, by teacher forcing: low-rank and adapter groups score all members' rows
+    together (`members`), full-rank members load their weights in turn."""
+    started = time.perf_counter()
+    tok = backend.tokenizer
+    contexts = prompt_ids(tok, prompts)
+    targets = reference_ids(tok, end_of_turn(backend.model.generation_config.eos_token_id, tok), references)
+    vocab, pad, members = backend.model.config.vocab_size, tok.pad_token_id, len(population)
+    if backend._rows is None:
+        chunks = budget_chunks(contexts, targets, vocab)
+        lps: list[list[float]] = []
+        for key, sign, row in zip(population.keys, population.signs, population.paths or [()] * members,
+                                  strict=True):
+            backend.load_member(master, key, sign, population.sigma, paths=row, state=population.state)
+            lps += token_logprobs(backend.model, pad, backend.device, contexts, targets, chunks)
+    else:
+        owner = [m for m in range(members) for _ in prompts]
+        with backend.members(master, population.keys, population.signs, population.sigma,
+                             shrink=population.shrink, paths=population.paths, state=population.state):
+            lps = token_logprobs(backend.model, pad, backend.device, contexts * members, targets * members,
+                                 budget_chunks(contexts * members, targets * members, vocab),
+                                 backend._rows.rows, owner)
+    scores = [mean_logprob(lp) for lp in lps]
+    per = len(prompts)
+    return LikelihoodOutput([scores[m * per : (m + 1) * per] for m in range(members)],
+                            {"score": time.perf_counter() - started})

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from engine.backends.base import LikelihoodOutput, Messages, Population
-from engine.backends.hf_scoring import reference_ids
+from engine.backends.hf_scoring import end_of_turn, reference_ids
 from trainers.rewards.loglik import mean_logprob
 
 
@@ -31,7 +31,7 @@ def loglik(
         raise ValueError("members along the replay state's paths (LM-MA-ES, GA survivors) need the hf backend")
     started = time.perf_counter()
     contexts = [t["prompt_token_ids"] for t in backend._token_prompts(prompts)]
-    targets = reference_ids(backend.tokenizer, end_of_turn(backend.model_dir, backend.tokenizer), references)
+    targets = reference_ids(backend.tokenizer, model_end_of_turn(backend.model_dir, backend.tokenizer), references)
     rows = [{"prompt_token_ids": c + t} for c, t in zip(contexts, targets, strict=True)]
     params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0, detokenize=False)
     outputs = []
@@ -53,13 +53,12 @@ def loglik(
                             {"score": time.perf_counter() - started})
 
 
-def end_of_turn(model_dir: Path, tokenizer: Any) -> int:
-    """The token a member's answer ends with, as the HF backend picks it."""
+def model_end_of_turn(model_dir: Path, tokenizer: Any) -> int:
+    """`hf_scoring.end_of_turn` from the model directory's generation config, as HF loads it."""
     from transformers import GenerationConfig
 
     try:
         eos = GenerationConfig.from_pretrained(str(model_dir), local_files_only=True).eos_token_id
     except OSError:  # no generation_config.json
         eos = None
-    eos = eos or tokenizer.eos_token_id
-    return int(eos[0] if isinstance(eos, list) else eos)
+    return end_of_turn(eos, tokenizer)
