@@ -90,3 +90,15 @@ def pytest_terminal_summary(terminalreporter) -> None:
     if _pg_outcomes:
         counts = ", ".join(f"{_pg_outcomes.get(k, 0)} {k}" for k in ("passed", "failed", "skipped"))
         terminalreporter.write_line(f"postgresql tests (real server): {counts}")
+
+
+@pytest.fixture(scope="module")
+def box():
+    """A real bubblewrap sandbox shared by a module's tests (skips where bwrap is missing)."""
+    from tests.support.sandbox import need_bwrap
+    from trainers.sandbox import Sandbox
+
+    need_bwrap()
+    sandbox = Sandbox()
+    yield sandbox
+    sandbox.close()

@@ -18,17 +18,9 @@ from trainers.sandbox import Limits, Sandbox, bwrap_path
 LIMITS = Limits(cpu_seconds=1, memory_mb=256, wall_seconds=12)  # wall: a loaded CI host
 
 
-@pytest.fixture(scope="module")
-def box():
-    need_bwrap()
-    sandbox = Sandbox()
-    yield sandbox
-    sandbox.close()
-
-
-def run(box: Sandbox, *programs: str, test: str = "") -> list:
+def run(box: Sandbox, *programs: str, test: str = "", limits: Limits = LIMITS) -> list:
     items = [{"program": textwrap.dedent(p), "test": test} for p in programs]
-    return box.run("python", items, limits=LIMITS)
+    return box.run("python", items, limits=limits)
 
 
 # (name, program, expected status, expected error): the README's hostile-program table.

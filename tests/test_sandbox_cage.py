@@ -8,16 +8,15 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import threading
 
 import pytest
 
 from tests.support.sandbox import need_bwrap
+from tests.test_sandbox import LIMITS, run
 from trainers.sandbox import Limits, Sandbox
 from trainers.sandbox_cgroup import SandboxCgroups
 
-LIMITS = Limits(cpu_seconds=1, memory_mb=256, wall_seconds=12)
 
 def _have_cgroups() -> bool:
     probe = SandboxCgroups()
@@ -46,19 +45,6 @@ for _ in range(3):
 for p in pids:
     os.waitpid(p, 0)
 """
-
-
-@pytest.fixture(scope="module")
-def box():
-    need_bwrap()
-    sandbox = Sandbox()
-    yield sandbox
-    sandbox.close()
-
-
-def run(box: Sandbox, *programs: str, test: str = "", limits: Limits = LIMITS) -> list:
-    items = [{"program": textwrap.dedent(p), "test": test} for p in programs]
-    return box.run("python", items, limits=limits)
 
 
 def statuses(outcomes: list) -> list[tuple[str, str]]:
