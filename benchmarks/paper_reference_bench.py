@@ -21,7 +21,7 @@ so each of ours is followed by one of the reference's and machine load hits both
 Steady state drops each path's first generation (model load, warm-up).
 
     .venv/bin/python benchmarks/paper_reference_bench.py [--members 8] [--prompts 16]
-        [--new-tokens 64] [--generations 3] [--threads 2] [--paths full lowrank vllm]
+        [--new-tokens 64] [--generations 3] [--threads 2] [--paths default full lowrank vllm vllm-full]
 """
 
 from __future__ import annotations
@@ -44,11 +44,11 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from engine import api  # noqa: E402
-from engine.loop import Hooks  # noqa: E402
-from engine.models import resolve_model  # noqa: E402
-from trainers.rewards.verifier import numbers_used, safe_eval  # noqa: E402
-from trainers.tasks import countdown  # noqa: E402
+from seedledger.engine import api  # noqa: E402
+from seedledger.engine.loop import Hooks  # noqa: E402
+from seedledger.engine.models import resolve_model  # noqa: E402
+from seedledger.trainers.rewards.verifier import numbers_used, safe_eval  # noqa: E402
+from seedledger.trainers.tasks import countdown  # noqa: E402
 
 SIGMA, ALPHA, FIRST_SEED = 0.001, 0.0005, 33
 REF_PROMPT = (
@@ -60,9 +60,11 @@ REF_PROMPT = (
     "by step.\n<think>"
 )
 PATHS = {
+    "default": {},  # seedledger's defaults: backend auto (vLLM where installed), full-rank noise
     "full": {"backend": "hf", "perturbation": "full"},
     "lowrank": {"backend": "hf", "perturbation": "lowrank"},
     "vllm": {"backend": "vllm", "perturbation": "lowrank"},
+    "vllm-full": {"backend": "vllm", "perturbation": "full"},
 }
 
 
@@ -158,11 +160,12 @@ def run_path(name: str, args, task: dict, ref: Reference, where: Path) -> dict:
     cfg = {"model": args.model, "task": task, "population": args.members, "sigma": SIGMA, "lr": ALPHA,
            "batch_size": len(ref.rows), "max_new_tokens": args.new_tokens, "generations": args.generations,
            **PATHS[name]}
-    api.train(cfg, run=name, ledger=where / f"{name}.db", hooks=Hooks(on_generation_end=end))
+    done = api.train(cfg, run=name, ledger=where / f"{name}.db", hooks=Hooks(on_generation_end=end))
+    backend, kind = done.run.config["backend"], done.run.config["perturbation"]
     steady = slice(1, None) if len(ours) > 1 else slice(None)
     o = statistics.median(s for s, _ in ours[steady])
     t = statistics.median(s for s, _ in theirs[steady])
-    return {"path": name, "ours_s": o, "reference_s": t, "speedup": t / o,
+    return {"path": name, "backend": backend, "perturbation": kind if isinstance(kind, str) else "lowrank", "ours_s": o, "reference_s": t, "speedup": t / o,
             "ours_rewards": [r for _, r in ours], "reference_rewards": [r for _, r in theirs]}
 
 
@@ -185,13 +188,14 @@ def main() -> None:
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.paths:
-            if name == "vllm" and not _has_vllm():
+            if name.startswith("vllm") and not _has_vllm():
                 print("  vllm: not installed, skipped")
                 continue
             results.append(run_path(name, args, task_files(rows, Path(tmp)), ref, Path(tmp)))
-    print("\npath      ours s/gen  reference s/gen  speed-up (same run)")
+    print("\npath       backend  noise    ours s/gen  reference s/gen  speed-up (same run)")
     for r in results:
-        print(f"{r['path']:9} {r['ours_s']:10.1f} {r['reference_s']:16.1f} {r['speedup']:10.2f}x")
+        print(f"{r['path']:10} {r['backend']:8} {r['perturbation']:8} {r['ours_s']:10.1f} "
+              f"{r['reference_s']:16.1f} {r['speedup']:10.2f}x")
     print(json.dumps(results))
 
 

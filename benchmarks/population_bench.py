@@ -34,10 +34,10 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 import torch  # noqa: E402
 
-from engine.backends.hf import HFBackend  # noqa: E402
-from engine.models import resolve_model  # noqa: E402
-from replay import noise  # noqa: E402
-from replay.perturbation import Perturbation, factors  # noqa: E402
+from seedledger.engine.backends.hf import HFBackend  # noqa: E402
+from seedledger.engine.models import resolve_model  # noqa: E402
+from seedledger.replay import noise  # noqa: E402
+from seedledger.replay.perturbation import Perturbation, factors  # noqa: E402
 
 QUESTIONS = [
     "What is 3+4?", "Name three primary colors.", "Write a haiku about autumn.",
@@ -176,7 +176,7 @@ def main() -> None:
     prompts = [[{"role": "user", "content": q}] for q in (QUESTIONS * (args.prompts // 16 + 1))[: args.prompts]]
     print(f"model {args.model}, device {args.device}, {torch.get_num_threads()} threads, "
           f"{args.dtype}, {args.prompts} prompts, {args.new_tokens} new tokens, rank {args.rank}")
-    from engine.batching import CPU_ROWS, CUDA_MAX_ROWS
+    from seedledger.engine.batching import CPU_ROWS, CUDA_MAX_ROWS
 
     rows_cap = CUDA_MAX_ROWS if args.device.startswith("cuda") else CPU_ROWS
     for n in args.members:

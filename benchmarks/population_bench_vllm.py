@@ -79,10 +79,10 @@ def vllm_section(model_dir: Path, n_members: int, prompts: list, new_tokens: int
 def _one(path: str, job: dict) -> dict:
     """Time one generation on one path (in this process); the figures as a dict."""
     from benchmarks.lora_bench import lora_perturbation, trained_adapter
-    from engine.backends.base import Population
-    from engine.backends.vllm import VLLMBackend
-    from replay import noise
-    from replay.perturbation import Perturbation
+    from seedledger.engine.backends.base import Population
+    from seedledger.engine.backends.vllm import VLLMBackend
+    from seedledger.replay import noise
+    from seedledger.replay.perturbation import Perturbation
 
     n, prompts, new = job["members"], job["prompts"], job["new_tokens"]
     rows = n * len(prompts)
@@ -139,7 +139,7 @@ def main() -> None:
         print("RESULT " + json.dumps(_one(args.one, json.loads(sys.stdin.read()))), flush=True)
         return
     from benchmarks.population_bench import QUESTIONS
-    from engine.models import resolve_model
+    from seedledger.engine.models import resolve_model
 
     questions = (QUESTIONS * (args.prompts // len(QUESTIONS) + 1))[: args.prompts]
     prompts = [[{"role": "user", "content": q}] for q in questions]

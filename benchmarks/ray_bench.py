@@ -20,12 +20,12 @@ import os
 import statistics
 import time
 
-from engine.config import validate
-from engine.loop import hyperparameters
-from engine.models import resolve_model
-from ledger import ReplayStep
-from replay.noise import run_key
-from trainers.es import ES
+from seedledger.engine.config import validate
+from seedledger.engine.loop import hyperparameters
+from seedledger.engine.models import resolve_model
+from seedledger.ledger import ReplayStep
+from seedledger.replay.noise import run_key
+from seedledger.trainers.es import ES
 
 
 def one_generation(pool, cfg, strategy: ES, key: int, generation: int) -> tuple[float, str]:
@@ -50,11 +50,11 @@ def measure(kind: str, cfg, generations: int) -> tuple[float, list[float], list[
     """(startup seconds, timed seconds per generation, fingerprints)."""
     started = time.perf_counter()
     if kind == "ray":
-        from engine.pools.ray import RayPool
+        from seedledger.engine.pools.ray import RayPool
 
         pool = RayPool(cfg, resolve_model(cfg.model))
     else:
-        from engine.pools.local import LocalPool
+        from seedledger.engine.pools.local import LocalPool
 
         pool = LocalPool(cfg, resolve_model(cfg.model))
     startup = time.perf_counter() - started

@@ -24,10 +24,10 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from ledger import GenerationRecord, Ledger, MemberRecord, ReplayStep  # noqa: E402
-from replay import noise, update  # noqa: E402
-from replay.fingerprint import fingerprint  # noqa: E402
-from replay.rebuild import rebuild  # noqa: E402
+from seedledger.ledger import GenerationRecord, Ledger, MemberRecord, ReplayStep  # noqa: E402
+from seedledger.replay import noise, update  # noqa: E402
+from seedledger.replay.fingerprint import fingerprint  # noqa: E402
+from seedledger.replay.rebuild import rebuild  # noqa: E402
 
 SMOLLM2 = Path(os.environ.get("SEEDLEDGER_HOME", Path.home() / ".cache/seedledger")) / "models/smollm2-135m-instruct"
 
@@ -83,7 +83,7 @@ def linear_master(layers: int, device: str) -> dict[str, torch.Tensor]:
 
 def bench_lowrank(repeat: int, device: str, layers: int = 6) -> None:
     """One generation's exact update, low-rank (r = 1, 4, 16) vs full-rank, same tensors and N."""
-    from replay.perturbation import Perturbation
+    from seedledger.replay.perturbation import Perturbation
 
     master = linear_master(layers, device)
     numel = sum(t.numel() for t in master.values())
@@ -170,7 +170,7 @@ def bench_cuda(numel: int, repeat: int, reference: bool) -> None:
     if not torch.cuda.is_available():
         print("cuda: not available, skipped")
         return
-    from replay import _backend
+    from seedledger.replay import _backend
 
     path = "Triton kernels" if _backend.use_triton("cuda") else "torch reference (no Triton)"
     print(f"cuda {torch.cuda.get_device_name()}: {numel / 1e9:.2f}B fp32 elements, path: {path}")

@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from trainers.sandbox import Limits, Sandbox  # noqa: E402
+from seedledger.trainers.sandbox import Limits, Sandbox  # noqa: E402
 
 BEFORE_CAGE = "6e9131ec2933fea218f015cc16ce2388622d41ef"
 ITEM = {"program": "def f(x):\n    return x + 1\n", "test": "assert f(1) == 2"}

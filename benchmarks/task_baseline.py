@@ -23,9 +23,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 import yaml  # noqa: E402
 
-from engine.backends.hf import HFBackend  # noqa: E402
-from engine.models import resolve_model  # noqa: E402
-from trainers.tasks import load_task  # noqa: E402
+from seedledger.engine.backends.hf import HFBackend  # noqa: E402
+from seedledger.engine.models import resolve_model  # noqa: E402
+from seedledger.trainers.tasks import load_task  # noqa: E402
 
 
 def summarize(rewards: list[float | None]) -> tuple[float, str]:

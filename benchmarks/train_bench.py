@@ -20,10 +20,10 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from engine import session
-from engine.commands.demo import CONFIG
-from engine.loop import Hooks
-from ledger import Ledger
+from seedledger.engine import session
+from seedledger.engine.commands.demo import CONFIG
+from seedledger.engine.loop import Hooks
+from seedledger.ledger import Ledger
 
 
 def main() -> None:

@@ -17,9 +17,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from ledger.records import ReplayStep  # noqa: E402
-from replay import _triton_kernels as k  # noqa: E402
-from replay import noise, update  # noqa: E402
+from seedledger.ledger.records import ReplayStep  # noqa: E402
+from seedledger.replay import _triton_kernels as k  # noqa: E402
+from seedledger.replay import noise, update  # noqa: E402
 
 
 def best(fn, repeat: int = 3) -> float:

@@ -20,13 +20,13 @@ from pathlib import Path
 
 import yaml
 
-from engine import session
-from engine.config import validate
-from engine.evaluation import paired_change
-from engine.heldout import HeldOut
-from engine.pbt import PBT
-from engine.tune import tune
-from ledger import Ledger
+from seedledger.engine import session
+from seedledger.engine.config import validate
+from seedledger.engine.evaluation import paired_change
+from seedledger.engine.heldout import HeldOut
+from seedledger.engine.pbt import PBT
+from seedledger.engine.tune import tune
+from seedledger.ledger import Ledger
 
 
 def main() -> None:

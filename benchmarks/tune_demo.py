@@ -29,13 +29,13 @@ from pathlib import Path
 
 import yaml
 
-from engine import session
-from engine.commands.demo import CONFIG
-from engine.config import load_config, validate
-from engine.evaluation import paired_change
-from engine.heldout import HeldOut
-from engine.tune import override, tune
-from ledger import Ledger
+from seedledger.engine import session
+from seedledger.engine.commands.demo import CONFIG
+from seedledger.engine.config import load_config, validate
+from seedledger.engine.evaluation import paired_change
+from seedledger.engine.heldout import HeldOut
+from seedledger.engine.tune import override, tune
+from seedledger.ledger import Ledger
 
 DEMO_BUDGET = 8 * 16 * 16  # population × batch_size × generations of configs/arithmetic.yaml
 

@@ -20,8 +20,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ledger.errors import SeedLedgerError
-from replay.adapter import (
+from seedledger.ledger.errors import SeedLedgerError
+from seedledger.replay.adapter import (
     PREFIX,
     LoraSpec,
     check_adapter,
@@ -29,8 +29,8 @@ from replay.adapter import (
     singular_form,
     tensor_names,
 )
-from replay.adapter import initial_adapter as seeded_adapter
-from replay.fingerprint import fingerprint
+from seedledger.replay.adapter import initial_adapter as seeded_adapter
+from seedledger.replay.fingerprint import fingerprint
 
 CONFIG = "adapter_config.json"
 WEIGHTS = "adapter_model.safetensors"
@@ -254,7 +254,7 @@ def resolve(cfg: Any) -> Any:
         update = {"rank": train.rank or DEFAULT_RANK, "alpha": train.alpha or DEFAULT_ALPHA,
                   "init_seed": cfg.seed if train.init_seed is None else train.init_seed}
         if train.target_modules is None:
-            from replay.perturbation import DEFAULT_TARGETS
+            from seedledger.replay.perturbation import DEFAULT_TARGETS
 
             update["target_modules"] = list(DEFAULT_TARGETS)
     return cfg.model_copy(update={"train": train.model_copy(update=update)})

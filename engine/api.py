@@ -16,17 +16,17 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ledger import GenerationRecord, Ledger, RunInfo
-from ledger.errors import SeedLedgerError
-from ledger.seedio import IMPORT_MAX_MEMBERS
+from seedledger.ledger import GenerationRecord, Ledger, RunInfo
+from seedledger.ledger.errors import SeedLedgerError
+from seedledger.ledger.seedio import IMPORT_MAX_MEMBERS
 
 if TYPE_CHECKING:
     import pandas
     import torch
 
-    from engine.evaluation import EvaluationResult
-    from engine.loop import Hooks
-    from engine.session import SessionResult
+    from seedledger.engine.evaluation import EvaluationResult
+    from seedledger.engine.loop import Hooks
+    from seedledger.engine.session import SessionResult
 
 __all__ = [
     "DEFAULT_LEDGER", "evaluate", "export", "fork", "history", "history_frame", "import_seeds", "open_ledger",
@@ -60,7 +60,7 @@ def _opened(ledger: LedgerArg, create: bool = False) -> Iterator[Ledger]:
 
 def _printing_hooks() -> Hooks:
     """One line per committed generation: progress for scripts and notebooks."""
-    from engine.loop import Hooks
+    from seedledger.engine.loop import Hooks
 
     def end(record: GenerationRecord, seconds: float) -> None:
         mean = record.reward_stats()["mean"]
@@ -91,7 +91,7 @@ def train(
     file's stem (`run` for a dict). `generations` trains that many in this session (default:
     the config's `generations`). `progress` prints a line per generation. The ledger is
     created when it does not exist."""
-    from engine import session
+    from seedledger.engine import session
 
     with _opened(ledger, create=True) as led:
         return session.start(led, config, run, list(overrides), generations, _hooks(hooks, progress))
@@ -111,7 +111,7 @@ def resume(
     config's `generations` by default (no records when it is there), or `generations` more.
     `take_over` takes the writer lease from a session on another host that is gone;
     `trust_code` allows the reward code its stored config names to be imported."""
-    from engine import session
+    from seedledger.engine import session
 
     with _opened(ledger) as led:
         return session.resume(led, run, generations, _hooks(hooks, progress), take_over, trust_code=trust_code)
@@ -131,7 +131,7 @@ def fork(
     """Start the child run `run` at `ref` (RUN@G), with `overrides` changing its settings,
     and train it (`seedledger fork`). The child replays its parent up to G, then trains
     on its own; the parent is untouched."""
-    from engine import session
+    from seedledger.engine import session
 
     with _opened(ledger) as led:
         return session.fork(led, ref, run, list(overrides), generations, _hooks(hooks, progress),
@@ -157,7 +157,7 @@ def evaluate(
     unless `record=False`. `trust_code` as for `resume`; `progress` says on stderr what it scores."""
     import sys
 
-    from engine.evaluation import evaluate as score
+    from seedledger.engine.evaluation import evaluate as score
 
     with _opened(ledger) as led:
         return score(led, ref, rows, skip, against, trust_code=trust_code, record=record,
@@ -167,7 +167,7 @@ def evaluate(
 def history(run: str, *, ledger: LedgerArg = None) -> list[GenerationRecord]:
     """Every generation record along `run`'s lineage (RUN or RUN@G), oldest first:
     hyperparameters in force, members with their keys, coefficients and rewards, fingerprint."""
-    from engine.refs import resolve_ref
+    from seedledger.engine.refs import resolve_ref
 
     with _opened(ledger) as led:
         info, gen = resolve_ref(led, run)
@@ -182,7 +182,7 @@ def history_frame(run: str, *, ledger: LedgerArg = None) -> pandas.DataFrame:
         import pandas
     except ImportError:
         raise ImportError("history_frame needs pandas: pip install pandas") from None
-    from engine.refs import resolve_ref
+    from seedledger.engine.refs import resolve_ref
 
     with _opened(ledger) as led:
         info, gen = resolve_ref(led, run)
@@ -194,7 +194,7 @@ def history_frame(run: str, *, ledger: LedgerArg = None) -> pandas.DataFrame:
 
 def _is_seedfile(source: str | os.PathLike[str], ledger: LedgerArg) -> bool:
     """A `Path` is a seed file; a string is one when it names a file and no run of the ledger."""
-    from engine.refs import parse_ref, split_member
+    from seedledger.engine.refs import parse_ref, split_member
 
     if isinstance(source, os.PathLike):
         return True
@@ -210,7 +210,7 @@ def _is_seedfile(source: str | os.PathLike[str], ledger: LedgerArg) -> bool:
 
 def _master(source: str | os.PathLike[str], ledger: LedgerArg, base: str | None, device: str,
             verify: str, allow_unverified: bool):
-    from engine import rebuilding
+    from seedledger.engine import rebuilding
 
     if _is_seedfile(source, ledger):
         return rebuilding.seedfile_master(Path(source), base, device, verify=verify,
@@ -253,7 +253,7 @@ def rebuild_model(
     dtype, ready for `model.generate`; a LoRA run's adapter comes merged into its base."""
     from transformers import AutoTokenizer
 
-    from engine.rebuilding import merged_weights, model_from_master
+    from seedledger.engine.rebuilding import merged_weights, model_from_master
 
     start, master, _, _ = _master(source, ledger, base, device, verify, allow_unverified)
     model = model_from_master(start.model_dir, merged_weights(start, master)).to(device)
@@ -278,7 +278,7 @@ def rebuild_to(
     report (run, generation, fingerprint, output, verified). A directory that is neither
     empty nor an earlier rebuild's output is refused unless `force`. A LoRA run gives a
     PEFT adapter directory, or with `merge` the base with the adapter merged in."""
-    from engine import rebuilding
+    from seedledger.engine import rebuilding
 
     output = Path(directory)
     if isinstance(ledger, Ledger):
@@ -297,7 +297,7 @@ def verify(ref: str, *, ledger: LedgerArg = None, device: str = "cpu", quick: bo
     `quick` only recompute the rows' hash chain (no model). Returns the report (`ok`, the
     first bad generation, `error`); a mismatch is reported, not raised. Recorded as a
     `verify` event."""
-    from engine import rebuilding
+    from seedledger.engine import rebuilding
 
     with _opened(ledger) as led:
         return rebuilding.quick_report(led, ref) if quick else rebuilding.verify_ref(led, ref, device)
@@ -310,9 +310,9 @@ def export(ref: str, path: str | os.PathLike[str], *, ledger: LedgerArg = None,
     names member M (the lineage to G-1 and the member's key, sign, σ and perturbation;
     `rebuild` takes it, `import` refuses it) and the report adds `member`. An existing
     file is replaced only with `force` (never a directory or a ledger)."""
-    from engine.refs import resolve_member
-    from ledger.seedio import export_seedfile
-    from replay.noise import member_key
+    from seedledger.engine.refs import resolve_member
+    from seedledger.ledger.seedio import export_seedfile
+    from seedledger.replay.noise import member_key
 
     output = Path(path)
     with _opened(ledger) as led:
@@ -336,9 +336,9 @@ def import_seeds(
     full first and committed in one transaction; refused when it holds no fingerprint to
     check a replay against, unless `allow_unverified`. Returns run, latest_generation and
     verified (with `not_verified` saying why not). The ledger is created if need be."""
-    from ledger.seedio import import_seedfile
-    from replay.noise import member_key
-    from replay.seedcheck import check_seedfile
+    from seedledger.ledger.seedio import import_seedfile
+    from seedledger.replay.noise import member_key
+    from seedledger.replay.seedcheck import check_seedfile
 
     with _opened(ledger, create=True) as led:
         info: RunInfo = import_seedfile(

@@ -1,7 +1,7 @@
 """The console script `seedledger = engine.cli:main` (and `python -m engine.cli`); the
 commands live in engine.commands."""
 
-from engine.commands import app, main
+from seedledger.engine.commands import app, main
 
 __all__ = ["app", "main"]
 

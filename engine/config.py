@@ -22,18 +22,23 @@ from pydantic import (
     model_validator,
 )
 
-from ledger.errors import SeedLedgerError, did_you_mean
-from ledger.seedfile import MAX_GENERATIONS, MAX_MEMBERS, MAX_POPULATION
-from replay.adapter import LoraSpec
-from replay.perturbation import DEFAULT_TARGETS, Perturbation
-from replay.task_settings import check_task_settings
-from trainers.adaptation import AdaptationSpec
-from trainers.cmaes import CMAESSpec
-from trainers.ga import GASpec
-from trainers.lmmaes import LMMAESSpec
-from trainers.optim import OptimizerSpec
-from trainers.schedules import Schedule
-from trainers.tasks.registry import absolute_paths, check_rewards, task_levels, uses_loglik
+from seedledger.ledger.errors import SeedLedgerError, did_you_mean
+from seedledger.ledger.seedfile import MAX_GENERATIONS, MAX_MEMBERS, MAX_POPULATION
+from seedledger.replay.adapter import LoraSpec
+from seedledger.replay.perturbation import DEFAULT_TARGETS, Perturbation
+from seedledger.replay.task_settings import check_task_settings
+from seedledger.trainers.adaptation import AdaptationSpec
+from seedledger.trainers.cmaes import CMAESSpec
+from seedledger.trainers.ga import GASpec
+from seedledger.trainers.lmmaes import LMMAESSpec
+from seedledger.trainers.optim import OptimizerSpec
+from seedledger.trainers.schedules import Schedule
+from seedledger.trainers.tasks.registry import (
+    absolute_paths,
+    check_rewards,
+    task_levels,
+    uses_loglik,
+)
 
 # Bounds (issue 13 item 7): every number finite, and limits that cohere with what the
 # ledger and a seed file can hold, so a config that cannot work is refused before any run
@@ -214,7 +219,9 @@ class TrainConfig(Strict):
     max_new_tokens: int = Field(32, ge=1, le=MAX_NEW_TOKENS)
     sampling: Sampling = Sampling()
     seed: int = Field(0, ge=0, lt=2**63)
-    backend: Literal["hf", "vllm"] = "hf"
+    backend: Literal["auto", "hf", "vllm"] = Field(
+        "auto", description="vllm where installed and able, else hf: chosen when the run is created (engine.backend_choice)"
+    )
     device: str = "cpu"
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     workers: Workers = Workers()
@@ -252,7 +259,7 @@ class TrainConfig(Strict):
         return task
     @model_validator(mode="after")
     def _kl_needs_hf(self) -> TrainConfig:
-        if self.kl is not None and self.backend != "hf":
+        if self.kl is not None and self.backend == "vllm":
             raise ValueError("kl: the KL-to-base penalty needs backend: hf (it scores tokens under a frozen base model)")
         return self
 
@@ -316,7 +323,7 @@ class TrainConfig(Strict):
         if self.train == "full" and self.perturbation != "full":
             raise ValueError("ga.survivors: survivors are kept as full-size offsets; use perturbation: full "
                              "or train an adapter (train: lora)")
-        if self.backend != "hf" or self.workers.pool != "local":
+        if self.backend == "vllm" or self.workers.pool != "local":
             raise ValueError("ga.survivors: members carry offset terms only the in-process hf backend builds; "
                              "use backend: hf and workers.pool: local")
         if survivors >= self.population:
@@ -330,7 +337,7 @@ class TrainConfig(Strict):
         if self.train == "full":
             raise ValueError("algorithm lmmaes: its paths are m copies of the trained weights; "
                              "train an adapter (train: lora)")
-        if self.backend != "hf" or self.workers.pool != "local":
+        if self.backend == "vllm" or self.workers.pool != "local":
             raise ValueError("algorithm lmmaes: members carry path terms only the in-process hf backend "
                              "builds; use backend: hf and workers.pool: local")
         if self.mirrored:

@@ -7,7 +7,7 @@ instead of an AssertionError deep inside torch after the run exists.
 
 from __future__ import annotations
 
-from ledger.errors import SeedLedgerError
+from seedledger.ledger.errors import SeedLedgerError
 
 
 def check_device(name: str) -> str:

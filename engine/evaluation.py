@@ -16,13 +16,13 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from engine.config import TrainConfig, validate
-from engine.evaluator import HeldOutScores
-from engine.heldout import HeldOut
-from engine.loop import Hooks
-from engine.refs import resolve_ref
-from ledger import GenerationRecord, Ledger, RunInfo
-from ledger.errors import SeedLedgerError
+from seedledger.engine.config import TrainConfig, validate
+from seedledger.engine.evaluator import HeldOutScores
+from seedledger.engine.heldout import HeldOut
+from seedledger.engine.loop import Hooks
+from seedledger.engine.refs import resolve_ref
+from seedledger.ledger import GenerationRecord, Ledger, RunInfo
+from seedledger.ledger.errors import SeedLedgerError
 
 SAMPLES = 3  # before/after examples kept in a result (rows that changed first)
 
@@ -115,7 +115,7 @@ def _comparison(ledger: Ledger, info: RunInfo, cfg: TrainConfig, against: str | 
     RUN@G must share RUN's model, trained parameters and task (the same rows, scored alike)."""
     if against in (None, "base"):
         return info, 0
-    from engine.session import check_stored_code, stored_code
+    from seedledger.engine.session import check_stored_code, stored_code
 
     other, g = resolve_ref(ledger, against)
     if other.name != info.name:
@@ -137,7 +137,7 @@ def evaluate(
     (default: the config's `evaluation.rows`) and, with `record`, log it as an
     `evaluation` event of RUN. Reward code the stored configs name is imported only with
     `trust_code` (as `resume`), checked before any task is built."""
-    from engine.session import check_stored_code, stored_code
+    from seedledger.engine.session import check_stored_code, stored_code
 
     say = say or (lambda line: None)
     info, g = resolve_ref(ledger, ref)

@@ -2,7 +2,7 @@
 
 The local pool holds one of these in process; each Ray actor holds its own. Everything
 that changes the master goes through `apply`, which calls replay's update: training and
-replay share one code path (DESIGN.md invariant 2).
+replay share one code path (docs/design.md invariant 2).
 
 Decoding. Training follows `sampling`: greedy at temperature 0, else seeded sampling with
 the member's seed `member_key(run_key, generation, 1_000_000 + member)`, which the
@@ -25,20 +25,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.backends import make_backend
-from engine.backends.base import Population, PopulationOutput
-from engine.config import TrainConfig
-from ledger import Ledger, ReplayStep
-from replay import update
-from replay.adapter import start_fingerprint
-from replay.fingerprint import fingerprint
-from replay.noise import member_key
-from replay.rebuild import rebuild
-from trainers.es import Member
-from trainers.rewards.curriculum import success_rate
-from trainers.rewards.kl import sequence_kl
-from trainers.rewards.passk import pass_at_k_rewards
-from trainers.tasks import load_task
+from seedledger.engine.backends import make_backend
+from seedledger.engine.backends.base import Population, PopulationOutput
+from seedledger.engine.config import TrainConfig
+from seedledger.ledger import Ledger, ReplayStep
+from seedledger.replay import update
+from seedledger.replay.adapter import start_fingerprint
+from seedledger.replay.fingerprint import fingerprint
+from seedledger.replay.noise import member_key
+from seedledger.replay.rebuild import rebuild
+from seedledger.trainers.es import Member
+from seedledger.trainers.rewards.curriculum import success_rate
+from seedledger.trainers.rewards.kl import sequence_kl
+from seedledger.trainers.rewards.passk import pass_at_k_rewards
+from seedledger.trainers.tasks import load_task
 
 
 @dataclass

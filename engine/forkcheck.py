@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.config import TrainConfig
-from ledger import Ledger
-from ledger.errors import SeedLedgerError
-from replay.paths import StateView
-from trainers.policy import make_policy
+from seedledger.engine.config import TrainConfig
+from seedledger.ledger import Ledger
+from seedledger.ledger.errors import SeedLedgerError
+from seedledger.replay.paths import StateView
+from seedledger.trainers.policy import make_policy
 
 
 def check_policy(ledger: Ledger, parent: str, generation: int, cfg: TrainConfig, pool: Any = None,

@@ -11,13 +11,13 @@ Decoding is greedy (`Evaluator.held_out_rewards`); rows are `rows` test rows aft
 
 from __future__ import annotations
 
-from engine.config import TrainConfig
-from engine.evaluator import Evaluator, HeldOutScores, _mean
-from engine.models import resolve_model
-from engine.session import anchors_dir
-from ledger import Ledger
-from ledger.errors import SeedLedgerError, VerifyMismatch
-from replay import update
+from seedledger.engine.config import TrainConfig
+from seedledger.engine.evaluator import Evaluator, HeldOutScores, _mean
+from seedledger.engine.models import resolve_model
+from seedledger.engine.session import anchors_dir
+from seedledger.ledger import Ledger
+from seedledger.ledger.errors import SeedLedgerError, VerifyMismatch
+from seedledger.replay import update
 
 
 class HeldOut:

@@ -16,7 +16,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from ledger.errors import SeedLedgerError
+from seedledger.ledger.errors import SeedLedgerError
 
 
 class Terminated(BaseException):

@@ -7,7 +7,7 @@ is built; *that record* is applied through replay's update (the function `rebuil
 `verify` use) and the fingerprint of the result taken; the record, fingerprint included,
 commits in one transaction. The loop knows no algorithm: it never scales a reward.
 
-Why apply before commit (DESIGN.md says "commits a record, then applies that record"):
+Why apply before commit (the founding design, docs/design.md "Decisions that changed", says "commits a record, then applies that record"):
 the record carries the fingerprint after its update, so the update has to run first to
 know it. What is applied is still exactly what commits: the step is built from the
 record, and only the fingerprint and timings are filled in afterwards. Committing first
@@ -32,19 +32,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.config import TrainConfig
-from engine.evaluator import MemberResult
-from engine.failpoints import failpoint
-from engine.interrupts import raise_pending
-from engine.signal_advice import advice
-from ledger import GenerationRecord, Ledger, MemberRecord, ReplayStep, RunInfo
-from replay.anchors import save_anchor
-from replay.noise import round_coefficient
-from replay.paths import StateView
-from replay.perturbation import Perturbation
-from trainers.policy import make_policy
-from trainers.rewards.curriculum import Curriculum
-from trainers.rewards.kl import next_beta
+from seedledger.engine.config import TrainConfig
+from seedledger.engine.evaluator import MemberResult
+from seedledger.engine.failpoints import failpoint
+from seedledger.engine.interrupts import raise_pending
+from seedledger.engine.signal_advice import advice
+from seedledger.ledger import GenerationRecord, Ledger, MemberRecord, ReplayStep, RunInfo
+from seedledger.replay.anchors import save_anchor
+from seedledger.replay.noise import round_coefficient
+from seedledger.replay.paths import StateView
+from seedledger.replay.perturbation import Perturbation
+from seedledger.trainers.policy import make_policy
+from seedledger.trainers.rewards.curriculum import Curriculum
+from seedledger.trainers.rewards.kl import next_beta
 
 
 @dataclass

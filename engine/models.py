@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ledger.durable import as_umask_allows, fsync_dir
-from ledger.errors import SeedLedgerError
+from seedledger.ledger.durable import as_umask_allows, fsync_dir
+from seedledger.ledger.errors import SeedLedgerError
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never touch the hub, whoever imports us first
 
@@ -309,7 +309,7 @@ def _provision(alias: Alias, entry: Path) -> None:
     """Build the alias into a temp dir beside `entry`, write the manifest, rename into place."""
     from rich.console import Console
 
-    from engine import progress
+    from seedledger.engine import progress
 
     console = Console(stderr=True)
     t0 = time.perf_counter()

@@ -36,11 +36,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from engine import session, tunecheck
-from engine.config import load_config, validate
-from engine.tune import override
-from ledger import Ledger
-from ledger.errors import SeedLedgerError
+from seedledger.engine import session, tunecheck
+from seedledger.engine.config import load_config, validate
+from seedledger.engine.tune import override
+from seedledger.ledger import Ledger
+from seedledger.ledger.errors import SeedLedgerError
 
 UP, DOWN = 1.25, 0.8
 
@@ -174,7 +174,7 @@ class PBT:
             self.say({"event": "trained", "round": round_, "run": run, "generation": target})
 
     def score(self, run: str, generation: int) -> float:
-        from engine.heldout import HeldOut
+        from seedledger.engine.heldout import HeldOut
 
         if self._held_out is None:
             self._held_out = HeldOut(self.cfg, self.rows, self.skip)
@@ -254,14 +254,14 @@ def _train_on_ray(location: str, todo: list[tuple[str, int]], address: str | Non
     hold the CPUs, so the tasks ask for none."""
     import ray
 
-    from engine.pools.ray import connect, get
+    from seedledger.engine.pools.ray import connect, get
 
     connect(address)
 
     @ray.remote(num_cpus=0, max_retries=0)
     def train(location: str, run: str, generations: int, trust_code: bool) -> str:
-        from engine import session as remote_session
-        from ledger import Ledger as RemoteLedger
+        from seedledger.engine import session as remote_session
+        from seedledger.ledger import Ledger as RemoteLedger
 
         with RemoteLedger.open(location, create=False) as led:
             return remote_session.resume(led, run, generations, trust_code=trust_code).fingerprint

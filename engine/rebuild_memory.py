@@ -14,9 +14,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ledger.errors import SeedLedgerError
-from replay import paths
-from replay.adapter import LoraSpec
+from seedledger.ledger.errors import SeedLedgerError
+from seedledger.replay import paths
+from seedledger.replay.adapter import LoraSpec
 
 ENV = "SEEDLEDGER_REBUILD_MEMORY_MB"  # an explicit bound, in MiB, in place of the machine's available memory
 FIXED = {"sgd": 0, "momentum": 1, "adam": 2}  # fp32 copies of the trained weights each rule keeps

@@ -17,21 +17,27 @@ from typing import Any
 
 import torch
 
-from engine.models import resolve_model
-from engine.rebuild_memory import check_rebuild_memory
-from engine.refs import parse_ref, resolve_member, resolve_ref, split_member
-from engine.session import anchors_dir
-from ledger import Ledger
-from ledger.db import sqlite_path, to_url
-from ledger.durable import as_umask_allows, disk_full, holds_ledger, is_sqlite_file, write_error
-from ledger.errors import NotVerified, SeedLedgerError, VerifyMismatch
-from ledger.records import missing_fingerprint
-from replay.adapter import LoraSpec, start_fingerprint
-from replay.fingerprint import fingerprint
-from replay.noise import member_key
-from replay.perturbation import check_spec
-from replay.rebuild import apply_member, rebuild, replay_steps
-from replay.update import OptimizerState
+from seedledger.engine.models import resolve_model
+from seedledger.engine.rebuild_memory import check_rebuild_memory
+from seedledger.engine.refs import parse_ref, resolve_member, resolve_ref, split_member
+from seedledger.engine.session import anchors_dir
+from seedledger.ledger import Ledger
+from seedledger.ledger.db import sqlite_path, to_url
+from seedledger.ledger.durable import (
+    as_umask_allows,
+    disk_full,
+    holds_ledger,
+    is_sqlite_file,
+    write_error,
+)
+from seedledger.ledger.errors import NotVerified, SeedLedgerError, VerifyMismatch
+from seedledger.ledger.records import missing_fingerprint
+from seedledger.replay.adapter import LoraSpec, start_fingerprint
+from seedledger.replay.fingerprint import fingerprint
+from seedledger.replay.noise import member_key
+from seedledger.replay.perturbation import check_spec
+from seedledger.replay.rebuild import apply_member, rebuild, replay_steps
+from seedledger.replay.update import OptimizerState
 
 
 def add_member(ledger: Ledger, run: str, g: int, index: int, master: dict[str, torch.Tensor],
@@ -78,9 +84,9 @@ def load_start(base: str, config: dict, noise_spec: str, param_selection: str, d
     """Generation 0 of a run with this stored config and perturbation, on the model `base`
     (alias or directory): an adapter run loads its frozen base as the run's
     `base_quantization` says and makes (or reads) its initial adapter."""
-    from engine import adapters
-    from engine.config import validate
-    from engine.models import load_causal_lm
+    from seedledger.engine import adapters
+    from seedledger.engine.config import validate
+    from seedledger.engine.models import load_causal_lm
 
     model_dir = resolve_model(base)
     spec = check_spec(noise_spec, param_selection).adapter
@@ -161,7 +167,7 @@ def merged_weights(start: Start, master: dict[str, torch.Tensor]) -> dict[str, t
     re-quantizing would round the adapter away)."""
     if start.adapter is None:
         return master
-    from engine import adapters
+    from seedledger.engine import adapters
 
     modules = list(adapters.target_linears(start.model, start.adapter))
     return adapters.merge(adapters.dequantized(start.model), master, start.adapter, modules)
@@ -194,7 +200,7 @@ def write_output(start: Start, master: dict[str, torch.Tensor], output: Path, me
             raise SeedLedgerError(f"{meta['run']} trains every weight: there is no adapter to --merge")
         write_model_dir(start.model_dir, master, output, meta, force, keep)
         return {}
-    from engine import adapters
+    from seedledger.engine import adapters
 
     meta = {**meta, "adapter": start.adapter.selection, "base_quantization": start.quantization}
     if merge:
@@ -401,8 +407,8 @@ def seedfile_master(
     trained parameters and every step): as `ref_master`; a member file (format 3) gives
     its last generation's master (checked) plus the member's perturbation, as `RUN@G#M`
     does. `before` runs once the file is read, before any work."""
-    from ledger.seedfile import read_seedfile
-    from replay.seedcheck import check_seedfile
+    from seedledger.ledger.seedfile import read_seedfile
+    from seedledger.replay.seedcheck import check_seedfile
 
     seeds = read_seedfile(path, key_fn=member_key, check=check_seedfile)
     if before is not None:
@@ -506,7 +512,7 @@ def _run_part(source: str) -> str | None:
 def quick_report(led: Ledger, ref: str) -> dict:
     """`verify --quick`: the hash chain of RUN@G's lineage, recomputed from the rows (no
     model, no replay); a `verify` event records the outcome either way."""
-    from ledger.errors import ChainBroken
+    from seedledger.ledger.errors import ChainBroken
 
     run, gen = resolve_ref(led, ref)
     report = {"run": run.name, "generation": gen, "quick": True}

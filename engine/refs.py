@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ledger import Ledger, RunInfo
-from ledger.errors import RunNotFound, SeedLedgerError
+from seedledger.ledger import Ledger, RunInfo
+from seedledger.ledger.errors import RunNotFound, SeedLedgerError
 
 
 def parse_ref(ref: str) -> tuple[str, int | None]:

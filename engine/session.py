@@ -18,23 +18,23 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from engine import adapters, batching, forkcheck, preflight
-from engine.config import TrainConfig, apply_overrides, load_config, validate
-from engine.devices import check_device
-from engine.interrupts import RunInterrupted, signal_of, signals_held
-from engine.loop import Hooks, train
-from engine.models import model_revision, resolve_model
-from engine.pools import make_pool
-from engine.refs import resolve_ref
-from ledger import GenerationRecord, Ledger, RunInfo
-from ledger.db import sqlite_path, to_url
-from ledger.errors import SeedLedgerError
-from ledger.lease import WriterLease
-from ledger.names import check_run_name
-from replay.noise import run_key
-from replay.perturbation import Perturbation
-from trainers.rewards.loader import is_file_ref
-from trainers.tasks.registry import code_refs
+from seedledger.engine import adapters, backend_choice, batching, forkcheck, preflight
+from seedledger.engine.config import TrainConfig, apply_overrides, load_config, validate
+from seedledger.engine.devices import check_device
+from seedledger.engine.interrupts import RunInterrupted, signal_of, signals_held
+from seedledger.engine.loop import Hooks, train
+from seedledger.engine.models import model_revision, resolve_model
+from seedledger.engine.pools import make_pool
+from seedledger.engine.refs import resolve_ref
+from seedledger.ledger import GenerationRecord, Ledger, RunInfo
+from seedledger.ledger.db import sqlite_path, to_url
+from seedledger.ledger.errors import SeedLedgerError
+from seedledger.ledger.lease import WriterLease
+from seedledger.ledger.names import check_run_name
+from seedledger.replay.noise import run_key
+from seedledger.replay.perturbation import Perturbation
+from seedledger.trainers.rewards.loader import is_file_ref
+from seedledger.trainers.tasks.registry import code_refs
 
 LEASE_TTL = 300.0  # seconds; the loop renews it after every member
 
@@ -166,7 +166,7 @@ def _run_loop(ledger: Ledger, run: RunInfo, cfg: TrainConfig, pool, generations:
     """Train under `lease` (held by the caller since before any work)."""
     loggers = None
     if cfg.report_to:
-        from engine.loggers import make_loggers
+        from seedledger.engine.loggers import make_loggers
 
         loggers = make_loggers(cfg.report_to, run.name, log_dir(ledger), cfg.model_dump())
     try:
@@ -175,7 +175,7 @@ def _run_loop(ledger: Ledger, run: RunInfo, cfg: TrainConfig, pool, generations:
             return SessionResult(run, [], pool.fingerprint(), ledger.latest_generation(run.name))
         scoring = None
         if cfg.evaluation.every:  # held-out scores beside the loop (engine.evaluation)
-            from engine.evaluation import DuringTraining
+            from seedledger.engine.evaluation import DuringTraining
 
             scoring = DuringTraining(ledger, run.name, cfg, lease.heartbeat)
             hooks = scoring.start(hooks or Hooks())
@@ -234,6 +234,7 @@ def start(
         raise SeedLedgerError(f"run {name!r} exists: `seedledger resume {name}` or pick another --run")
     try:
         model_dir = resolve_model(cfg.model)
+        cfg = cfg.model_copy(update={"backend": backend_choice.resolve(cfg, model_dir)})
         preflight.check(cfg, model_dir)  # before the run exists: a setting that cannot work is exit 2
         cfg = adapters.resolve(cfg)
         cfg = cfg.model_copy(update={"members_per_forward": batching.resolve(cfg, model_dir)})
@@ -374,6 +375,7 @@ def fork(
         raise SeedLedgerError(f"run {new_name!r} exists; pick another --run")
     forkcheck.check_policy(ledger, parent.name, gen, cfg)  # a refusal leaves no child behind
     model_dir = resolve_model(cfg.model)
+    cfg = cfg.model_copy(update={"backend": backend_choice.resolve(cfg, model_dir)})  # --set backend=auto
     preflight.check(cfg, model_dir)
     if _rows_changed(validate(parent.config, f"run {parent.name} config"), cfg, overrides):
         cfg = cfg.model_copy(update={"members_per_forward": None})

@@ -10,8 +10,8 @@ zero), more rows per generation, sampling instead of greedy decoding, and the de
 
 from __future__ import annotations
 
-from engine.config import MAX_BATCH, TrainConfig
-from trainers.tasks.registry import uses_loglik
+from seedledger.engine.config import MAX_BATCH, TrainConfig
+from seedledger.trainers.tasks.registry import uses_loglik
 
 USUAL_SIGMA = {"full": 1e-3, "lowrank": 1e-3, "lora": 1e-2}
 """The σ each perturbation kind usually trains with (README: the paper's 1e-3; LoRA 1e-2)."""

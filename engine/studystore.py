@@ -33,11 +33,11 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 
-from ledger import Ledger
-from ledger.db import to_url
-from ledger.errors import LeaseHeld, SeedLedgerError
-from ledger.lease import stale_reason
-from ledger.rows import now, utc
+from seedledger.ledger import Ledger
+from seedledger.ledger.db import to_url
+from seedledger.ledger.errors import LeaseHeld, SeedLedgerError
+from seedledger.ledger.lease import stale_reason
+from seedledger.ledger.rows import now, utc
 
 KEY = "seedledger:tuner"
 TTL = 300.0  # seconds; renewed every TTL / 5 (as a run's writer lease)
@@ -180,7 +180,7 @@ class StudyLease:
 @contextmanager
 def held(ledger: Ledger, study_id: int, study: str) -> Iterator[StudyLease]:
     """The study's lease, renewed from a thread (trials outlast its ttl) until the block ends."""
-    from engine.session import _keepalive
+    from seedledger.engine.session import _keepalive
 
     with StudyLease(ledger, study_id, study) as lease, _keepalive(lease, TTL / 5):
         yield lease

@@ -46,13 +46,13 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from engine import session, studystore, tunecheck
-from engine.config import load_config, validate
-from engine.loop import Hooks
-from engine.studystore import open_study
-from ledger import Ledger
-from ledger.errors import LeaseHeld, SeedLedgerError
-from replay.hashing import splitmix64
+from seedledger.engine import session, studystore, tunecheck
+from seedledger.engine.config import load_config, validate
+from seedledger.engine.loop import Hooks
+from seedledger.engine.studystore import open_study
+from seedledger.ledger import Ledger
+from seedledger.ledger.errors import LeaseHeld, SeedLedgerError
+from seedledger.replay.hashing import splitmix64
 
 
 class _Strict(BaseModel):
@@ -227,7 +227,7 @@ def run_trial(
     """Run (or finish) one trial; tells Optuna its outcome and returns a summary."""
     from optuna.trial import TrialState
 
-    from engine.heldout import HeldOut
+    from seedledger.engine.heldout import HeldOut
 
     number = trial.number
     name = trial_run(study_name, number)

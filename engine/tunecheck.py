@@ -16,13 +16,13 @@ import math
 from pathlib import Path
 from typing import Any
 
-from engine import adapters, session
-from engine.config import TrainConfig, load_config
-from ledger import Ledger
-from ledger.errors import SeedLedgerError
+from seedledger.engine import adapters, session
+from seedledger.engine.config import TrainConfig, load_config
+from seedledger.ledger import Ledger
+from seedledger.ledger.errors import SeedLedgerError
 
 # keys session.start fills in when the config leaves them open (compared only when set)
-_RESOLVED = ("members_per_forward",)
+_RESOLVED = {"members_per_forward": None, "backend": "auto"}  # key: its value when left open
 _CODE_SECTIONS = ("task", "workers")  # what `trust_code` vouches for as stored
 
 
@@ -91,7 +91,7 @@ def check_config(ledger: Ledger, run: str, expected: TrainConfig, trust_code: bo
     """The run's stored config is the one `maker` (the study file; `pbt`'s config) makes for
     its parameters, key by key."""
     stored, want = ledger.get_run(run).config, expected.model_dump(mode="json")
-    skip = {k for k in _RESOLVED if want.get(k) is None} | (set(_CODE_SECTIONS) if trust_code else set())
+    skip = {k for k, open_value in _RESOLVED.items() if want.get(k) == open_value} | (set(_CODE_SECTIONS) if trust_code else set())
     for key in sorted(set(want) | set(stored)):
         if key not in skip and stored.get(key) != want.get(key):
             raise ForeignTrial(

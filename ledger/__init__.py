@@ -1,8 +1,8 @@
 """The ledger: SQL history of seeds, coefficients, rewards and fingerprints (no torch)."""
 
-from ledger.errors import LeaseHeld, RunNotFound, SeedLedgerError, VerifyMismatch
-from ledger.ledger import Ledger
-from ledger.records import (
+from seedledger.ledger.errors import LeaseHeld, RunNotFound, SeedLedgerError, VerifyMismatch
+from seedledger.ledger.ledger import Ledger
+from seedledger.ledger.records import (
     AnchorInfo,
     EventInfo,
     GenerationRecord,

@@ -16,13 +16,13 @@ from typing import Any
 from sqlalchemy import Connection, Engine, func, insert, select
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
-from ledger import codec, migrate, rows
-from ledger.db import display_location
-from ledger.errors import RunNotFound, SeedLedgerError
-from ledger.lease import WriterLease
-from ledger.names import check_run_name
-from ledger.records import RunInfo, RunSpec
-from ledger.schema import Event, Generation, Run
+from seedledger.ledger import codec, migrate, rows
+from seedledger.ledger.db import display_location
+from seedledger.ledger.errors import RunNotFound, SeedLedgerError
+from seedledger.ledger.lease import WriterLease
+from seedledger.ledger.names import check_run_name
+from seedledger.ledger.records import RunInfo, RunSpec
+from seedledger.ledger.schema import Event, Generation, Run
 
 Segment = tuple[str, int, int]  # (run, first generation, last generation)
 

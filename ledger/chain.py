@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
-from ledger.rows import utc
+from seedledger.ledger.rows import utc
 
 VERSION = b"seedledger-chain-v1"
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ledger import codec
+from seedledger.ledger import codec
 
 MAX_TEXT = 1 << 16  # longest free-text field a sane header holds
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import zstandard
 
-from ledger.errors import SeedLedgerError
+from seedledger.ledger.errors import SeedLedgerError
 
 U64 = 1 << 64
 I64_MAX = (1 << 63) - 1

@@ -9,13 +9,13 @@ from typing import Any
 from sqlalchemy import Connection, insert
 from sqlalchemy.exc import IntegrityError
 
-from ledger import chain, rows
-from ledger.base import run_spec
-from ledger.errors import SeedLedgerError
-from ledger.integrity import IntegrityMixin
-from ledger.lease import check_writer
-from ledger.records import GenerationRecord, RunInfo, RunSpec
-from ledger.schema import Generation, Member
+from seedledger.ledger import chain, rows
+from seedledger.ledger.base import run_spec
+from seedledger.ledger.errors import SeedLedgerError
+from seedledger.ledger.integrity import IntegrityMixin
+from seedledger.ledger.lease import check_writer
+from seedledger.ledger.records import GenerationRecord, RunInfo, RunSpec
+from seedledger.ledger.schema import Generation, Member
 
 _SQL_CACHE: dict[tuple[str, str, tuple[str, ...]], tuple[str, list[str] | None]] = {}
 

@@ -33,7 +33,7 @@ from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
-from ledger.errors import SeedLedgerError
+from seedledger.ledger.errors import SeedLedgerError
 
 BUSY_TIMEOUT_MS = 30_000
 

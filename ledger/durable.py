@@ -15,7 +15,7 @@ import stat
 import tempfile
 from pathlib import Path
 
-from ledger.errors import SeedLedgerError
+from seedledger.ledger.errors import SeedLedgerError
 
 
 def fsync_dir(path: str | os.PathLike[str]) -> None:

@@ -7,12 +7,12 @@ from typing import Any
 
 from sqlalchemy import select
 
-from ledger import codec, rows
-from ledger.base import LedgerBase, Segment
-from ledger.errors import RunNotFound, SeedLedgerError
-from ledger.records import GenerationRecord, ReplayStep
-from ledger.schema import COEFFICIENTS_DTYPE as DTYPE
-from ledger.schema import Generation, Member
+from seedledger.ledger import codec, rows
+from seedledger.ledger.base import LedgerBase, Segment
+from seedledger.ledger.errors import RunNotFound, SeedLedgerError
+from seedledger.ledger.records import GenerationRecord, ReplayStep
+from seedledger.ledger.schema import COEFFICIENTS_DTYPE as DTYPE
+from seedledger.ledger.schema import Generation, Member
 
 
 class HistoryMixin(LedgerBase):

@@ -8,10 +8,10 @@ from typing import Any
 
 from sqlalchemy import Connection, select
 
-from ledger import chain
-from ledger.base import LedgerBase
-from ledger.errors import ChainBroken
-from ledger.schema import Generation, Member, Run
+from seedledger.ledger import chain
+from seedledger.ledger.base import LedgerBase
+from seedledger.ledger.errors import ChainBroken
+from seedledger.ledger.schema import Generation, Member, Run
 
 
 def _start(row: Any) -> int:

@@ -22,10 +22,10 @@ from typing import Any, Protocol
 from sqlalchemy import Connection, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
-from ledger import codec
-from ledger.errors import LeaseHeld, SeedLedgerError
-from ledger.rows import now, utc
-from ledger.schema import Event, Lease
+from seedledger.ledger import codec
+from seedledger.ledger.errors import LeaseHeld, SeedLedgerError
+from seedledger.ledger.rows import now, utc
+from seedledger.ledger.schema import Event, Lease
 
 
 class LeaseHost(Protocol):

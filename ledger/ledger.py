@@ -11,9 +11,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ledger import migrate
-from ledger.commits import CommitsMixin
-from ledger.db import (
+from seedledger.ledger import migrate
+from seedledger.ledger.commits import CommitsMixin
+from seedledger.ledger.db import (
     display_location,
     make_engine,
     read_only_reason,
@@ -21,11 +21,11 @@ from ledger.db import (
     sqlite_path,
     to_url,
 )
-from ledger.errors import SeedLedgerError
-from ledger.history import HistoryMixin
-from ledger.lease import WriterLease
-from ledger.runs import RunsMixin
-from ledger.trail import TrailMixin
+from seedledger.ledger.errors import SeedLedgerError
+from seedledger.ledger.history import HistoryMixin
+from seedledger.ledger.lease import WriterLease
+from seedledger.ledger.runs import RunsMixin
+from seedledger.ledger.trail import TrailMixin
 
 
 class Ledger(RunsMixin, HistoryMixin, CommitsMixin, TrailMixin):

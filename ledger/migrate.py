@@ -29,8 +29,8 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, inspect, text
 from sqlalchemy.exc import DBAPIError
 
-from ledger.db import display_location, driver_error, make_engine, sqlite_path, to_url
-from ledger.errors import SeedLedgerError
+from seedledger.ledger.db import display_location, driver_error, make_engine, sqlite_path, to_url
+from seedledger.ledger.errors import SeedLedgerError
 
 
 @dataclass
@@ -66,7 +66,7 @@ class UpgradeResult:
 
 
 def _script_location() -> str:
-    spec = importlib.util.find_spec("migrations")
+    spec = importlib.util.find_spec("seedledger.migrations")
     if spec is None or not spec.submodule_search_locations:
         raise SeedLedgerError("the `migrations` package is missing from this installation")
     return str(Path(next(iter(spec.submodule_search_locations))))

@@ -21,7 +21,7 @@ import os
 import re
 from pathlib import Path
 
-from ledger.errors import SeedLedgerError
+from seedledger.ledger.errors import SeedLedgerError
 
 RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 RUN_NAME_RULE = "a letter or digit, then at most 63 letters, digits, '.', '_' or '-'"

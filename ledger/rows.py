@@ -9,10 +9,10 @@ from dataclasses import fields
 from datetime import UTC, datetime
 from typing import Any
 
-from ledger import codec
-from ledger.errors import SeedLedgerError
-from ledger.records import AnchorInfo, GenerationRecord, MemberRecord, RunInfo, RunSpec
-from ledger.schema import COEFFICIENTS_DTYPE, Anchor, Generation, Member, Run
+from seedledger.ledger import codec
+from seedledger.ledger.errors import SeedLedgerError
+from seedledger.ledger.records import AnchorInfo, GenerationRecord, MemberRecord, RunInfo, RunSpec
+from seedledger.ledger.schema import COEFFICIENTS_DTYPE, Anchor, Generation, Member, Run
 
 
 def utc(value: datetime) -> datetime:

@@ -7,13 +7,13 @@ from typing import Any
 
 from sqlalchemy import delete, func, select, update
 
-from ledger import rows
-from ledger.base import LedgerBase, run_spec
-from ledger.errors import SeedLedgerError
-from ledger.lease import check_writer, stale_reason
-from ledger.records import RunInfo, RunSpec
-from ledger.rows import now
-from ledger.schema import Anchor, Event, Generation, Lease, Member, Run
+from seedledger.ledger import rows
+from seedledger.ledger.base import LedgerBase, run_spec
+from seedledger.ledger.errors import SeedLedgerError
+from seedledger.ledger.lease import check_writer, stale_reason
+from seedledger.ledger.records import RunInfo, RunSpec
+from seedledger.ledger.rows import now
+from seedledger.ledger.schema import Anchor, Event, Generation, Lease, Member, Run
 
 
 class RunsMixin(LedgerBase):

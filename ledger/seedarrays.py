@@ -15,8 +15,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ledger.checks import need
-from ledger.records import ReplayStep
+from seedledger.ledger.checks import need
+from seedledger.ledger.records import ReplayStep
 
 KeyFn = Callable[[int, int, int], int]
 KEY_WIDTH = {"index-u16": 2, "index-u32": 4, "raw-u64": 8}

@@ -51,8 +51,8 @@ from typing import Any
 
 import zstandard
 
-from ledger import codec, seedarrays
-from ledger.checks import (
+from seedledger.ledger import codec, seedarrays
+from seedledger.ledger.checks import (
     Malformed,
     finite,
     integer,
@@ -62,9 +62,9 @@ from ledger.checks import (
     text,
     u64_text,
 )
-from ledger.errors import SeedLedgerError
-from ledger.records import GenerationRecord, ReplayStep, RunInfo
-from ledger.seedarrays import KeyFn
+from seedledger.ledger.errors import SeedLedgerError
+from seedledger.ledger.records import GenerationRecord, ReplayStep, RunInfo
+from seedledger.ledger.seedarrays import KeyFn
 
 MAGIC = b"SLSEEDS\x00"
 FORMAT_VERSION = 3  # 3: an optional `member` entry (RUN@G#M); written only when there is one

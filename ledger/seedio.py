@@ -11,12 +11,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ledger.durable import write_file_durably
-from ledger.errors import SeedLedgerError
-from ledger.ledger import Ledger
-from ledger.names import RUN_NAME_RULE, printable, valid_run_name
-from ledger.records import GenerationRecord, MemberRecord, RunInfo, RunSpec, missing_fingerprint
-from ledger.seedfile import KeyFn, SeedFile, SeedMember, encode, read_seedfile
+from seedledger.ledger.durable import write_file_durably
+from seedledger.ledger.errors import SeedLedgerError
+from seedledger.ledger.ledger import Ledger
+from seedledger.ledger.names import RUN_NAME_RULE, printable, valid_run_name
+from seedledger.ledger.records import (
+    GenerationRecord,
+    MemberRecord,
+    RunInfo,
+    RunSpec,
+    missing_fingerprint,
+)
+from seedledger.ledger.seedfile import KeyFn, SeedFile, SeedMember, encode, read_seedfile
 
 # Members an import takes without being asked (~18 MB of SQLite ledger, a few seconds):
 # far more than a real run (500 generations x 30 = 15,000), far less than a file can

@@ -6,11 +6,11 @@ from typing import Any
 
 from sqlalchemy import insert, select
 
-from ledger import codec, rows
-from ledger.base import LedgerBase
-from ledger.errors import SeedLedgerError
-from ledger.records import AnchorInfo, EventInfo
-from ledger.schema import Anchor, Event, Run
+from seedledger.ledger import codec, rows
+from seedledger.ledger.base import LedgerBase
+from seedledger.ledger.errors import SeedLedgerError
+from seedledger.ledger.records import AnchorInfo, EventInfo
+from seedledger.ledger.schema import Anchor, Event, Run
 
 
 class TrailMixin(LedgerBase):

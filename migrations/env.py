@@ -26,9 +26,9 @@ from __future__ import annotations
 
 from alembic import context
 
-from ledger.db import foreign_key_violations, lock_for_migration, make_engine, to_url
-from ledger.errors import SeedLedgerError
-from ledger.schema import Base
+from seedledger.ledger.db import foreign_key_violations, lock_for_migration, make_engine, to_url
+from seedledger.ledger.errors import SeedLedgerError
+from seedledger.ledger.schema import Base
 
 config = context.config
 target_metadata = Base.metadata

@@ -50,7 +50,7 @@ from typing import Any
 
 import torch
 
-from ledger.errors import SeedLedgerError
+from seedledger.ledger.errors import SeedLedgerError
 
 from . import paths
 from .fingerprint import fingerprint

@@ -1,7 +1,7 @@
 """Anchors: full-weight caches (master + optimizer state) that shorten a rebuild.
 
 An anchor is a zstd-compressed safetensors file named by its own sha256, recorded in the
-ledger with the fingerprint of its master. It is only a cache (invariant 1): loading
+ledger with the fingerprint of its master. It is only a cache (docs/design.md invariant 1): loading
 checks the sha256 and then the fingerprint against the ledger, and any failure is
 reported so the caller can fall back to an earlier anchor or the base model. Since the
 ledger's anchor rows are untrusted, only `<sha256>.safetensors.zst` inside the anchors
@@ -26,9 +26,9 @@ import zstandard
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
-from ledger.errors import SeedLedgerError
-from ledger.names import printable
-from ledger.records import AnchorInfo
+from seedledger.ledger.errors import SeedLedgerError
+from seedledger.ledger.names import printable
+from seedledger.ledger.records import AnchorInfo
 
 from .fingerprint import fingerprint
 from .update import OptimizerState

@@ -1,7 +1,7 @@
 """Regenerate ``noise_table.bin`` (noise spec v1). Needs scipy; runtime never imports this.
 
 The table is part of the spec: changing a single bit changes every replay, so the
-checksum in ``replay/table.py`` pins it. Run ``python -m replay.make_noise_table`` only
+checksum in ``replay/table.py`` pins it. Run ``python -m seedledger.replay.make_noise_table`` only
 to re-derive the committed file; its sha256 must not change.
 """
 

@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ledger.errors import SeedLedgerError
+from seedledger.ledger.errors import SeedLedgerError
 
 from .noise import check_coefficient, generate, perturb_, tensor_key
 

@@ -37,7 +37,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from ledger.errors import SeedLedgerError
+from seedledger.ledger.errors import SeedLedgerError
 
 from . import _reference as ref
 from .adapter import LoraSpec, is_selection, parse_selection

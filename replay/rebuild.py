@@ -16,9 +16,9 @@ from typing import Any, Literal
 
 import torch
 
-from ledger.errors import SeedLedgerError, VerifyMismatch
-from ledger.names import printable
-from ledger.records import RunInfo
+from seedledger.ledger.errors import SeedLedgerError, VerifyMismatch
+from seedledger.ledger.names import printable
+from seedledger.ledger.records import RunInfo
 
 from . import paths
 from .adapter import start_fingerprint

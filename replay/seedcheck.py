@@ -21,10 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from ledger.errors import SeedLedgerError
-from ledger.seedfile import SeedFile
-from ledger.seedio import check_member_file
-from replay.task_settings import check_task_settings
+from seedledger.ledger.errors import SeedLedgerError
+from seedledger.ledger.seedfile import SeedFile
+from seedledger.ledger.seedio import check_member_file
+from seedledger.replay.task_settings import check_task_settings
 
 from . import paths
 from .noise import _MAX_COEF, _MIN_COEF, SIG_BITS, check_coefficient

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ledger.errors import SeedLedgerError
+from seedledger.ledger.errors import SeedLedgerError
 
 BOUNDS = {"train_size": 100_000, "test_size": 10_000, "cpu_seconds": 600, "memory_mb": 16_384}
 

@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ledger.errors import SeedLedgerError
+from seedledger.ledger.errors import SeedLedgerError
 
 from . import _reference as ref
 from . import lowrank, paths

@@ -4,7 +4,7 @@ The functions are engine.api's (the command line calls the same ones); see its d
 for how ledgers and references are named.
 """
 
-from engine.api import (
+from seedledger.engine.api import (
     DEFAULT_LEDGER,
     evaluate,
     export,
@@ -20,8 +20,8 @@ from engine.api import (
     train,
     verify,
 )
-from ledger import GenerationRecord, Ledger, RunInfo
-from ledger.errors import SeedLedgerError
+from seedledger.ledger import GenerationRecord, Ledger, RunInfo
+from seedledger.ledger.errors import SeedLedgerError
 
 __all__ = [
     "DEFAULT_LEDGER", "GenerationRecord", "Ledger", "RunInfo", "SeedLedgerError", "evaluate", "export", "fork",

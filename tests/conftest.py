@@ -9,16 +9,20 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # tests run from a checkout even without `pip install -e`
+if str(ROOT) not in sys.path:  # `tests.support` imports from the checkout
     sys.path.insert(0, str(ROOT))
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# `backend: auto` takes hf in the suite (subprocesses inherit this): its runs last seconds,
+# less than a vLLM engine's start-up; vLLM tests say `backend: vllm`, and
+# tests/test_backend_choice.py unsets it to test the choice itself
+os.environ.setdefault("SEEDLEDGER_AUTO_BACKEND", "hf")
 
 
 @pytest.fixture(scope="session")
 def tiny_model_dir() -> Path:
     """The `tiny` alias (~3.3M random parameters, SmolLM2 tokenizer), provisioned once."""
-    from engine.models import resolve_model
+    from seedledger.engine.models import resolve_model
 
     return resolve_model("tiny")
 
@@ -28,7 +32,7 @@ def smollm2_dir() -> Path:
     """The default model, SmolLM2-135M-Instruct in fp32 (a one-time ~30 s provisioning)."""
     import importlib.metadata
 
-    from engine.models import INSTALL_HINT, SMOLLM2_PACKAGE, resolve_model
+    from seedledger.engine.models import INSTALL_HINT, SMOLLM2_PACKAGE, resolve_model
 
     try:
         importlib.metadata.distribution(SMOLLM2_PACKAGE)
@@ -95,8 +99,8 @@ def pytest_terminal_summary(terminalreporter) -> None:
 @pytest.fixture(scope="module")
 def box():
     """A real bubblewrap sandbox shared by a module's tests (skips where bwrap is missing)."""
+    from seedledger.trainers.sandbox import Sandbox
     from tests.support.sandbox import need_bwrap
-    from trainers.sandbox import Sandbox
 
     need_bwrap()
     sandbox = Sandbox()

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from engine.config import validate
-from ledger import GenerationRecord, Ledger, MemberRecord
-from ledger.errors import SeedLedgerError
-from replay.noise import round_coefficient
+from seedledger.engine.config import validate
+from seedledger.ledger import GenerationRecord, Ledger, MemberRecord
+from seedledger.ledger.errors import SeedLedgerError
+from seedledger.replay.noise import round_coefficient
+from seedledger.trainers.adaptation import Hyperparameters, SigmaAdaptation, next_sigma, odd_share
+from seedledger.trainers.policy import make_policy
 from tests.support.configs import tiny_config
-from trainers.adaptation import Hyperparameters, SigmaAdaptation, next_sigma, odd_share
-from trainers.policy import make_policy
 
 ROOT = Path(__file__).resolve().parents[1]
 ADAPT = {"sigma": {"rate": 0.5, "target": 0.5}, "lr": "follow_sigma"}
@@ -77,7 +77,7 @@ def test_config_refuses_sigma_adaptation_without_pairs():
 
 def seedledger(*args: str, env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
     proc = subprocess.run(
-        [sys.executable, "-m", "engine.cli", *args], cwd=ROOT, env=env or os.environ.copy(),
+        [sys.executable, "-m", "seedledger.engine.cli", *args], cwd=ROOT, env=env or os.environ.copy(),
         capture_output=True, text=True,
     )
     if check and proc.returncode != 0:

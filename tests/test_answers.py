@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from trainers.rewards.answers import (
+from seedledger.trainers.rewards.answers import (
     MAX_EXPONENT,
     _extract_tag_scan,
     extract_tag,

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import seedledger as sl
-from replay.fingerprint import fingerprint
+from seedledger.replay.fingerprint import fingerprint
 from tests.support.configs import TINY
 
 # the suite's tiny config, with longer completions (a generate() of the rebuilt model follows)
@@ -73,7 +73,7 @@ def test_rebuild_in_memory_matches_the_ledger(trained, tiny_model_dir):
 def test_rebuild_a_member_in_memory(trained):
     """RUN@G#M: the weights member M of generation G was evaluated with, i.e. RUN@G-1 plus
     its perturbation."""
-    from replay.rebuild import apply_member
+    from seedledger.replay.rebuild import apply_member
 
     where, result = trained
     member = sl.rebuild("a@2#1", ledger=where)
@@ -150,7 +150,7 @@ def test_the_cli_and_the_api_reach_the_same_bits(tmp_path, trained):
     config = tmp_path / "same.yaml"
     config.write_text(yaml.safe_dump(CONFIG))
     script = Path(sys.executable).with_name("seedledger")
-    cli = [str(script)] if script.exists() else [sys.executable, "-m", "engine.cli"]
+    cli = [str(script)] if script.exists() else [sys.executable, "-m", "seedledger.engine.cli"]
     env = {k: v for k, v in os.environ.items() if k != "SEEDLEDGER_DB"}
     proc = subprocess.run([*cli, "train", str(config), "--json", "--ledger", str(tmp_path / "cli.db")],
                           capture_output=True, text=True, env=env, timeout=300)

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from engine.commands import audit, audit_render
-from ledger import GenerationRecord, Ledger, MemberRecord
-from ledger.errors import RunNotFound, SeedLedgerError
+from seedledger.engine.commands import audit, audit_render
+from seedledger.ledger import GenerationRecord, Ledger, MemberRecord
+from seedledger.ledger.errors import RunNotFound, SeedLedgerError
 
 
 def _record(g: int, rewards: list[float], lr: float = 0.01) -> GenerationRecord:

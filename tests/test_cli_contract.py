@@ -97,7 +97,7 @@ def test_commands_that_read_do_not_create_a_ledger(tmp_path, args):
 
 
 def test_no_upgrade_refuses_an_old_schema_and_db_upgrade_names_its_backup(tmp_path):
-    from ledger import migrate
+    from seedledger.ledger import migrate
 
     old = tmp_path / "old.db"
     migrate.upgrade(str(old), "0001")
@@ -206,8 +206,8 @@ def test_verify_names_the_first_generation_that_does_not_replay(cli):
 def test_demo_json_prints_only_the_figures(monkeypatch, tmp_path):
     from typer.testing import CliRunner
 
-    import engine.commands.demo
-    from engine.cli import app
+    from seedledger.engine.cli import app
+    from seedledger.engine.commands import demo as demo_command
 
     seen = {}
 
@@ -218,11 +218,11 @@ def test_demo_json_prints_only_the_figures(monkeypatch, tmp_path):
         print("a table the demo prints")  # must not reach stdout under --json
         return {"generations": generations, "verified": True}
 
-    monkeypatch.setattr(engine.commands.demo, "run_demo", fake_demo)
+    monkeypatch.setattr(demo_command, "run_demo", fake_demo)
     result = CliRunner().invoke(
         app, ["demo", "--workdir", str(tmp_path), "-n", "3", "--set", "population=30", "--json"]
     )
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout) == {"generations": 3, "verified": True}
     assert seen["args"] == (tmp_path, 3) and seen["overrides"] == ["population=30"]
-    assert seen["config"] == engine.commands.demo.CONFIG  # the built-in demo unless --config
+    assert seen["config"] == demo_command.CONFIG  # the built-in demo unless --config

@@ -106,7 +106,7 @@ def test_vllm_cpu_head_sizes_match_the_installed_vllm():
     pytest.importorskip("vllm")
     from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
 
-    from engine.preflight import VLLM_CPU_HEAD_SIZES
+    from seedledger.engine.preflight import VLLM_CPU_HEAD_SIZES
 
     assert tuple(CPUAttentionBackend.get_supported_head_sizes()) == VLLM_CPU_HEAD_SIZES
 
@@ -242,7 +242,7 @@ def test_example_configs_ship_with_the_package(tmp_path):
     assert yaml.safe_load(text)["model"] == "tiny"
     assert "did you mean 'quickstart'" in cli.bad("example", "quickstar")
     assert "engine = configs/*.yaml" in (ROOT / "setup.cfg").read_text(), "package data in wheels"
-    from engine.config import load_config
+    from seedledger.engine.config import load_config
 
     for name in ("quickstart", "demo"):  # every shipped config validates
         (tmp_path / f"{name}.yaml").write_text(cli.run("example", name).stdout)
@@ -272,7 +272,7 @@ def test_gguf_provisioning_keeps_a_pipe_quiet(tmp_path):
     flood a non-terminal stderr (it wrote hundreds of carriage-return frames)."""
     import importlib.metadata
 
-    from engine.models import SMOLLM2_PACKAGE
+    from seedledger.engine.models import SMOLLM2_PACKAGE
 
     try:
         importlib.metadata.distribution(SMOLLM2_PACKAGE)
@@ -324,7 +324,7 @@ def test_readme_custom_reward_example_trains(tmp_path):
     spec = importlib.util.spec_from_file_location("readme_rewards", tmp_path / name)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    from trainers.tasks import load_task
+    from seedledger.trainers.tasks import load_task
 
     task = load_task(yaml.safe_load(config)["task"], base_dir=tmp_path)
     row = task.test_rows()[0]

@@ -19,7 +19,7 @@ import pytest
 import zstandard
 from test_cli_walkthrough import Cli
 
-from ledger.seedfile import DIGEST_SIZE, FORMAT_VERSION, MAGIC, PREFIX, _digest
+from seedledger.ledger.seedfile import DIGEST_SIZE, FORMAT_VERSION, MAGIC, PREFIX, _digest
 from tests.support.configs import tiny_config
 
 pytestmark = pytest.mark.slow
@@ -78,8 +78,8 @@ def test_export_to_a_directory_is_bad_input(cli):
 
 
 def test_export_replaces_an_existing_file_only_with_force(cli):
-    from ledger.seedfile import read_seedfile
-    from replay.noise import member_key
+    from seedledger.ledger.seedfile import read_seedfile
+    from seedledger.replay.noise import member_key
 
     work = cli.workdir
     seeds = work / "r.seeds"

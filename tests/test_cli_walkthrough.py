@@ -37,7 +37,7 @@ BYTES = re.compile(r"\(\d[\d,]* bytes\)")  # a seed file's header names the host
 
 def _cli() -> list[str]:
     script = Path(sys.executable).with_name("seedledger")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "engine.cli"]
+    return [str(script)] if script.exists() else [sys.executable, "-m", "seedledger.engine.cli"]
 
 
 def _env(**extra: str) -> dict[str, str]:

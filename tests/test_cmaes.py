@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 from cmaes import SepCMA
 
-from ledger import Ledger
-from replay.noise import round_coefficient
+from seedledger.ledger import Ledger
+from seedledger.replay.noise import round_coefficient
+from seedledger.trainers.cmaes import CMAES, CMAESSpec, ranking, recombination_weights
+from seedledger.trainers.es import Member
+from seedledger.trainers.optim import OptimizerSpec
 from tests.test_ga import _cli, _config, _fingerprints
-from trainers.cmaes import CMAES, CMAESSpec, ranking, recombination_weights
-from trainers.es import Member
-from trainers.optim import OptimizerSpec
 
 
 class _Hyper:

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from engine.config import load_config
-from ledger.errors import SeedLedgerError
+from seedledger.engine.config import load_config
+from seedledger.ledger.errors import SeedLedgerError
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"
@@ -100,7 +100,7 @@ def test_cli_refuses_a_bad_curriculum_with_exit_2(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("model: tiny\ntask: math:data.jsonl\ncurriculum: {window: 2}\n")
     proc = subprocess.run(
-        [sys.executable, "-m", "engine.cli", "train", str(path), "--ledger", str(tmp_path / "l.db")],
+        [sys.executable, "-m", "seedledger.engine.cli", "train", str(path), "--ledger", str(tmp_path / "l.db")],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )
     assert proc.returncode == 2, proc.stderr
@@ -122,7 +122,7 @@ def test_vllm_refuses_an_int8_base_in_one_line(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("model: tiny\nbackend: vllm\ntrain: lora\nbase_quantization: int8\n")
     proc = subprocess.run(
-        [sys.executable, "-m", "engine.cli", "train", str(path), "--ledger", str(tmp_path / "l.db")],
+        [sys.executable, "-m", "seedledger.engine.cli", "train", str(path), "--ledger", str(tmp_path / "l.db")],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )
     assert proc.returncode == 2, proc.stderr
@@ -159,7 +159,7 @@ def test_relative_paths_resolve_against_the_config_file(tmp_path, monkeypatch):
         "tests.support.rewards:vowel_share", "format",  # a module and a built-in stay as they are
     ]
     assert second["task"] == f"jsonl:{project / 'data' / 'qa.jsonl'}"
-    from trainers.tasks import load_task
+    from seedledger.trainers.tasks import load_task
 
     assert load_task(first["task"]).test_rows()  # from any working directory
     # --set paths are the working directory's
@@ -171,8 +171,8 @@ def test_relative_paths_resolve_against_the_config_file(tmp_path, monkeypatch):
 def test_resume_from_another_directory(tmp_path, monkeypatch, tiny_model_dir):
     """Train from one directory with a config whose dataset and reward file are relative to
     it, resume from another: the stored config names the files absolutely."""
-    from engine import session
-    from ledger import Ledger
+    from seedledger.engine import session
+    from seedledger.ledger import Ledger
 
     project = _project(tmp_path)
     config = {

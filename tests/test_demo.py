@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from engine.commands.demo import run_demo
-from ledger import Ledger
-from ledger.errors import SeedLedgerError
-from ledger.seedfile import read_seedfile
-from replay.noise import member_key
+from seedledger.engine.commands.demo import run_demo
+from seedledger.ledger import Ledger
+from seedledger.ledger.errors import SeedLedgerError
+from seedledger.ledger.seedfile import read_seedfile
+from seedledger.replay.noise import member_key
 
 TINY = {
     "model": "tiny",
@@ -60,7 +60,7 @@ def test_demo_refuses_a_workdir_holding_files_it_did_not_write(tmp_path: Path) -
 
 
 def test_paired_change_is_the_mean_row_difference_with_its_standard_error() -> None:
-    from engine.evaluation import paired_change
+    from seedledger.engine.evaluation import paired_change
 
     change = paired_change([0.0, 0.5, 1.0, None], [1.0, 0.5, 0.0, 1.0])  # a None row is left out
     assert change == {"mean": 0.0, "stderr": pytest.approx(1 / 3**0.5), "better": 1, "worse": 1}
@@ -71,8 +71,8 @@ def test_paired_change_is_the_mean_row_difference_with_its_standard_error() -> N
 def test_held_out_evaluation_is_greedy_under_a_sampling_config(tiny_model_dir: Path) -> None:
     """With `sampling.temperature > 0` the held-out evaluation and the demo's example answer
     used to raise ("sampling … needs a seed"); they decode greedily, whatever `sampling`."""
-    from engine.config import validate
-    from engine.evaluator import Evaluator
+    from seedledger.engine.config import validate
+    from seedledger.engine.evaluator import Evaluator
 
     greedy_cfg = validate(TINY)
     sampling_cfg = validate({**TINY, "sampling": {"temperature": 0.9, "top_p": 0.9}})

@@ -5,11 +5,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from ledger.errors import SeedLedgerError
-from replay.noise import member_key, round_coefficient
-from trainers.es import ES, centered_ranks, zscore
-from trainers.optim import OptimizerSpec
-from trainers.policy import Policy, make_policy
+from seedledger.ledger.errors import SeedLedgerError
+from seedledger.replay.noise import member_key, round_coefficient
+from seedledger.trainers.es import ES, centered_ranks, zscore
+from seedledger.trainers.optim import OptimizerSpec
+from seedledger.trainers.policy import Policy, make_policy
 
 SGD, MOMENTUM, ADAM = OptimizerSpec(), OptimizerSpec(name="momentum"), OptimizerSpec(name="adam")
 
@@ -104,7 +104,7 @@ def test_make_policy_refuses_an_unknown_algorithm():
 
 
 def test_make_policy_reads_the_engine_config():
-    from engine.config import validate
+    from seedledger.engine.config import validate
 
     policy = make_policy(validate({"population": 6, "mirrored": False}))
     assert (policy.population, policy.mirrored, policy.shaping) == (6, False, "zscore")

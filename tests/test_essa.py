@@ -10,15 +10,15 @@ import pytest
 import torch
 import yaml
 
-from engine import session
-from engine.adapters import linear_shapes, read_peft_dir, write_peft_dir
-from engine.models import load_causal_lm
-from engine.rebuilding import load_start, verify_ref
-from ledger import Ledger
-from ledger.errors import SeedLedgerError
-from ledger.records import ReplayStep
-from replay import noise
-from replay.adapter import (
+from seedledger.engine import session
+from seedledger.engine.adapters import linear_shapes, read_peft_dir, write_peft_dir
+from seedledger.engine.models import load_causal_lm
+from seedledger.engine.rebuilding import load_start, verify_ref
+from seedledger.ledger import Ledger
+from seedledger.ledger.errors import SeedLedgerError
+from seedledger.ledger.records import ReplayStep
+from seedledger.replay import noise
+from seedledger.replay.adapter import (
     LoraSpec,
     essa_names,
     parse_selection,
@@ -26,10 +26,10 @@ from replay.adapter import (
     singular_form,
     tensor_names,
 )
-from replay.fingerprint import fingerprint
-from replay.perturbation import Perturbation
-from replay.rebuild import apply_member, rebuild
-from replay.update import OptimizerState, apply_step
+from seedledger.replay.fingerprint import fingerprint
+from seedledger.replay.perturbation import Perturbation
+from seedledger.replay.rebuild import apply_member, rebuild
+from seedledger.replay.update import OptimizerState, apply_step
 from tests.support.runs import cli as _cli
 from tests.support.runs import fingerprints as _fingerprints
 from tests.support.runs import kill_train_and_resume
@@ -96,7 +96,7 @@ def test_degenerate_adapters_are_refused():
 
 
 def test_essa_config_needs_init():
-    from engine.config import validate
+    from seedledger.engine.config import validate
 
     with pytest.raises(SeedLedgerError, match="train.essa trains the singular values"):
         validate(ESSA | {"train": {"kind": "lora", "essa": True}})
@@ -163,8 +163,8 @@ def test_hf_and_vllm_members_are_the_perturbed_singular_values_expanded():
     """Both backends' member adapters, bit for bit, are the plain LoRA of `RUN@G#M` as
     replay builds it (`apply_member`: s + sign·σ·ε on the singular values alone), i.e.
     B = U·diag(s_m), A = Vᵀ (vLLM folds alpha/r into B)."""
-    from engine.backends.hf_lowrank import RowTerms
-    from engine.backends.vllm_lora import lora_adapters
+    from seedledger.engine.backends.hf_lowrank import RowTerms
+    from seedledger.engine.backends.vllm_lora import lora_adapters
 
     spec = LoraSpec(RANK, 8.0, ("q_proj", "down_proj"), "peft:" + "0" * 32, essa=True)
     master = singular_form(_adapter(), MODULES)

@@ -13,9 +13,9 @@ import pytest
 import yaml
 
 import seedledger as sl
-from engine.config import validate
-from ledger import Ledger
-from ledger.errors import SeedLedgerError
+from seedledger.engine.config import validate
+from seedledger.ledger import Ledger
+from seedledger.ledger.errors import SeedLedgerError
 from tests.support.configs import TINY
 from tests.support.runs import cli
 
@@ -51,7 +51,7 @@ def _independent(model_dir: Path, cfg, rows: list[dict]) -> tuple[list[str], lis
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from trainers.tasks import load_task
+    from seedledger.trainers.tasks import load_task
 
     task = load_task(cfg.task, seed=cfg.seed)
     model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32).eval()
@@ -71,7 +71,7 @@ def _independent(model_dir: Path, cfg, rows: list[dict]) -> tuple[list[str], lis
 
 
 def test_evaluate_equals_an_independent_scoring_of_the_rebuilt_model(work: Path, tiny_model_dir: Path) -> None:
-    from trainers.tasks import load_task
+    from seedledger.trainers.tasks import load_task
 
     db = work / "l.db"
     cfg = validate(CONFIG)
@@ -146,7 +146,7 @@ def test_every_scores_at_the_right_generations_and_leaves_fingerprints_alone(wor
     assert during[0]["mean"] == fresh.mean and during[0]["change"] == fresh.change
     log = json.loads(cli("log", "ev", "--json", "--ledger", db).stdout)
     assert [g["held_out"] is not None for g in log["generations"]] == [False, True, True]
-    from engine.commands.plot import plot_runs
+    from seedledger.engine.commands.plot import plot_runs
 
     with Ledger.open(str(db)) as led:  # the stars: the base (the events' comparison), 2 and 3
         stars = plot_runs(led, ["ev"], work / "ev.png")["runs"][0]["held_out"]

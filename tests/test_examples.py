@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from test_cli_walkthrough import Cli
 
-import engine.api as sl
-from engine.commands.example import example_text
-from engine.config import load_config
+import seedledger.engine.api as sl
+from seedledger.engine.commands.example import example_text
+from seedledger.engine.config import load_config
 from tests.support.sandbox import need_bwrap
 
 FAST = ["model=tiny", "generations=1", "population=2", "batch_size=2", "max_new_tokens=4"]

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from replay import _reference as ref
-from replay.fingerprint import fingerprint, tensor_lanes
+from seedledger.replay import _reference as ref
+from seedledger.replay.fingerprint import fingerprint, tensor_lanes
 
 
 def master() -> dict[str, torch.Tensor]:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ledger import Ledger
+from seedledger.ledger import Ledger
 from tests.test_lmmaes_run import CONFIG
 
 ROOT = Path(__file__).resolve().parents[1]

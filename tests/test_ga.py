@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 import yaml
 
-from ledger import Ledger
-from ledger.errors import SeedLedgerError
+from seedledger.ledger import Ledger
+from seedledger.ledger.errors import SeedLedgerError
+from seedledger.trainers.es import Member
+from seedledger.trainers.ga import GA, GASpec, Sharing, select, shared_fitness, species
+from seedledger.trainers.optim import OptimizerSpec
 from tests.support.runs import cli as _cli
 from tests.support.runs import fingerprints as _fingerprints
-from trainers.es import Member
-from trainers.ga import GA, GASpec, Sharing, select, shared_fitness, species
-from trainers.optim import OptimizerSpec
 
 TINY = {
     "model": "tiny",
@@ -111,7 +111,7 @@ def test_elite_is_member_zero_with_sign_zero():
 
 
 def test_config_refuses_what_a_ga_cannot_do(tmp_path):
-    from engine.config import validate
+    from seedledger.engine.config import validate
 
     with pytest.raises(SeedLedgerError, match="mirrored: false"):
         validate({"algorithm": "ga"})
@@ -164,7 +164,7 @@ def test_member_refs_in_show_diff_and_export(reference, tmp_path):
     """`show`, `diff` and `export` take a GA's genomes: the elite `RUN@G#0` is `RUN@G-1`, and
     where a generation did not cross over its child `RUN@G#a` is `RUN@G` (show says so, diff
     finds no weight changed, its seed file rebuilds to `RUN@G`'s fingerprint)."""
-    from engine.commands import audit
+    from seedledger.engine.commands import audit
 
     ledger_path, fps, _ = reference
     with Ledger.open(str(ledger_path)) as led:

@@ -17,20 +17,20 @@ import pytest
 import torch
 import yaml
 
-from engine import session
-from engine.config import validate
-from engine.rebuilding import load_start, ref_master
-from ledger import Ledger, ReplayStep
-from ledger.errors import SeedLedgerError
-from replay import paths
-from replay.adapter import member_adapter, peft_adapter
-from replay.fingerprint import fingerprint
-from replay.noise import member_key, round_coefficient
-from replay.rebuild import apply_member, rebuild
-from replay.update import OptimizerState, apply_step
+from seedledger.engine import session
+from seedledger.engine.config import validate
+from seedledger.engine.rebuilding import load_start, ref_master
+from seedledger.ledger import Ledger, ReplayStep
+from seedledger.ledger.errors import SeedLedgerError
+from seedledger.replay import paths
+from seedledger.replay.adapter import member_adapter, peft_adapter
+from seedledger.replay.fingerprint import fingerprint
+from seedledger.replay.noise import member_key, round_coefficient
+from seedledger.replay.rebuild import apply_member, rebuild
+from seedledger.replay.update import OptimizerState, apply_step
+from seedledger.trainers.ga import BREEDING_SLOT, GA, GASpec, Sharing, breed
+from seedledger.trainers.optim import OptimizerSpec
 from tests.support.runs import cli, fingerprints, kill_train_and_resume
-from trainers.ga import BREEDING_SLOT, GA, GASpec, Sharing, breed
-from trainers.optim import OptimizerSpec
 
 SHAPES = {"a": (6, 5), "b": (10,)}
 
@@ -333,7 +333,7 @@ def test_noise_rows_are_checked_against_the_members():
 def test_full_rank_survivors_are_evaluated_one_member_at_a_time(tmp_path, tiny_model_dir):
     """Full-parameter genomes: the HF backend loads each member's weights in turn, its
     offsets added in fp32 one tensor at a time, bit for bit what `rebuild RUN@G#M` builds."""
-    from engine.backends.hf import HFBackend
+    from seedledger.engine.backends.hf import HFBackend
 
     cfg = CONFIG | {"train": "full", "population": 6, "sigma": 0.05, "ga": {"survivors": 2, "crossover": 0.5},
                     "task": {"name": "arithmetic", "rewards": ["task", {"fn": "length", "limit": 12}]},
@@ -366,7 +366,7 @@ def test_anchors_of_four_survivors_are_reused(tmp_path, tiny_model_dir):
     survivors (three paths) replays from its anchor instead of falling back to the base."""
     import warnings
 
-    from engine.session import anchors_dir
+    from seedledger.engine.session import anchors_dir
 
     cfg = CONFIG | {"train": "full", "population": 8, "sigma": 0.05, "ga": {"survivors": 4, "crossover": 0.5},
                     "task": {"name": "arithmetic", "rewards": ["task", {"fn": "length", "limit": 12}]},

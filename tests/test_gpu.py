@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ledger.records import ReplayStep
-from replay import noise, update
-from replay.fingerprint import fingerprint
+from seedledger.ledger.records import ReplayStep
+from seedledger.replay import noise, update
+from seedledger.replay.fingerprint import fingerprint
 from tests.support.replay_cases import special_values
 
 pytestmark = [
@@ -67,7 +67,7 @@ def test_tiny_model_20_generations_cpu_equals_cuda(tiny_model_dir, optimizer):
 
 
 def _needs_triton():
-    from replay import _backend
+    from seedledger.replay import _backend
 
     if not _backend.use_triton("cuda"):
         pytest.skip("Triton is not importable (or SEEDLEDGER_REPLAY_IMPL=reference): CUDA uses the reference")
@@ -80,7 +80,7 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
 
 def test_triton_noise_equals_reference_on_cuda():
     """The Triton kernel (what CUDA uses) against the torch reference on the same GPU and the CPU."""
-    from replay import _reference as ref
+    from seedledger.replay import _reference as ref
 
     _needs_triton()
     assert noise._use_triton(torch.device("cuda"))
@@ -201,7 +201,7 @@ def test_lowrank_update_cpu_equals_cuda(optimizer, rank):
 
 
 def test_lowrank_factors_and_perturb_cpu_equals_cuda():
-    from replay import lowrank, perturbation
+    from seedledger.replay import lowrank, perturbation
 
     keys = [noise.member_key(5, 1, i) for i in range(6)]
     for rank in (1, 4, 64):

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.backends import Backend, make_backend
-from engine.backends.hf import HFBackend
-from replay import noise
+from seedledger.engine.backends import Backend, make_backend
+from seedledger.engine.backends.hf import HFBackend
+from seedledger.replay import noise
 
 SIGMA = noise.round_coefficient(1e-3)
 
@@ -131,7 +131,7 @@ def test_sampling_stream_does_not_depend_on_batch_split(tiny_model_dir, backend,
 
 
 def test_make_backend_from_config(tiny_model_dir):
-    from engine.config import validate
+    from seedledger.engine.config import validate
 
     b = make_backend(validate({"model": "tiny", "batch_size": 3}), tiny_model_dir)
     assert isinstance(b, HFBackend) and b.batch_size == 3
@@ -172,8 +172,8 @@ def test_left_padding_mixed_lengths_batch_8_equals_batch_1(tiny_model_dir, maste
 
 
 def test_prompt_stream_seed_of_sample_zero_is_unchanged():
-    from engine.backends.hf import prompt_stream_seed
-    from replay.hashing import splitmix64
+    from seedledger.engine.backends.hf import prompt_stream_seed
+    from seedledger.replay.hashing import splitmix64
 
     assert (prompt_stream_seed(7, 3), prompt_stream_seed(7, 3, 2)) == (3879072848308665546, 334283646672543036)
     for seed, index in [(0, 0), (1, 2), (2**64 - 1, 7), (12345, 99)]:

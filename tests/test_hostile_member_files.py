@@ -19,10 +19,10 @@ import pytest
 import yaml
 from test_ga_survivors import CONFIG as GA
 
-from ledger import Ledger
-from ledger.durable import write_file_durably
-from ledger.seedfile import SeedMember, encode
-from replay.noise import member_key
+from seedledger.ledger import Ledger
+from seedledger.ledger.durable import write_file_durably
+from seedledger.ledger.seedfile import SeedMember, encode
+from seedledger.replay.noise import member_key
 from tests.support.configs import tiny_config
 from tests.support.runs import cli
 

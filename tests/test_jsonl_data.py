@@ -11,14 +11,14 @@ import pytest
 import yaml
 from test_cli_walkthrough import Cli
 
-import engine.api as sl
-from engine.config import load_config
-from engine.signal_advice import advice
-from ledger.errors import SeedLedgerError
+import seedledger.engine.api as sl
+from seedledger.engine.config import load_config
+from seedledger.engine.signal_advice import advice
+from seedledger.ledger.errors import SeedLedgerError
+from seedledger.trainers.tasks import load_task
+from seedledger.trainers.tasks.jsonl_task import default_test_size
+from seedledger.trainers.tasks.sampling import split_indices
 from tests.support.configs import TINY
-from trainers.tasks import load_task
-from trainers.tasks.jsonl_task import default_test_size
-from trainers.tasks.sampling import split_indices
 
 
 def write_qa(path: Path, rows: int) -> Path:

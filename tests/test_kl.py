@@ -8,12 +8,12 @@ import math
 import pytest
 import torch
 
-from engine.backends.base import Population
-from engine.backends.hf import HFBackend
-from ledger import Ledger
-from replay import noise
-from replay.perturbation import Perturbation
-from trainers.rewards.kl import next_beta, sequence_kl
+from seedledger.engine.backends.base import Population
+from seedledger.engine.backends.hf import HFBackend
+from seedledger.ledger import Ledger
+from seedledger.replay import noise
+from seedledger.replay.perturbation import Perturbation
+from seedledger.trainers.rewards.kl import next_beta, sequence_kl
 
 SIGMA = noise.round_coefficient(0.05)
 PROMPTS = [[{"role": "user", "content": "What is 2+3?"}], [{"role": "user", "content": "Hi"}]]
@@ -91,7 +91,7 @@ KL_RUN = [
 
 
 def test_a_run_records_beta_and_kl_and_resume_continues_beta(tmp_path):
-    from engine import session
+    from seedledger.engine import session
 
     with Ledger.open(str(tmp_path / "a.db")) as led:
         straight = session.start(led, None, "a", KL_RUN, 3)

@@ -1,18 +1,23 @@
-"""Quality gates: every module imports, and imports point one way (DESIGN.md).
+"""Quality gates: every module imports, and imports point one way (docs/design.md).
 
-`engine → trainers → replay → ledger` (skipping a step is fine, going back up is not);
-`migrations` belongs to `ledger`; nothing imports `engine` but the `seedledger` package,
-which re-exports the public API (engine.api).
+Everything imports as `seedledger.<layer>` (the folders `ledger/ replay/ trainers/ engine/
+migrations/` are mapped by setup.py). `engine → trainers → replay → ledger` (skipping a step
+is fine, going back up is not); `migrations` belongs to `ledger`; nothing imports `engine` but
+the `seedledger` package, which re-exports the public API (seedledger.engine.api).
 """
 
 import ast
 import importlib
+import subprocess
+import sys
+import zipfile
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ["ledger", "migrations", "replay", "trainers", "engine", "seedledger"]
+LAYERS = ["ledger", "migrations", "replay", "trainers", "engine"]
+PACKAGES = [*LAYERS, "seedledger"]
 ALLOWED = {
     "ledger": {"ledger", "migrations"},
     "migrations": {"migrations", "ledger"},
@@ -24,14 +29,26 @@ ALLOWED = {
 
 
 def modules() -> list[tuple[str, Path]]:
+    """(dotted name as imported, path) of every module: `seedledger.<layer>.…`."""
     found = []
     for package in PACKAGES:
         for path in sorted((ROOT / package).rglob("*.py")):
             parts = path.relative_to(ROOT).with_suffix("").parts
             if parts[-1] == "__init__":
                 parts = parts[:-1]
+            if package != "seedledger":
+                parts = ("seedledger", *parts)
             found.append((".".join(parts), path))
     return found
+
+
+def layer(name: str) -> str:
+    """The layer a dotted name belongs to: `seedledger.replay.noise` → `replay`; the API
+    package itself → `seedledger`; a bare `engine…` (the old, colliding name) → `bare engine`."""
+    parts = name.split(".")
+    if parts[0] == "seedledger":
+        return parts[1] if len(parts) > 1 and parts[1] in LAYERS else "seedledger"
+    return f"bare {parts[0]}" if parts[0] in LAYERS else ""
 
 
 def imported_packages(path: Path, module: str) -> set[str]:
@@ -39,23 +56,22 @@ def imported_packages(path: Path, module: str) -> set[str]:
     names = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            names |= {alias.name.split(".")[0] for alias in node.names}
+            names |= {layer(alias.name) for alias in node.names}
         elif isinstance(node, ast.ImportFrom):
             if node.level:  # relative import: stays inside its own package
-                names.add(module.split(".")[0])
+                names.add(layer(module))
             elif node.module:
-                names.add(node.module.split(".")[0])
-    return names & set(PACKAGES)
+                names.add(layer(node.module))
+    return names - {""}
 
 
 @pytest.mark.parametrize(("module", "path"), modules(), ids=[m for m, _ in modules()])
 def test_imports_point_one_way(module, path):
-    package = module.split(".")[0]
-    wrong = imported_packages(path, module) - ALLOWED[package]
+    wrong = imported_packages(path, module) - ALLOWED[layer(module)]
     assert not wrong, f"{module} imports {sorted(wrong)}, against engine → trainers → replay → ledger"
 
 
-@pytest.mark.parametrize("module", [m for m, _ in modules() if not m.startswith("migrations.")])
+@pytest.mark.parametrize("module", [m for m, _ in modules() if not m.startswith("seedledger.migrations.") and m != "seedledger.__main__"])
 def test_every_module_imports(module):
     importlib.import_module(module)
 
@@ -87,10 +103,11 @@ GRAPH = {m: {i for i in imported_modules(p, m) if not (m + ".").startswith(i + "
 def test_nothing_outside_the_commands_imports_them():
     """engine/commands (the CLI and the work only commands do) sits on top of the runtime
     of engine/; only engine.cli, the console script's entry point, imports it."""
+    commands = "seedledger.engine.commands"
     for module, imported in GRAPH.items():
-        if module.startswith("engine.commands") or module == "engine.cli":
+        if module.startswith(commands) or module == "seedledger.engine.cli":
             continue
-        wrong = sorted(m for m in imported if m == "engine.commands" or m.startswith("engine.commands."))
+        wrong = sorted(m for m in imported if m == commands or m.startswith(commands + "."))
         assert not wrong, f"{module} imports {wrong}"
 
 
@@ -98,8 +115,8 @@ def test_nothing_outside_the_commands_imports_them():
 def test_no_import_cycles(package):
     """Modules of a package import one way too (e.g. ledger.lease never imports the ledger
     that imports it): no cycle among them, lazy imports included."""
-    graph = {m: {i for i in deps if i.startswith(package + ".")} for m, deps in GRAPH.items()
-             if m.startswith(package + ".")}
+    prefix = f"seedledger.{package}."
+    graph = {m: {i for i in deps if i.startswith(prefix)} for m, deps in GRAPH.items() if m.startswith(prefix)}
     state: dict[str, int] = {}
 
     def visit(m: str, path: list[str]) -> None:
@@ -113,3 +130,19 @@ def test_no_import_cycles(package):
     for m in sorted(graph):
         if m not in state:
             visit(m, [])
+
+
+def test_the_wheel_installs_one_package(tmp_path):
+    """`pip install seedledger` puts `seedledger` alone into site-packages (no top-level
+    `engine` or `migrations` to collide with a user's project), with its data files."""
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                    "-w", str(tmp_path), str(ROOT)], check=True, capture_output=True)
+    (wheel,) = tmp_path.glob("seedledger-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert {n.split("/")[0] for n in names} == {"seedledger", wheel.name.split("-py")[0] + ".dist-info"}
+    shipped = {m.replace(".", "/") for m, _ in modules()}
+    assert {n.removesuffix(".py").removesuffix("/__init__") for n in names if n.endswith(".py")} == shipped
+    for data in ("seedledger/engine/configs/demo.yaml", "seedledger/migrations/script.py.mako",
+                 "seedledger/engine/configs/data/words.jsonl"):
+        assert data in names
+    assert any(n.startswith("seedledger/replay/") and n.endswith(".bin") for n in names)

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from test_ledger_kit import bits, fill, new_run, record
 
-from ledger import LeaseHeld, Ledger, RunNotFound, SeedLedgerError
-from ledger.db import to_url
+from seedledger.ledger import LeaseHeld, Ledger, RunNotFound, SeedLedgerError
+from seedledger.ledger.db import to_url
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -12,9 +12,9 @@ import sqlalchemy as sa
 from test_cli_walkthrough import _cli
 from test_ledger_kit import fill, new_run, record
 
-from ledger import Ledger, chain, migrate
-from ledger.db import make_engine, to_url
-from ledger.errors import ChainBroken
+from seedledger.ledger import Ledger, chain, migrate
+from seedledger.ledger.db import make_engine, to_url
+from seedledger.ledger.errors import ChainBroken
 from tests.support.ledgercopy import copy_rows
 
 
@@ -99,7 +99,7 @@ def test_a_row_edited_by_hand_is_named(ledger_url, statement, run, bad):
 
 def test_a_rewritten_digest_breaks_the_next_link(ledger_url):
     """A forger who edits root@2 and recomputes its digest still breaks root@3's link."""
-    from ledger.schema import Generation, Member
+    from seedledger.ledger.schema import Generation, Member
 
     with Ledger.open(ledger_url) as led:
         _lineage(led)
@@ -120,7 +120,7 @@ def test_a_rewritten_digest_breaks_the_next_link(ledger_url):
 def test_replay_checks_the_chain_first(tmp_path):
     import torch
 
-    from replay.rebuild import rebuild
+    from seedledger.replay.rebuild import rebuild
 
     path = str(tmp_path / "l.db")
     with Ledger.open(path) as led:

@@ -13,8 +13,8 @@ import struct
 import sqlalchemy as sa
 from test_ledger_kit import new_run, record
 
-from ledger import Ledger
-from ledger.db import make_engine, to_url
+from seedledger.ledger import Ledger
+from seedledger.ledger.db import make_engine, to_url
 
 FORK = mp.get_context("fork")
 N = 48

@@ -7,7 +7,7 @@ import sqlite3
 import pytest
 from test_ledger_kit import fill, new_run
 
-from ledger import Ledger, SeedLedgerError
+from seedledger.ledger import Ledger, SeedLedgerError
 
 
 @pytest.fixture

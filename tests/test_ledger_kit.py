@@ -6,7 +6,7 @@ import math
 import random
 import struct
 
-from ledger import GenerationRecord, Ledger, MemberRecord
+from seedledger.ledger import GenerationRecord, Ledger, MemberRecord
 
 M64 = (1 << 64) - 1
 

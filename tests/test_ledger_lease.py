@@ -10,7 +10,7 @@ import time
 import pytest
 from test_ledger_kit import new_run, record
 
-from ledger import LeaseHeld, Ledger
+from seedledger.ledger import LeaseHeld, Ledger
 
 FORK = mp.get_context("fork")
 

@@ -9,8 +9,8 @@ import traceback
 import pytest
 import sqlalchemy as sa
 
-from ledger import Ledger, migrate
-from ledger.db import make_engine, to_url
+from seedledger.ledger import Ledger, migrate
+from seedledger.ledger.db import make_engine, to_url
 
 
 def _open_and_write(path, barrier, queue, name) -> None:

@@ -13,18 +13,18 @@ import pytest
 import torch
 from pypop7.optimizers.es.lmmaes import LMMAES as PypopLMMAES
 
-from engine.config import Schedules
-from ledger import ReplayStep
-from ledger.errors import SeedLedgerError
-from replay import paths
-from replay.fingerprint import fingerprint
-from replay.noise import generate, run_key, tensor_key
-from replay.perturbation import Perturbation
-from replay.rebuild import apply_member
-from replay.update import OptimizerState, apply_step
-from trainers.adaptation import Hyperparameters
-from trainers.lmmaes import LMMAES, LMMAESSpec, Rates, transform
-from trainers.optim import OptimizerSpec
+from seedledger.engine.config import Schedules
+from seedledger.ledger import ReplayStep
+from seedledger.ledger.errors import SeedLedgerError
+from seedledger.replay import paths
+from seedledger.replay.fingerprint import fingerprint
+from seedledger.replay.noise import generate, run_key, tensor_key
+from seedledger.replay.perturbation import Perturbation
+from seedledger.replay.rebuild import apply_member
+from seedledger.replay.update import OptimizerState, apply_step
+from seedledger.trainers.adaptation import Hyperparameters
+from seedledger.trainers.lmmaes import LMMAES, LMMAESSpec, Rates, transform
+from seedledger.trainers.optim import OptimizerSpec
 
 SHAPES = {"a": (12, 10), "b": (40,)}  # n = 160
 SGD = OptimizerSpec(name="sgd")

@@ -8,14 +8,14 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from engine import session
-from engine.config import validate
-from engine.rebuilding import load_start, ref_master, verify_ref
-from ledger import Ledger
-from replay.adapter import member_adapter, peft_adapter
-from replay.fingerprint import fingerprint
-from replay.noise import round_coefficient
-from replay.rebuild import rebuild
+from seedledger.engine import session
+from seedledger.engine.config import validate
+from seedledger.engine.rebuilding import load_start, ref_master, verify_ref
+from seedledger.ledger import Ledger
+from seedledger.replay.adapter import member_adapter, peft_adapter
+from seedledger.replay.fingerprint import fingerprint
+from seedledger.replay.noise import round_coefficient
+from seedledger.replay.rebuild import rebuild
 from tests.support.runs import cli, fingerprints, kill_train_and_resume
 
 CONFIG = {

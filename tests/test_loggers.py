@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.loggers import MultiLogger, make_loggers, normalize
-from ledger.errors import SeedLedgerError
+from seedledger.engine.loggers import MultiLogger, make_loggers, normalize
+from seedledger.ledger.errors import SeedLedgerError
 
 CONFIG = {
     "population": 4,

@@ -15,14 +15,14 @@ import pytest
 import torch
 from test_cli_walkthrough import Cli
 
-from engine.backends.base import Population
-from engine.config import validate
-from engine.evaluator import Evaluator
-from ledger.errors import SeedLedgerError
-from replay import perturbation
-from trainers.es import ES, differences
-from trainers.rewards.loglik import LikelihoodReward
-from trainers.tasks import load_task
+from seedledger.engine.backends.base import Population
+from seedledger.engine.config import validate
+from seedledger.engine.evaluator import Evaluator
+from seedledger.ledger.errors import SeedLedgerError
+from seedledger.replay import perturbation
+from seedledger.trainers.es import ES, differences
+from seedledger.trainers.rewards.loglik import LikelihoodReward
+from seedledger.trainers.tasks import load_task
 
 BASE = {"model": "tiny", "task": {"name": "arithmetic", "rewards": ["loglik"]}, "population": 4,
         "batch_size": 5, "seed": 3, "sigma": 0.0625, "lr": 0.01}

@@ -22,12 +22,12 @@ def test_vllm_serves_the_rebuilt_adapter(smollm2_dir: Path, tmp_path: Path) -> N
     from vllm import SamplingParams
     from vllm.lora.request import LoRARequest
 
-    from engine.adapters import write_peft_dir
-    from engine.backends.hf import HFBackend
-    from engine.backends.vllm import VLLMBackend
-    from replay import noise
-    from replay.adapter import LoraSpec
-    from replay.perturbation import DEFAULT_TARGETS, Perturbation
+    from seedledger.engine.adapters import write_peft_dir
+    from seedledger.engine.backends.hf import HFBackend
+    from seedledger.engine.backends.vllm import VLLMBackend
+    from seedledger.replay import noise
+    from seedledger.replay.adapter import LoraSpec
+    from seedledger.replay.perturbation import DEFAULT_TARGETS, Perturbation
 
     spec = LoraSpec(8, 16.0, DEFAULT_TARGETS, "seed:0")
     hb = HFBackend(smollm2_dir, perturbation=Perturbation.lora(spec))

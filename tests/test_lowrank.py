@@ -15,22 +15,22 @@ import numpy as np
 import pytest
 import torch
 
-from ledger import GenerationRecord, Ledger, MemberRecord
-from ledger.errors import SeedLedgerError
-from ledger.records import ReplayStep
-from replay import _reference as ref
-from replay import lowrank, noise, perturbation, update
-from replay.anchors import save_anchor
-from replay.fingerprint import fingerprint
-from replay.hashing import mix, stable_hash
-from replay.perturbation import (
+from seedledger.ledger import GenerationRecord, Ledger, MemberRecord
+from seedledger.ledger.errors import SeedLedgerError
+from seedledger.ledger.records import ReplayStep
+from seedledger.replay import _reference as ref
+from seedledger.replay import lowrank, noise, perturbation, update
+from seedledger.replay.anchors import save_anchor
+from seedledger.replay.fingerprint import fingerprint
+from seedledger.replay.hashing import mix, stable_hash
+from seedledger.replay.perturbation import (
     DEFAULT_TARGETS,
     KNOWN_SPECS,
     Perturbation,
     check_spec,
     step_perturbation,
 )
-from replay.rebuild import rebuild, verify
+from seedledger.replay.rebuild import rebuild, verify
 from tests.support.replay_cases import reference_apply
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -247,7 +247,7 @@ def records(n: int, population: int, opt: dict, rank: int, seed: int, mirrored: 
 @pytest.mark.parametrize("rule", list(OPTS))
 def test_fast_equals_reference(rule, rank, mirrored, blocks, monkeypatch):
     """``tiny``: one or a few rows per work item and one member per factor group in numba."""
-    from replay import _cpu_kernels as k
+    from seedledger.replay import _cpu_kernels as k
 
     if blocks == "tiny":
         monkeypatch.setattr(k, "LOWRANK_BLOCK", 700)
@@ -327,8 +327,8 @@ def test_numba_kernel_has_no_fma():
 
     import numba
 
-    from replay import _cpu_kernels as k
-    from replay.table import TABLE_NP
+    from seedledger.replay import _cpu_kernels as k
+    from seedledger.replay.table import TABLE_NP
 
     def asm(**extra) -> str:
         f = numba.njit(**{**k._OPTS, "cache": False, **extra})(k._lowrank_block.py_func)
@@ -349,8 +349,8 @@ def test_numba_kernel_has_no_fma():
 
 PROBE = r"""
 import json, torch
-from replay import noise, update, fingerprint
-from ledger.records import ReplayStep
+from seedledger.replay import noise, update, fingerprint
+from seedledger.ledger.records import ReplayStep
 out = {"threads": __import__("numba").get_num_threads()}
 g = torch.Generator().manual_seed(0)
 master = {"a.q_proj.weight": torch.randn(300, 700, generator=g), "b.up_proj.weight": torch.randn(130, 7, generator=g),

@@ -12,8 +12,8 @@ import pytest
 import torch
 import yaml
 
-from engine import session
-from ledger import Ledger
+from seedledger.engine import session
+from seedledger.ledger import Ledger
 from tests.support.runs import cli as _cli
 from tests.support.runs import fingerprints as _fingerprints
 
@@ -55,16 +55,16 @@ def test_run_records_its_kind_and_group_size_and_verifies(reference):
         assert run.noise_spec == "lowrank-v1:r=4"
         assert run.param_selection.startswith("suffix:q_proj,")
         assert run.config["members_per_forward"] == 4
-        from engine.rebuilding import verify_ref
+        from seedledger.engine.rebuilding import verify_ref
 
         assert verify_ref(led, "ref")["fingerprint"] == fps[-1]
 
 
 def test_only_the_targeted_linears_move(reference, tiny_model_dir):
     ledger_path, _, _ = reference
-    from engine.backends.hf import HFBackend
-    from replay.perturbation import Perturbation
-    from replay.rebuild import rebuild
+    from seedledger.engine.backends.hf import HFBackend
+    from seedledger.replay.perturbation import Perturbation
+    from seedledger.replay.rebuild import rebuild
 
     base = HFBackend(tiny_model_dir).master()
     with Ledger.open(str(ledger_path)) as led:
@@ -76,8 +76,8 @@ def test_only_the_targeted_linears_move(reference, tiny_model_dir):
 
 
 def test_group_size_is_chosen_at_creation_and_stored(tmp_path, tiny_model_dir):
-    from engine import batching
-    from engine.config import validate
+    from seedledger.engine import batching
+    from seedledger.engine.config import validate
 
     auto = validate({k: v for k, v in LOWRANK.items() if k != "members_per_forward"})
     assert batching.resolve(auto, tiny_model_dir) == min(6, batching.CPU_ROWS // 2)
@@ -110,7 +110,7 @@ def test_fork_changes_kind_and_both_verify(reference, tmp_path):
         child = session.fork(led, "ref@2", "to-full", ["perturbation=full"], 1)
         assert led.get_run("to-full").noise_spec == "v1"
         assert led.get_run("to-full").config["members_per_forward"] == 1
-        from engine.rebuilding import verify_ref
+        from seedledger.engine.rebuilding import verify_ref
 
         assert verify_ref(led, "to-full")["fingerprint"] == child.fingerprint
         assert child.fingerprint not in fps

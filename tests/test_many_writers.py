@@ -13,7 +13,7 @@ import pytest
 import sqlalchemy as sa
 from test_cli_walkthrough import Cli, _cli
 
-from ledger import Ledger
+from seedledger.ledger import Ledger
 from tests.support.configs import tiny_config
 
 pytestmark = pytest.mark.slow
@@ -59,8 +59,8 @@ def test_eight_writers_one_ledger(tmp_path, request, db, tiny_model_dir):
         assert f"note: took over the lease of run '{name}'" in err and "is dead" in err
     finals = {name: json.loads(out)["fingerprint"] for name, (_, out, _) in {**done, **resumed}.items() if out}
 
-    from engine.rebuilding import load_base_master
-    from replay.rebuild import verify
+    from seedledger.engine.rebuilding import load_base_master
+    from seedledger.replay.rebuild import verify
 
     base = load_base_master(tiny_model_dir)
     runs = sorted(finals)

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from ledger.errors import SeedLedgerError
+from seedledger.ledger.errors import SeedLedgerError
+from seedledger.trainers.rewards.mathverify import last_boxed
+from seedledger.trainers.tasks import load_task
 from tests.support.sandbox import need_bwrap
-from trainers.rewards.mathverify import last_boxed
-from trainers.tasks import load_task
 
 DATA = Path(__file__).parent / "data"
 MATH = str(DATA / "math_competition.jsonl")

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 import seedledger as sl
-from engine.commands import audit
-from ledger import Ledger
-from replay.fingerprint import fingerprint
+from seedledger.engine.commands import audit
+from seedledger.ledger import Ledger
+from seedledger.replay.fingerprint import fingerprint
 from tests.support.configs import TINY
 from tests.support.runs import cli as _cli
 

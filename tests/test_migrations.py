@@ -12,9 +12,9 @@ from alembic.migration import MigrationContext
 from alembic.operations import Operations
 from test_ledger_kit import fill, new_run, record
 
-from ledger import Ledger, SeedLedgerError, migrate
-from ledger.db import foreign_key_violations, make_engine, to_url
-from ledger.schema import Base
+from seedledger.ledger import Ledger, SeedLedgerError, migrate
+from seedledger.ledger.db import foreign_key_violations, make_engine, to_url
+from seedledger.ledger.schema import Base
 
 
 def _digest(path) -> str:

@@ -14,9 +14,15 @@ from pathlib import Path
 import pytest
 from safetensors import safe_open
 
-from engine import models
-from engine.models import MANIFEST, WEIGHTS, load_causal_lm, model_revision, resolve_model
-from ledger.errors import SeedLedgerError
+from seedledger.engine import models
+from seedledger.engine.models import (
+    MANIFEST,
+    WEIGHTS,
+    load_causal_lm,
+    model_revision,
+    resolve_model,
+)
+from seedledger.ledger.errors import SeedLedgerError
 
 
 def _manifest(entry: Path) -> dict:

@@ -5,7 +5,7 @@ noise N(0, 0.5²)); the ES policy turns rewards into coefficients and replay's u
 function training uses) applies them. The findings, each a test below:
 
 - At the same lr and β, momentum with dampening 0.9 converges and undamped momentum
-  diverges (DESIGN.md: "momentum without damping diverged").
+  diverges (docs/design.md: "momentum without damping diverged").
 - That is all damping is: v = β·v + (1 − d)·g scales v by (1 − d), so damped momentum
   follows undamped momentum at lr·(1 − d), step for step. Damping buys no more than a
   smaller momentum lr would.
@@ -23,11 +23,11 @@ from functools import cache
 import pytest
 import torch
 
-from ledger import ReplayStep
-from replay import update
-from replay.noise import generate, round_coefficient, tensor_key
-from trainers.es import ES
-from trainers.optim import OptimizerSpec
+from seedledger.ledger import ReplayStep
+from seedledger.replay import update
+from seedledger.replay.noise import generate, round_coefficient, tensor_key
+from seedledger.trainers.es import ES
+from seedledger.trainers.optim import OptimizerSpec
 
 DIM, LR, BETA, DAMPENING, GENERATIONS = 64, 0.5, 0.9, 0.9, 60
 START = float(DIM)  # ‖0 − 1‖² for θ₀ = 0, θ* = 1

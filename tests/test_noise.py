@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 import torch
 
-from replay import _reference as ref
-from replay import noise
-from replay.table import TABLE_NP, TABLE_SIZE
+from seedledger.replay import _reference as ref
+from seedledger.replay import noise
+from seedledger.replay.table import TABLE_NP, TABLE_SIZE
 
 ROOT = Path(__file__).resolve().parents[1]
 TK = 11429185064331606389  # tensor_key(member_key(run_key(0), 1, 0), "model.embed_tokens.weight")
@@ -124,8 +124,8 @@ def test_round_coefficient():
 
 PROBE = r"""
 import hashlib, json, torch
-from replay import noise, update, fingerprint
-from ledger.records import ReplayStep
+from seedledger.replay import noise, update, fingerprint
+from seedledger.ledger.records import ReplayStep
 out = {"threads": __import__("numba").get_num_threads()}
 out["noise"] = hashlib.blake2b(noise.generate(12345, 1_000_003, offset=3).numpy().tobytes(), digest_size=8).hexdigest()
 g = torch.Generator().manual_seed(0)
@@ -175,7 +175,7 @@ def test_random_shapes_fast_equals_reference(seed):
 def test_parallel_kernel_equals_reference(n, offset):
     """The prange kernel (noise.generate takes it from PARALLEL_MIN elements up), called
     directly and through generate, against the reference; the serial kernel too."""
-    from replay import _cpu_kernels as k
+    from seedledger.replay import _cpu_kernels as k
 
     if not noise._use_fast(torch.device("cpu")):
         pytest.skip("numba path disabled")

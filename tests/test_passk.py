@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.backends.base import PopulationOutput
-from engine.config import load_config
-from engine.evaluator import Evaluator
-from replay.noise import member_key, run_key
-from trainers.es import Member
-from trainers.rewards.passk import pass_at_k
+from seedledger.engine.backends.base import PopulationOutput
+from seedledger.engine.config import load_config
+from seedledger.engine.evaluator import Evaluator
+from seedledger.replay.noise import member_key, run_key
+from seedledger.trainers.es import Member
+from seedledger.trainers.rewards.passk import pass_at_k
 
 BASE = [
     "model=tiny", "batch_size=3", "max_new_tokens=6", "seed=5", "keep_samples=true",
@@ -136,8 +136,8 @@ def test_estimator_on_a_hand_checked_batch(tiny_model_dir, monkeypatch):
 def test_the_ledger_records_pass_at_k_per_member(tmp_path, tiny_model_dir):
     import yaml
 
-    from engine import session
-    from ledger import Ledger
+    from seedledger.engine import session
+    from seedledger.ledger import Ledger
 
     config = tmp_path / "c.yaml"
     config.write_text(yaml.safe_dump({

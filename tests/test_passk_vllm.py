@@ -17,8 +17,8 @@ PROMPTS = [[{"role": "user", "content": f"Count from {a} to {a + 5}."}] for a in
 
 @pytest.fixture(scope="module")
 def vllm_backend(smollm2_dir: Path) -> Iterator:
-    from engine.backends.vllm import VLLMBackend
-    from replay import noise
+    from seedledger.engine.backends.vllm import VLLMBackend
+    from seedledger.replay import noise
 
     noise.generate(1, 1024)  # replay's kernels compiled first, as in training
     backend = VLLMBackend(smollm2_dir, max_model_len=256, temperature=1.0)  # tiny: head_dim 16, no CPU kernel

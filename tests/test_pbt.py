@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ledger import Ledger
+from seedledger.ledger import Ledger
 from tests.support.configs import tiny_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -20,7 +20,7 @@ ARGS = ["--population", "4", "--rounds", "3", "--interval", "1", "--rows", "2", 
 
 
 def cli(*args: str, env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "engine.cli", *args], cwd=ROOT, capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "seedledger.engine.cli", *args], cwd=ROOT, capture_output=True,
                           text=True, env=env or os.environ.copy())
     if check and proc.returncode != 0:
         raise AssertionError(f"{args} exited {proc.returncode}: {proc.stderr[-2000:]}")

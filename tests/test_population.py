@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.backends.base import Population
-from engine.backends.hf import HFBackend
-from replay import noise
-from replay.perturbation import Perturbation, factors
+from seedledger.engine.backends.base import Population
+from seedledger.engine.backends.hf import HFBackend
+from seedledger.replay import noise
+from seedledger.replay.perturbation import Perturbation, factors
 
 SIGMA = noise.round_coefficient(0.05)  # large enough that members really differ on `tiny`
 PROMPTS = [

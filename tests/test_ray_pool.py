@@ -18,8 +18,8 @@ import sys
 import pytest
 from test_cli_walkthrough import Cli, _cli
 
-from engine.pools import PoolFailure, ReplicaMismatch
-from engine.pools.ray import actor_resources, assign, check_agreement
+from seedledger.engine.pools import PoolFailure, ReplicaMismatch
+from seedledger.engine.pools.ray import actor_resources, assign, check_agreement
 
 TINY = [
     "model=tiny",
@@ -58,7 +58,7 @@ def test_disagreeing_workers_abort_naming_worker_and_generation():
 
 
 def test_cpu_workers_split_the_cluster_and_gpu_workers_take_one_gpu():
-    from engine.config import validate
+    from seedledger.engine.config import validate
 
     cpu = validate({"workers": {"pool": "ray", "count": 2}})
     assert actor_resources(cpu, 2.0) == ({"num_cpus": 1.0}, 1)
@@ -72,8 +72,8 @@ def test_cpu_workers_split_the_cluster_and_gpu_workers_take_one_gpu():
 
 
 def _train(tmp_path, overrides, hooks=None):
-    from engine import session
-    from ledger import Ledger
+    from seedledger.engine import session
+    from seedledger.ledger import Ledger
 
     with Ledger.open(tmp_path / "ledger.db") as ledger:
         result = session.start(ledger, None, "r", TINY + overrides, GENERATIONS, hooks)
@@ -110,7 +110,7 @@ def test_two_workers_reach_the_local_pools_fingerprints(local_run, tmp_path, mon
     ray = pytest.importorskip("ray")
     if ray.is_initialized():
         pytest.skip("Ray already initialised in this process")
-    from engine.pools.ray import RayPool
+    from seedledger.engine.pools.ray import RayPool
 
     def no_weights(self):
         raise AssertionError("weights pulled from a worker with no anchor to save")
@@ -133,8 +133,8 @@ def test_a_worker_killed_mid_generation_is_rebuilt_and_changes_nothing(
     (the stall hook), so its members are in flight and the death is always noticed during
     generation 2's evaluate, never in apply. Its replacement (no stall) rebuilds
     generation 1 from the ledger and scores them again."""
-    from engine import session
-    from engine.loop import Hooks
+    from seedledger.engine import session
+    from seedledger.engine.loop import Hooks
 
     pools = []
 
@@ -243,7 +243,7 @@ TRAIN = ["train", "--run", "r", "--json"] + [
 
 @pytest.mark.ray
 def test_the_console_script_joins_an_existing_cluster(head, local_run, tmp_path):
-    from ledger import Ledger
+    from seedledger.ledger import Ledger
 
     _, ask, _ = head
     cli = _cli_on(head, tmp_path)
@@ -262,7 +262,7 @@ def test_the_console_script_joins_an_existing_cluster(head, local_run, tmp_path)
 
 @pytest.mark.ray
 def test_a_diverging_replica_aborts_the_run_with_exit_1(head, tmp_path):
-    from ledger import Ledger
+    from seedledger.ledger import Ledger
 
     cli = _cli_on(head, tmp_path, SEEDLEDGER_RAY_DIVERGE="1@2")
     err = cli.run(*TRAIN, code=1).stderr
@@ -283,9 +283,9 @@ def test_a_diverging_replica_aborts_the_run_with_exit_1(head, tmp_path):
 def test_a_worker_without_the_model_or_the_ledger_says_so(tiny_model_dir, tmp_path):
     """What a worker on another node meets when the model path or a SQLite ledger exists
     only on the driver's machine (the actor class, called in process)."""
-    from engine.config import validate
-    from engine.pools.ray_worker import ReplicaActor
-    from ledger.errors import SeedLedgerError
+    from seedledger.engine.config import validate
+    from seedledger.engine.pools.ray_worker import ReplicaActor
+    from seedledger.ledger.errors import SeedLedgerError
 
     cfg = validate({"model": "tiny"}).model_dump(mode="json")
     missing = ReplicaActor(cfg, str(tmp_path / "no-model"), 1, worker=3)
@@ -305,10 +305,10 @@ def test_a_worker_without_the_model_or_the_ledger_says_so(tiny_model_dir, tmp_pa
 def test_a_workers_error_reaches_the_driver_as_one_line(cluster, tmp_path):
     from types import SimpleNamespace
 
-    from engine.config import validate
-    from engine.models import resolve_model
-    from engine.pools.ray import RayPool
-    from ledger.errors import SeedLedgerError
+    from seedledger.engine.config import validate
+    from seedledger.engine.models import resolve_model
+    from seedledger.engine.pools.ray import RayPool
+    from seedledger.ledger.errors import SeedLedgerError
 
     cfg = validate({"model": "tiny", "workers": {"pool": "ray", "count": 2}})
     pool = RayPool(cfg, resolve_model("tiny"))

@@ -14,12 +14,12 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from ledger import GenerationRecord, Ledger, MemberRecord
-from ledger.errors import SeedLedgerError, VerifyMismatch
-from replay import noise, update
-from replay.anchors import save_anchor
-from replay.fingerprint import fingerprint
-from replay.rebuild import rebuild, verify
+from seedledger.ledger import GenerationRecord, Ledger, MemberRecord
+from seedledger.ledger.errors import SeedLedgerError, VerifyMismatch
+from seedledger.replay import noise, update
+from seedledger.replay.anchors import save_anchor
+from seedledger.replay.fingerprint import fingerprint
+from seedledger.replay.rebuild import rebuild, verify
 
 ROOT = Path(__file__).resolve().parents[1]
 OPT = {"name": "momentum", "lr": 0.05, "beta": 0.9, "dampening": 0.9}
@@ -86,13 +86,13 @@ def test_new_process_reproduces_every_stored_fingerprint(world):
     script = r"""
 import json, sys
 from safetensors.torch import load_file
-from ledger import Ledger
-from replay.fingerprint import fingerprint
+from seedledger.ledger import Ledger
+from seedledger.replay.fingerprint import fingerprint
 led = Ledger.open(sys.argv[1])
 master = load_file(sys.argv[2])
 got = {}
 master = {k: master[k] for k in ["embed.weight", "layer.0.weight", "layer.0.bias", "norm.weight", "scalar"]}
-from replay.update import OptimizerState, apply_step
+from seedledger.replay.update import OptimizerState, apply_step
 st = OptimizerState()
 for step in led.replay_history("main"):
     apply_step(master, st, step)

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from ledger.errors import SeedLedgerError
-from trainers.rewards import (
+from seedledger.ledger.errors import SeedLedgerError
+from seedledger.trainers.rewards import (
     Curriculum,
     WeightedReward,
     combine,
@@ -24,8 +24,8 @@ from trainers.rewards import (
     pass_at_k_rewards,
     success_rate,
 )
-from trainers.rewards.answers import extract_tag, last_number, parse_number
-from trainers.tasks import build_rewards, load_task
+from seedledger.trainers.rewards.answers import extract_tag, last_number, parse_number
+from seedledger.trainers.tasks import build_rewards, load_task
 
 DATA = Path(__file__).parent / "data"
 
@@ -218,7 +218,7 @@ def test_user_reward_modules_have_a_stable_name(tmp_path: Path) -> None:
 
     root = str(Path(__file__).parents[1])
     code = (
-        "from trainers.rewards import load_reward_fn;"
+        "from seedledger.trainers.rewards import load_reward_fn;"
         f"print(load_reward_fn('tests/data/user_reward.py:shout', base_dir={root!r}).__module__)"
     )
     names = set()

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from ledger.errors import SeedLedgerError
+from seedledger.ledger.errors import SeedLedgerError
+from seedledger.trainers.sandbox import Limits, Sandbox, bwrap_path
 from tests.support.sandbox import need_bwrap
-from trainers.sandbox import Limits, Sandbox, bwrap_path
 
 LIMITS = Limits(cpu_seconds=1, memory_mb=256, wall_seconds=12)  # wall: a loaded CI host
 
@@ -149,7 +149,7 @@ def test_a_sandbox_that_cannot_start_is_an_error_not_a_reward(monkeypatch, tmp_p
 def test_launcher_source_is_standard_library_only():
     """It runs with nothing of seedledger importable: no import of ours may creep in."""
     source = (Path(__file__).resolve().parents[1] / "trainers" / "sandbox_child.py").read_text()
-    for name in ("ledger", "replay", "engine", "trainers"):
+    for name in ("seedledger", "ledger", "replay", "engine", "trainers"):
         assert f"import {name}" not in source and f"from {name}" not in source
 
 

@@ -12,10 +12,10 @@ import threading
 
 import pytest
 
+from seedledger.trainers.sandbox import Limits, Sandbox
+from seedledger.trainers.sandbox_cgroup import SandboxCgroups
 from tests.support.sandbox import need_bwrap
 from tests.test_sandbox import LIMITS, run
-from trainers.sandbox import Limits, Sandbox
-from trainers.sandbox_cgroup import SandboxCgroups
 
 
 def _have_cgroups() -> bool:

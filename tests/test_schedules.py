@@ -2,7 +2,7 @@
 
 import pytest
 
-from trainers.schedules import Schedule
+from seedledger.trainers.schedules import Schedule
 
 
 def test_constant_and_warmup():

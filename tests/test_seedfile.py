@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_ledger_kit import bits, fill, mix, new_run, record
 
-from ledger import Ledger, SeedLedgerError, seedfile
-from ledger.seedfile import (
+from seedledger.ledger import Ledger, SeedLedgerError, seedfile
+from seedledger.ledger.seedfile import (
     DIGEST_SIZE,
     FORMAT_VERSION,
     MAGIC,
@@ -26,7 +26,7 @@ from ledger.seedfile import (
     _digest,
     read_seedfile,
 )
-from ledger.seedio import export_seedfile, import_seedfile
+from seedledger.ledger.seedio import export_seedfile, import_seedfile
 from tests.support import ledgerforge
 
 

@@ -11,8 +11,8 @@ import time
 import pytest
 from test_cli_walkthrough import Cli, _cli
 
-from ledger import Ledger
-from ledger.errors import RunNotFound, SeedLedgerError
+from seedledger.ledger import Ledger
+from seedledger.ledger.errors import RunNotFound, SeedLedgerError
 from tests.support.configs import tiny_config
 
 CONFIG = tiny_config(generations=1)
@@ -65,7 +65,7 @@ def test_a_second_resume_is_refused_before_it_loads_anything(tmp_path):
 
 
 def test_a_fork_whose_setup_fails_leaves_no_empty_child(tmp_path, monkeypatch):
-    from engine import session
+    from seedledger.engine import session
 
     with Ledger.open(tmp_path / "l.db") as led:
         led.create_run("p", base_model="tiny", noise_spec="v1", run_key=1, config={"model": "tiny"})

@@ -8,11 +8,11 @@ import random
 
 import pytest
 
-from engine.config import validate
-from ledger.errors import SeedLedgerError
-from trainers.es import ES, centered_ranks
-from trainers.optim import OptimizerSpec
-from trainers.shaping import crowding, fronts, objective_vectors, pareto_shape
+from seedledger.engine.config import validate
+from seedledger.ledger.errors import SeedLedgerError
+from seedledger.trainers.es import ES, centered_ranks
+from seedledger.trainers.optim import OptimizerSpec
+from seedledger.trainers.shaping import crowding, fronts, objective_vectors, pareto_shape
 
 
 def test_fronts_of_a_known_set():

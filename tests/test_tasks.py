@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from ledger.errors import SeedLedgerError
-from trainers.tasks import MixtureTask, load_task
-from trainers.tasks.arithmetic import arithmetic_reward
-from trainers.tasks.math_task import math_reward
-from trainers.tasks.sampling import mix64, split_indices, stream
+from seedledger.ledger.errors import SeedLedgerError
+from seedledger.trainers.tasks import MixtureTask, load_task
+from seedledger.trainers.tasks.arithmetic import arithmetic_reward
+from seedledger.trainers.tasks.math_task import math_reward
+from seedledger.trainers.tasks.sampling import mix64, split_indices, stream
 
 DATA = Path(__file__).parent / "data"
 GSM = str(DATA / "gsm8k.jsonl")
@@ -188,7 +188,7 @@ def test_bad_specs(spec: object, message: str) -> None:
 def test_math_answer_zero_is_an_answer() -> None:
     """``Fraction(0)`` is falsy: ``parse_number(tail) or last_number(tail)`` threw a right 0
     away and read the last number of the tail instead (3 in ``0/3``)."""
-    from trainers.tasks.math_task import model_answer
+    from seedledger.trainers.tasks.math_task import model_answer
 
     assert model_answer("#### 0/3") == 0
     assert math_reward(None, ["#### 0/3", "#### 0", "<answer>0</answer>", "#### 0.0", "#### 3"],
@@ -205,7 +205,7 @@ def _regex_task(tmp_path: Path, patterns: list[str], **opts: object):
 def test_jsonl_regex_patterns_compile_once_and_cap_the_text(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import re
 
-    from trainers.tasks import jsonl_task
+    from seedledger.trainers.tasks import jsonl_task
 
     task = _regex_task(tmp_path, [r"a*", r"\d+ apples?", r"a*"], casefold=True)
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from ledger.errors import SeedLedgerError
+from seedledger.ledger.errors import SeedLedgerError
+from seedledger.trainers.tasks import load_task
+from seedledger.trainers.tasks.code_task import extract_code, humaneval_tests, program_for
 from tests.support.sandbox import need_bwrap
-from trainers.tasks import load_task
-from trainers.tasks.code_task import extract_code, humaneval_tests, program_for
 
 MBPP = str(Path(__file__).parent / "data" / "mbpp.jsonl")
 
@@ -89,7 +89,7 @@ def test_malformed_rows_are_one_line_errors(tmp_path, row, message):
 
 
 def test_relative_paths_resolve_but_humaneval_is_a_name(tmp_path):
-    from trainers.tasks.registry import absolute_paths
+    from seedledger.trainers.tasks.registry import absolute_paths
 
     assert absolute_paths("code:humaneval", tmp_path) == "code:humaneval"
     assert absolute_paths("code:data/x.jsonl", tmp_path) == f"code:{tmp_path}/data/x.jsonl"
@@ -104,7 +104,7 @@ def test_without_bwrap_training_refuses_in_one_line_exit_2(tmp_path, tiny_model_
 
     root = Path(__file__).resolve().parents[1]
     env = os.environ | {"PATH": str(tmp_path)}  # no bwrap on it
-    cmd = [sys.executable, "-m", "engine.cli", "train", "--run", "x", "--ledger", str(tmp_path / "l.db"),
+    cmd = [sys.executable, "-m", "seedledger.engine.cli", "train", "--run", "x", "--ledger", str(tmp_path / "l.db"),
            "--set", "model=tiny", "--set", "task=code:humaneval", "--set", "generations=1"]
     proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True)
     assert proc.returncode == 2, proc.stderr[-2000:]

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from ledger.errors import SeedLedgerError
-from trainers.rewards.verifier import safe_eval
-from trainers.tasks import load_task
-from trainers.tasks.countdown import countdown_reward, load_file, score
+from seedledger.ledger.errors import SeedLedgerError
+from seedledger.trainers.rewards.verifier import safe_eval
+from seedledger.trainers.tasks import load_task
+from seedledger.trainers.tasks.countdown import countdown_reward, load_file, score
 
 DATA = Path(__file__).parent / "data"
 

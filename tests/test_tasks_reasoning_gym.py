@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from ledger.errors import SeedLedgerError
+from seedledger.ledger.errors import SeedLedgerError
+from seedledger.trainers.tasks import load_task
+from seedledger.trainers.tasks.reasoning_gym_task import extract_answer
 from tests.support.sandbox import need_bwrap
-from trainers.tasks import load_task
-from trainers.tasks.reasoning_gym_task import extract_answer
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -89,7 +89,7 @@ def test_rows_do_not_depend_on_the_hosts_hash_seed():
     """word_ladder's generator iterates sets of strings: made in the sandbox (fixed hash
     seed) its rows are the same whatever PYTHONHASHSEED the training process has."""
     need_bwrap()
-    code = ("import json; from trainers.tasks import load_task; "
+    code = ("import json; from seedledger.trainers.tasks import load_task; "
             "t = load_task({'name': 'reasoning_gym', 'dataset': 'word_ladder', 'test_size': 6}); "
             "print(json.dumps([r['question'] for r in t.test_rows()[:6]]))")
     outs = []

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from engine import session
-from engine.loop import Hooks
-from ledger import Ledger
+from seedledger.engine import session
+from seedledger.engine.loop import Hooks
+from seedledger.ledger import Ledger
 from tests.support.runs import ROOT, fingerprints
 from tests.support.runs import cli as seedledger
 
@@ -70,7 +70,7 @@ def test_updates_happen_and_replay_verifies(reference):
         assert any(m.coefficient != 0.0 for m in rec.members)
         assert set(rec.members[0].components) == {"arithmetic", "tests.support.rewards:vowel_share"}
         assert rec.batch_indices and len(rec.batch_indices) == TINY["batch_size"]
-    from engine.rebuilding import verify_ref
+    from seedledger.engine.rebuilding import verify_ref
 
     with Ledger.open(str(ledger_path)) as led:
         assert verify_ref(led, "ref@3")["fingerprint"] == fps[-1]
@@ -111,7 +111,7 @@ def test_fork_shares_the_prefix_and_diverges(reference, tmp_path):
 
 
 def test_failpoints_kill_at_once_or_after_a_delay_and_only_where_named():
-    code = "import time; from engine.failpoints import failpoint; failpoint('x', 1); time.sleep(3)"
+    code = "import time; from seedledger.engine.failpoints import failpoint; failpoint('x', 1); time.sleep(3)"
 
     def run(spec: str) -> tuple[int, float]:
         started = time.monotonic()
@@ -246,7 +246,7 @@ def test_sigkill_at_seeded_random_moments_then_resume(reference_long, tmp_path):
         landed, latest = 0, 0
         while landed < KILLS:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "engine.cli", *cmd], cwd=ROOT,
+                [sys.executable, "-m", "seedledger.engine.cli", *cmd], cwd=ROOT,
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             )
             cmd = ["resume", "c", "--ledger", str(ledger_path), "--json", "--trust-code"]

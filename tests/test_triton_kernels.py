@@ -28,9 +28,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from ledger.records import ReplayStep  # noqa: E402
-from replay import _reference as ref  # noqa: E402
-from replay import noise, update  # noqa: E402
+from seedledger.ledger.records import ReplayStep  # noqa: E402
+from seedledger.replay import _reference as ref  # noqa: E402
+from seedledger.replay import noise, update  # noqa: E402
 from tests.support.replay_cases import reference_apply, special_values  # noqa: E402
 
 SKIP = "skip: triton does not import"
@@ -89,7 +89,7 @@ def no_reference():
 
 
 def check_dispatch():
-    from replay import _backend
+    from seedledger.replay import _backend
 
     assert _backend.impl() == "triton" and not _backend.fast_cpu()
     assert noise._use_triton(torch.device("cpu")) and not noise._use_fast(torch.device("cpu"))
@@ -108,7 +108,7 @@ def _small_launches() -> None:
     """Launch shapes smaller than the shipped ones (tuned for a GPU: 16,384-element programs,
     128×128 tiles), so that the cases below cross program and tile edges; a launch shape
     changes no bit, each element being a pure function of its index."""
-    from replay import _triton_kernels as tk
+    from seedledger.replay import _triton_kernels as tk
 
     tk.GEN_GROUPS, tk.LOWRANK_TILE = 512, (32, 64)
 
@@ -209,7 +209,7 @@ def check_apply_large():
     """~100k elements. The interpreter pays ~10 ms per program and member, so this case
     uses 16384-element programs (the block size changes no bit: each element is a pure
     function of its index; the other checks use the launch defaults)."""
-    from replay import _triton_kernels as tk
+    from seedledger.replay import _triton_kernels as tk
 
     tk.APPLY_GROUPS = 4096
     for rule in OPTS:
@@ -230,7 +230,7 @@ def check_apply_random_shapes():
 
 def check_kernel_skips_zero_members():
     """The kernel itself skips c == 0 (callers filter too) and starts Δ at −0.0."""
-    from replay import _triton_kernels as tk
+    from seedledger.replay import _triton_kernels as tk
 
     n = 5000
     keys = [noise.tensor_key(noise.member_key(9, 1, i // 2), "w") for i in range(6)]
@@ -269,7 +269,7 @@ def check_paths_mix():
     """The `paths` rule's recombining form (a GA's survivor offsets) through the Triton
     kernels equals the torch reference bit for bit, and a generation whose coefficients are
     all zero leaves the master bit-identical (−0.0 included): g sums from −0.0."""
-    from replay import _backend
+    from seedledger.replay import _backend
 
     _small_launches()
     keys = [noise.member_key(4, 1, i) for i in range(4)]
@@ -321,7 +321,7 @@ LOWRANK_SHAPES = {"l.q_proj.weight": (1, 1), "l.k_proj.weight": (3, 5), "l.v_pro
 
 
 def check_lowrank_factors():
-    from replay import perturbation
+    from seedledger.replay import perturbation
 
     keys = [noise.member_key(9, 2, i) for i in range(3)]
     for rank in (1, 4):
@@ -337,7 +337,7 @@ def check_lowrank_factors():
 def check_lowrank_apply():
     """Odd shapes (several tiles each way), rank 1 and 4, every rule, mirrored zeros and a
     2**-100 coefficient; frozen tensors untouched; perturb_lowrank_ too."""
-    from replay import lowrank
+    from seedledger.replay import lowrank
 
     _small_launches()
     for rank in (1, 4):
@@ -371,8 +371,8 @@ def check_lowrank_apply():
 def check_lowrank_zero():
     """All-zero low-rank generations leave every weight bit-identical; the kernel itself
     skips s == 0 (−0.0 + (+0.0) would turn a −0.0 weight into +0.0)."""
-    from replay import _triton_kernels as tk
-    from replay import perturbation
+    from seedledger.replay import _triton_kernels as tk
+    from seedledger.replay import perturbation
 
     master = {"a.q_proj.weight": torch.tensor([[-0.0, 0.0, 1e-45], [-1e-45, 1e-40, -1e-39]]),
               "b.v_proj.weight": special_values(40 * 70, 8).view(40, 70)}

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ledger import Ledger
-from ledger.errors import SeedLedgerError
+from seedledger.ledger import Ledger
+from seedledger.ledger.errors import SeedLedgerError
 from tests.support.configs import tiny_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,7 +36,7 @@ STUDY = {
 
 
 def cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "engine.cli", *args], cwd=ROOT, capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "seedledger.engine.cli", *args], cwd=ROOT, capture_output=True, text=True)
     if check and proc.returncode != 0:
         raise AssertionError(f"{args} exited {proc.returncode}: {proc.stderr[-2000:]}")
     return proc
@@ -70,7 +70,7 @@ def killed_study(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("tune")
     study, db = write_study(tmp), tmp / "l.db"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "engine.cli", "tune", str(study), "--ledger", str(db)],
+        [sys.executable, "-m", "seedledger.engine.cli", "tune", str(study), "--ledger", str(db)],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     deadline = time.monotonic() + 900
@@ -120,7 +120,7 @@ def test_trial_parameters_depend_only_on_the_seed_and_earlier_trials(killed_stud
     in-memory study draws trial n's recorded parameters again, killed tuner or not."""
     import optuna
 
-    from engine.tune import SamplerSpec, _sampler, load_study
+    from seedledger.engine.tune import SamplerSpec, _sampler, load_study
 
     study, _, out = killed_study
     space = load_study(study)[0].space  # suggested in the file's order
@@ -151,9 +151,9 @@ def test_migrations_ignore_optunas_tables(tmp_path):
     from alembic.autogenerate import compare_metadata
     from alembic.migration import MigrationContext
 
-    from ledger import migrate
-    from ledger.db import make_engine, to_url
-    from ledger.schema import Base
+    from seedledger.ledger import migrate
+    from seedledger.ledger.db import make_engine, to_url
+    from seedledger.ledger.schema import Base
 
     path = tmp_path / "old.db"
     migrate.upgrade(str(path), "0001")
@@ -179,7 +179,7 @@ def test_a_bad_search_space_is_one_line_and_starts_nothing(tmp_path):
     proc = cli("tune", str(study), "--ledger", str(tmp_path / "l.db"), check=False)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "space.lrr" in proc.stderr
     with pytest.raises(SeedLedgerError, match="unknown key"):
-        from engine.tune import load_study
+        from seedledger.engine.tune import load_study
 
         load_study(write_study(tmp_path, objective={"rowz": 3}))
 

@@ -99,9 +99,9 @@ def test_a_planted_lease_row_holds_no_study(tmp_path):
     holding garbage) is no live tuner: `tune` takes it over and runs."""
     import sqlite3
 
-    from engine.studystore import KEY, open_study
-    from engine.tune import PrunerSpec, SamplerSpec
-    from ledger import Ledger
+    from seedledger.engine.studystore import KEY, open_study
+    from seedledger.engine.tune import PrunerSpec, SamplerSpec
+    from seedledger.ledger import Ledger
 
     (tmp_path / "tiny.yaml").write_text(tiny_config(generations=1, evaluation={"rows": 2}))
     study = tmp_path / "s.yaml"

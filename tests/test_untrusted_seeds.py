@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 from test_cli_walkthrough import Cli
 
-from ledger.seedfile import read_seedfile
-from replay.noise import member_key
+from seedledger.ledger.seedfile import read_seedfile
+from seedledger.replay.noise import member_key
 from tests.support.configs import tiny_config
 
 pytestmark = pytest.mark.slow

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import torch
 
-from ledger.errors import SeedLedgerError
-from ledger.records import GenerationRecord, MemberRecord, ReplayStep
-from replay import _reference as ref
-from replay import noise, update
-from replay.table import TABLE_NP
+from seedledger.ledger.errors import SeedLedgerError
+from seedledger.ledger.records import GenerationRecord, MemberRecord, ReplayStep
+from seedledger.replay import _reference as ref
+from seedledger.replay import noise, update
+from seedledger.replay.table import TABLE_NP
 from tests.support.replay_cases import reference_apply
 
 OPTS = {

@@ -16,14 +16,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from trainers.rewards.answers import parse_number
-from trainers.rewards.format import format_reward
-from trainers.rewards.length import length_penalty
-from trainers.rewards.verifier import MAX_MAGNITUDE, numbers_used, safe_eval
-from trainers.tasks.arithmetic import arithmetic_reward
-from trainers.tasks.countdown import score
-from trainers.tasks.jsonl_task import compile_pattern, match_reward
-from trainers.tasks.math_task import math_reward
+from seedledger.trainers.rewards.answers import parse_number
+from seedledger.trainers.rewards.format import format_reward
+from seedledger.trainers.rewards.length import length_penalty
+from seedledger.trainers.rewards.verifier import MAX_MAGNITUDE, numbers_used, safe_eval
+from seedledger.trainers.tasks.arithmetic import arithmetic_reward
+from seedledger.trainers.tasks.countdown import score
+from seedledger.trainers.tasks.jsonl_task import compile_pattern, match_reward
+from seedledger.trainers.tasks.math_task import math_reward
 
 LIMIT_S = 0.010
 """Per call, in CPU time of this thread: wall time on a shared 2-core box measures the

@@ -29,9 +29,9 @@ KEY, SIGN, SIGMA = 12345, 1, 0.01
 
 @pytest.fixture(scope="module")
 def backends(smollm2_dir: Path) -> Iterator[tuple]:
-    from engine.backends.hf import HFBackend
-    from engine.backends.vllm import VLLMBackend
-    from replay import noise
+    from seedledger.engine.backends.hf import HFBackend
+    from seedledger.engine.backends.vllm import VLLMBackend
+    from seedledger.replay import noise
 
     # Replay's numba kernels compiled first, as in training: llvmlite's library is loaded
     # when vLLM's worker scans the process's modules at start.
@@ -73,7 +73,7 @@ def test_member_matches_hf(backends: tuple, base_outputs: list[str]) -> None:
 
 
 def test_engine_weights_are_the_member_then_the_master(backends: tuple) -> None:
-    from replay import noise
+    from seedledger.replay import noise
 
     vb, _ = backends
     master = vb.master()
@@ -131,8 +131,8 @@ def test_weight_loads_drop_cached_prompt_blocks(backends: tuple) -> None:
 def test_members_along_replay_state_paths_are_refused(backends: tuple) -> None:
     """LM-MA-ES and GA-survivor members add replay-state vectors the engine never holds:
     refused before anything is generated (the config refuses such runs on vLLM first)."""
-    from engine.backends.base import Population
-    from replay.update import OptimizerState
+    from seedledger.engine.backends.base import Population
+    from seedledger.replay.update import OptimizerState
 
     vb, _ = backends
     along = Population(keys=(KEY,), signs=(0,), sigma=SIGMA, seeds=(None,), paths=((1.0,),), state=OptimizerState())
@@ -143,7 +143,7 @@ def test_members_along_replay_state_paths_are_refused(backends: tuple) -> None:
 def test_loglik_matches_hf(backends: tuple) -> None:
     """Likelihood fitness from vLLM's prompt log-probabilities equals the HF backend's
     teacher-forced scores, for a mirrored pair of full-rank members."""
-    from engine.backends.base import Population
+    from seedledger.engine.backends.base import Population
 
     vb, hb = backends
     master = vb.master()

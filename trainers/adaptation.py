@@ -34,7 +34,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from replay.noise import round_coefficient
+from seedledger.replay.noise import round_coefficient
 
 
 class SigmaAdaptation(BaseModel):

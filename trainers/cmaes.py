@@ -32,10 +32,10 @@ from collections.abc import Mapping
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from replay.noise import member_key, round_coefficient
-from trainers.adaptation import Hyperparameters
-from trainers.es import Member
-from trainers.optim import OptimizerSpec
+from seedledger.replay.noise import member_key, round_coefficient
+from seedledger.trainers.adaptation import Hyperparameters
+from seedledger.trainers.es import Member
+from seedledger.trainers.optim import OptimizerSpec
 
 
 class CMAESSpec(BaseModel):

@@ -17,10 +17,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from replay.noise import member_key, round_coefficient
-from trainers.adaptation import Hyperparameters
-from trainers.optim import OptimizerSpec
-from trainers.shaping import FRONT, objective_vectors, pareto_shape
+from seedledger.replay.noise import member_key, round_coefficient
+from seedledger.trainers.adaptation import Hyperparameters
+from seedledger.trainers.optim import OptimizerSpec
+from seedledger.trainers.shaping import FRONT, objective_vectors, pareto_shape
 
 Shaping = Literal["zscore", "centered_rank", "difference", "pareto"]
 Components = list[dict[str, float | None]]

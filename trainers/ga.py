@@ -65,12 +65,12 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from replay.hashing import MASK64, mix
-from replay.noise import member_key, round_coefficient
-from replay.paths import NAME as PATHS
-from trainers.adaptation import Hyperparameters
-from trainers.es import Member
-from trainers.optim import OptimizerSpec
+from seedledger.replay.hashing import MASK64, mix
+from seedledger.replay.noise import member_key, round_coefficient
+from seedledger.replay.paths import NAME as PATHS
+from seedledger.trainers.adaptation import Hyperparameters
+from seedledger.trainers.es import Member
+from seedledger.trainers.optim import OptimizerSpec
 
 SELECTION_SLOT = 2_000_000  # the generation's selection/crossover key: member_key(run, g, slot)
 BREEDING_SLOT = 2_000_001  # which survivors each child of the generation descends from

@@ -37,13 +37,13 @@ from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ledger.errors import SeedLedgerError
-from replay.noise import member_key, round_coefficient
-from replay.paths import NAME as PATHS
-from trainers.adaptation import Hyperparameters
-from trainers.cmaes import ranking
-from trainers.es import Member
-from trainers.optim import OptimizerSpec
+from seedledger.ledger.errors import SeedLedgerError
+from seedledger.replay.noise import member_key, round_coefficient
+from seedledger.replay.paths import NAME as PATHS
+from seedledger.trainers.adaptation import Hyperparameters
+from seedledger.trainers.cmaes import ranking
+from seedledger.trainers.es import Member
+from seedledger.trainers.optim import OptimizerSpec
 
 
 class LMMAESSpec(BaseModel):

@@ -6,7 +6,7 @@ the coefficients (θ += Σ cᵢεᵢ, the paper's update), for `momentum` and `a
 coefficients are the gradient estimate and the rule applies the learning rate.
 
 Momentum is damped by default (dampening 0.9: v = 0.9·v + 0.1·g): undamped momentum
-with the paper's settings diverged (DESIGN.md; tests/test_momentum_quadratic.py).
+with the paper's settings diverged (docs/design.md, "Decisions that changed"; tests/test_momentum_quadratic.py).
 `record` always writes every constant of the rule into the generation record, so replay
 never falls back on its own defaults — which differ: `replay.update` reads a record
 without `dampening` as 0.0 (torch's convention), not as this module's 0.9.

@@ -30,13 +30,13 @@ from __future__ import annotations
 
 from typing import Any, Protocol, runtime_checkable
 
-from ledger.errors import SeedLedgerError
-from trainers.adaptation import Hyperparameters
-from trainers.cmaes import CMAES, CMAESSpec
-from trainers.es import ES, Member
-from trainers.ga import GA, GASpec
-from trainers.lmmaes import LMMAES, LMMAESSpec
-from trainers.optim import OptimizerSpec
+from seedledger.ledger.errors import SeedLedgerError
+from seedledger.trainers.adaptation import Hyperparameters
+from seedledger.trainers.cmaes import CMAES, CMAESSpec
+from seedledger.trainers.es import ES, Member
+from seedledger.trainers.ga import GA, GASpec
+from seedledger.trainers.lmmaes import LMMAES, LMMAESSpec
+from seedledger.trainers.optim import OptimizerSpec
 
 __all__ = ["ALGORITHMS", "Member", "Policy", "make_policy"]
 

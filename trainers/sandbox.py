@@ -42,8 +42,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ledger.errors import SeedLedgerError
-from trainers.sandbox_cgroup import SandboxCgroups
+from seedledger.ledger.errors import SeedLedgerError
+from seedledger.trainers.sandbox_cgroup import SandboxCgroups
 
 INSTALL_HINT = "install the 'bubblewrap' package (apt-get install bubblewrap)"
 STATUSES = ("ok", "failed", "memory", "timeout", "output_limit", "wall_timeout", "crashed", "died",

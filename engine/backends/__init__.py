@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from engine.backends.base import Backend
-from ledger.errors import SeedLedgerError
+from seedledger.engine import backend_choice
+from seedledger.engine.backends.base import Backend
+from seedledger.ledger.errors import SeedLedgerError
 
 __all__ = ["Backend", "HFBackend", "make_backend"]  # VLLMBackend: engine.backends.vllm
 
@@ -23,25 +24,26 @@ def make_backend(cfg: Any, model_dir: Path) -> Backend:
         "top_p": cfg.sampling.top_p,
         "perturbation": cfg.perturbation_spec(),
     }
-    if cfg.backend == "hf":
-        from engine.backends.hf import HFBackend
+    backend = backend_choice.resolve(cfg, model_dir)  # a run's config names one; a bare config may say auto
+    if backend == "hf":
+        from seedledger.engine.backends.hf import HFBackend
 
         init = cfg.train.init if cfg.train != "full" else None
         return HFBackend(model_dir, base_quantization=cfg.base_quantization, adapter_init=init,
                          kl_reference=cfg.kl is not None, **kwargs)
-    if cfg.backend == "vllm":
-        from engine.backends.vllm import VLLMBackend
+    if backend == "vllm":
+        from seedledger.engine.backends.vllm import VLLMBackend
 
         if cfg.members_per_forward is not None:  # the run's stored group: its LoRA slots
             kwargs["members_per_forward"] = cfg.members_per_forward
         init = cfg.train.init if cfg.train != "full" else None
         return VLLMBackend(model_dir, base_quantization=cfg.base_quantization, adapter_init=init, **kwargs)
-    raise SeedLedgerError(f"unknown backend {cfg.backend!r}: use hf or vllm")
+    raise SeedLedgerError(f"unknown backend {backend!r}: use auto, hf or vllm")
 
 
 def __getattr__(name: str) -> Any:
     if name == "HFBackend":  # lazy: importing the package must not import transformers
-        from engine.backends.hf import HFBackend
+        from seedledger.engine.backends.hf import HFBackend
 
         return HFBackend
     raise AttributeError(name)

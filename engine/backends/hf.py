@@ -31,13 +31,13 @@ from typing import Any
 
 import torch
 
-from engine.backends import hf_scoring
-from engine.backends.base import LikelihoodOutput, Messages, Population, PopulationOutput
-from engine.models import load_causal_lm
-from replay import noise
-from replay import paths as replay_paths
-from replay.hashing import MASK64, splitmix64
-from replay.perturbation import Perturbation
+from seedledger.engine.backends import hf_scoring
+from seedledger.engine.backends.base import LikelihoodOutput, Messages, Population, PopulationOutput
+from seedledger.engine.models import load_causal_lm
+from seedledger.replay import noise
+from seedledger.replay import paths as replay_paths
+from seedledger.replay.hashing import MASK64, splitmix64
+from seedledger.replay.perturbation import Perturbation
 
 
 def prompt_stream_seed(seed: int, index: int, sample: int = 0) -> int:
@@ -125,7 +125,7 @@ class HFBackend:
         self.frozen: str | None = None  # an adapter run's frozen base, as loaded
         self._initial: dict[str, torch.Tensor] | None = None
         if self.adapter is not None:
-            from engine import adapters
+            from seedledger.engine import adapters
 
             self.frozen = adapters.frozen_fingerprint(model)
             self._initial = adapters.initial_adapter(model, self.adapter, adapter_init)
@@ -144,13 +144,13 @@ class HFBackend:
         self.keeps_master = self.perturbation.kind != "full" or self.adapter is not None
         self._rows = None
         if self.adapter is not None:
-            from engine.backends.hf_lowrank import RowTerms
+            from seedledger.engine.backends.hf_lowrank import RowTerms
 
             spec = self.adapter
             self._rows = RowTerms(model, lambda name, _m: spec.matches(name), f"LoRA targets {spec.targets}")
             self._rows.set_adapter(spec, self._initial)
         elif self.keeps_master:
-            from engine.backends.hf_lowrank import RowTerms
+            from seedledger.engine.backends.hf_lowrank import RowTerms
 
             p = self.perturbation
             self._rows = RowTerms(

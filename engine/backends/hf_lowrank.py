@@ -34,9 +34,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from replay import noise
-from replay.adapter import LoraSpec, member_adapter, tensor_names
-from replay.perturbation import Perturbation, stacked_factors
+from seedledger.replay import noise
+from seedledger.replay.adapter import LoraSpec, member_adapter, tensor_names
+from seedledger.replay.perturbation import Perturbation, stacked_factors
 
 
 @dataclass

@@ -24,8 +24,8 @@ from typing import Any
 
 import torch
 
-from engine.backends.base import LikelihoodOutput, Messages, Population
-from trainers.rewards.loglik import mean_logprob
+from seedledger.engine.backends.base import LikelihoodOutput, Messages, Population
+from seedledger.trainers.rewards.loglik import mean_logprob
 
 SCORE_ROWS = 8  # KL: rows per teacher-forced forward (its logits: rows × tokens × vocab)
 LOGITS_BUDGET = 1 << 25  # loglik: fp32 logits per forward (128 MiB)

@@ -48,22 +48,22 @@ from typing import Any
 
 import torch
 
-from engine.backends import vllm_scoring
-from engine.backends.base import (
+from seedledger.engine.backends import vllm_scoring
+from seedledger.engine.backends.base import (
     LikelihoodOutput,
     Messages,
     Population,
     PopulationOutput,
     evaluate_one_by_one,
 )
-from engine.backends.hf import prompt_stream_seed
-from engine.backends.vllm_lora import NO_PATH, engine_kwargs
-from ledger.errors import SeedLedgerError
-from replay import noise
-from replay.fingerprint import fingerprint
-from replay.perturbation import Perturbation
+from seedledger.engine.backends.hf import prompt_stream_seed
+from seedledger.engine.backends.vllm_lora import NO_PATH, engine_kwargs
+from seedledger.ledger.errors import SeedLedgerError
+from seedledger.replay import noise
+from seedledger.replay.fingerprint import fingerprint
+from seedledger.replay.perturbation import Perturbation
 
-_EXTENSION = "engine.backends.vllm_worker.SeedLedgerWorkerExtension"
+_EXTENSION = "seedledger.engine.backends.vllm_worker.SeedLedgerWorkerExtension"
 
 
 def _cpu_env() -> None:
@@ -173,7 +173,7 @@ class VLLMBackend:
         self.top_p = top_p
         self.frozen: str | None = None  # a LoRA run's frozen base, as loaded
         if self.adapter is not None:
-            from engine.adapters import adapter_for_shapes, linear_shapes
+            from seedledger.engine.adapters import adapter_for_shapes, linear_shapes
 
             self.frozen = fingerprint(read_master(self.model_dir))  # the base: then dropped
             shapes = linear_shapes(_meta_model(self.model_dir), self.adapter)

@@ -60,9 +60,9 @@ from typing import Any
 
 import torch
 
-from ledger.errors import SeedLedgerError
-from replay.adapter import PREFIX, LoraSpec, member_adapter, tensor_names
-from replay.perturbation import factors
+from seedledger.ledger.errors import SeedLedgerError
+from seedledger.replay.adapter import PREFIX, LoraSpec, member_adapter, tensor_names
+from seedledger.replay.perturbation import factors
 
 NO_PATH = "/nonexistent/seedledger-in-memory-adapter"  # never read: see the docstring
 _SLOT_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # vllm.config.lora.MaxLoRARanks

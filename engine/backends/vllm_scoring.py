@@ -12,9 +12,9 @@ from typing import Any
 
 import torch
 
-from engine.backends.base import LikelihoodOutput, Messages, Population
-from engine.backends.hf_scoring import end_of_turn, reference_ids
-from trainers.rewards.loglik import mean_logprob
+from seedledger.engine.backends.base import LikelihoodOutput, Messages, Population
+from seedledger.engine.backends.hf_scoring import end_of_turn, reference_ids
+from seedledger.trainers.rewards.loglik import mean_logprob
 
 
 def loglik(

@@ -23,9 +23,9 @@ from collections.abc import Iterator, Mapping
 
 import torch
 
-from engine.backends.vllm_lora import Target, lora_adapters, lowrank_adapters, register
-from replay import noise
-from replay.adapter import LoraSpec
+from seedledger.engine.backends.vllm_lora import Target, lora_adapters, lowrank_adapters, register
+from seedledger.replay import noise
+from seedledger.replay.adapter import LoraSpec
 
 Master = Mapping[str, torch.Tensor]
 

@@ -8,8 +8,8 @@ the runtime of engine/, e.g. engine.api and engine.rebuilding). Nothing outside 
 
 # each module registers its commands on `app`; --help lists them in this order
 # isort: off
-from engine.commands import training, evaluating, search, replaying, seeds, auditing, remove, example, db  # noqa: F401
-from engine.commands.app import app, main
+from seedledger.engine.commands import training, evaluating, search, replaying, seeds, auditing, remove, example, db  # noqa: F401
+from seedledger.engine.commands.app import app, main
 
 # isort: on
 

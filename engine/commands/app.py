@@ -20,7 +20,7 @@ try:  # typer >= 0.20 carries its own copy of click; its exceptions are these
 except ImportError:  # older typer runs on click itself
     from click.exceptions import ClickException, NoArgsIsHelpError, UsageError
 
-from ledger.errors import SeedLedgerError
+from seedledger.ledger.errors import SeedLedgerError
 
 DEFAULT_LEDGER = "seedledger.db"  # typer reads $SEEDLEDGER_DB first
 
@@ -67,7 +67,7 @@ def emit(payload: Any, as_json: bool, human: str | None = None) -> None:
     if as_json:
         sys.stdout.write(json.dumps(payload, indent=2, default=str) + "\n")
     elif human is not None:
-        from ledger.names import printable
+        from seedledger.ledger.names import printable
 
         typer.echo(printable(human, limit=None, newlines=True))  # names from foreign files
 
@@ -75,7 +75,7 @@ def emit(payload: Any, as_json: bool, human: str | None = None) -> None:
 def open_ledger(url: str, create: bool = False):
     """Open the ledger; only commands that write a new run (train, import) may create one,
     so a mistyped `--ledger` is reported instead of becoming an empty ledger."""
-    from ledger import Ledger
+    from seedledger.ledger import Ledger
 
     ledger = Ledger.open(url or DEFAULT_LEDGER, upgrade=State.upgrade, create=create)
     if ledger.upgraded is not None and ledger.upgraded.changed:
@@ -103,16 +103,16 @@ def _usage_error(exc: UsageError) -> None:
 def say(line: str) -> None:
     """One line on stderr, fit for a terminal: whitespace collapsed, control characters
     escaped (ledger.names.printable), URL passwords masked (ledger.db.redact)."""
-    from ledger.db import redact
-    from ledger.names import printable
+    from seedledger.ledger.db import redact
+    from seedledger.ledger.names import printable
 
     typer.echo(printable(redact(" ".join(line.split())), limit=2000), err=True)
 
 
 def _warning_line(message, category, filename, lineno, line=None) -> str:
     """Python warnings as one escaped line (they may quote names from a ledger)."""
-    from ledger.db import redact
-    from ledger.names import printable
+    from seedledger.ledger.db import redact
+    from seedledger.ledger.names import printable
 
     return printable(redact(f"warning: {' '.join(str(message).split())}"), limit=2000) + "\n"
 
@@ -121,8 +121,8 @@ def main() -> None:
     """Console-script entry point: map errors to one line and an exit code."""
     import warnings
 
-    from engine.interrupts import RunInterrupted
-    from engine.models import quiet_hf_env
+    from seedledger.engine.interrupts import RunInterrupted
+    from seedledger.engine.models import quiet_hf_env
 
     quiet_hf_env()  # no hub, no library progress bars: an error must stay one line
     warnings.formatwarning = _warning_line

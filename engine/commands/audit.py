@@ -9,9 +9,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ledger import Ledger, RunInfo
-from ledger.errors import SeedLedgerError
-from ledger.rows import wall_seconds
+from seedledger.ledger import Ledger, RunInfo
+from seedledger.ledger.errors import SeedLedgerError
+from seedledger.ledger.rows import wall_seconds
 
 FP_PREFIX = 12  # fingerprint characters shown in tables; JSON always carries all 32
 
@@ -107,7 +107,7 @@ def evaluations(ledger: Ledger, run: str) -> list[dict[str, Any]]:
 def run_log(ledger: Ledger, ref: str) -> dict[str, Any]:
     """A run's lineage generation by generation (inherited ones name their run), up to G
     for `RUN@G`, read from the generation rows alone (`Ledger.summaries`)."""
-    from engine.refs import resolve_ref
+    from seedledger.engine.refs import resolve_ref
 
     info, upto = resolve_ref(ledger, ref)
     run = info.name
@@ -161,7 +161,7 @@ def show_generation(
     ledger: Ledger, ref: str, samples_member: int | str | None = None
 ) -> dict[str, Any]:
     """Everything `RUN@G` committed; `samples_member` (an index or "all") adds stored outputs."""
-    from engine.refs import resolve_ref
+    from seedledger.engine.refs import resolve_ref
 
     info, g = resolve_ref(ledger, ref)
     if g < 1:
@@ -207,7 +207,7 @@ def show_member(ledger: Ledger, ref: str, with_samples: bool = False) -> dict[st
     perturbation kind, and the generation a GA member's weights equal), and what the
     algorithm recorded about it (GA: fitness, species, parent, child; CMA-ES: rank);
     `with_samples` adds its stored outputs."""
-    from engine.refs import format_ref, resolve_member
+    from seedledger.engine.refs import format_ref, resolve_member
 
     info, g, index = resolve_member(ledger, ref)
     if index is None:
@@ -280,7 +280,9 @@ def _decision(extra: dict[str, Any], m) -> dict[str, Any]:
 def _paths(optimizer: dict[str, Any], index: int) -> dict[str, Any]:
     """A member's share of the generation's `paths` rule: α on its noise and its coefficient
     on each path (`replay.paths`: LM-MA-ES's evolution paths, a GA's survivor offsets)."""
-    from replay.paths import NAME  # lazily: replay imports torch, which `show` need not pay
+    from seedledger.replay.paths import (
+        NAME,  # lazily: replay imports torch, which `show` need not pay
+    )
 
     rows = optimizer.get("members") if optimizer.get("name") == NAME else None
     if not isinstance(rows, list) or not 0 <= index < len(rows):
@@ -313,10 +315,10 @@ def _replay_pair(ledger: Ledger, a: tuple[RunInfo, int], b: tuple[RunInfo, int],
     VerifyMismatch otherwise)."""
     import copy
 
-    from engine.rebuilding import load_start
-    from engine.session import anchors_dir
-    from replay.rebuild import rebuild, replay_steps
-    from replay.update import OptimizerState
+    from seedledger.engine.rebuilding import load_start
+    from seedledger.engine.session import anchors_dir
+    from seedledger.replay.rebuild import rebuild, replay_steps
+    from seedledger.replay.update import OptimizerState
 
     (run_a, g_a), (run_b, g_b) = a, b
     if run_a.base_fingerprint != run_b.base_fingerprint:
@@ -362,7 +364,7 @@ def _member_weights(ledger: Ledger, info: RunInfo, g: int, index: int, parent: t
     """Member `index` of `run@g` built on a copy of `parent` (the checked `run@g-1` and its
     replay state, which the other side of a diff may share), as `rebuild` builds it (an
     member of a `paths` generation reads its paths from the state)."""
-    from engine.rebuilding import add_member
+    from seedledger.engine.rebuilding import add_member
 
     master = {n: t.clone() for n, t in parent[0].items()}
     add_member(ledger, info.name, g, index, master, parent[1])
@@ -371,7 +373,7 @@ def _member_weights(ledger: Ledger, info: RunInfo, g: int, index: int, parent: t
 
 def _side(ledger: Ledger, info: RunInfo, g: int, member: int | None, master: dict) -> dict[str, Any]:
     """One side of a diff: what it names and its fingerprint (a member's computed)."""
-    from replay.fingerprint import fingerprint
+    from seedledger.replay.fingerprint import fingerprint
 
     out: dict[str, Any] = {"run": info.name, "generation": g}
     if member is None:
@@ -386,7 +388,7 @@ def diff(ledger: Ledger, ref_a: str, ref_b: str, device: str = "cpu") -> dict[st
     common prefix) and checked, then the member's perturbation is added to a copy."""
     import torch
 
-    from engine.refs import resolve_member
+    from seedledger.engine.refs import resolve_member
 
     (run_a, g_a, m_a), (run_b, g_b, m_b) = resolve_member(ledger, ref_a), resolve_member(ledger, ref_b)
     a = (run_a, g_a if m_a is None else g_a - 1)

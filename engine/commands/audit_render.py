@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
-from engine.commands.audit import FP_PREFIX
+from seedledger.engine.commands.audit import FP_PREFIX
 
 # σ as applied: rounded to 12 significant bits (≈ 3.6 digits), so 6 show that 0.001 became
 # 0.000999928; `log` and `show` print it alike
@@ -26,7 +26,7 @@ def safe(data: Any) -> Any:
     escaped (ledger.names.printable), since run names, payloads, component names and
     samples come from ledgers and seed files others wrote. (Views print with markup off,
     so brackets in them stay literal.)"""
-    from ledger.names import printable
+    from seedledger.ledger.names import printable
 
     if isinstance(data, str):
         return printable(data, limit=None)
@@ -250,7 +250,7 @@ def member_view(data: dict[str, Any]) -> RenderableType:
 
 def diff_view(data: dict[str, Any], top: int | None = None) -> RenderableType:
     a, b, tot = data["a"], data["b"], data["total"]
-    from engine.refs import format_ref
+    from seedledger.engine.refs import format_ref
 
     title = (f"{format_ref(b['run'], b['generation'], b.get('member'))} − "
              f"{format_ref(a['run'], a['generation'], a.get('member'))}  "

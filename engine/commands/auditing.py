@@ -10,7 +10,14 @@ from typing import Annotated
 
 import typer
 
-from engine.commands.app import DEFAULT_LEDGER, JsonOpt, LedgerOpt, app, emit, open_ledger
+from seedledger.engine.commands.app import (
+    DEFAULT_LEDGER,
+    JsonOpt,
+    LedgerOpt,
+    app,
+    emit,
+    open_ledger,
+)
 
 
 @app.command()
@@ -23,8 +30,8 @@ def log(
     as_json: JsonOpt = False,
 ):
     """List runs, one run's generations, or (--graph) the fork tree."""
-    from engine.commands import audit
-    from engine.commands import audit_render as ar
+    from seedledger.engine.commands import audit
+    from seedledger.engine.commands import audit_render as ar
 
     with open_ledger(ledger) as led:
         if graph:
@@ -50,10 +57,10 @@ def show(
     """Everything RUN@G committed: hyperparameters, batch, members, coefficients, fingerprint.
     RUN@G#M shows member M: its row, its weights (RUN@G-1 plus its perturbation), what a GA
     or CMA-ES recorded about it, and with --samples its stored outputs."""
-    from engine.commands import audit
-    from engine.commands import audit_render as ar
-    from engine.refs import split_member
-    from ledger.errors import SeedLedgerError
+    from seedledger.engine.commands import audit
+    from seedledger.engine.commands import audit_render as ar
+    from seedledger.engine.refs import split_member
+    from seedledger.ledger.errors import SeedLedgerError
 
     named = split_member(ref)[1]
     if named is not None and member is not None:
@@ -78,9 +85,9 @@ def diff(
 ):
     """Per-tensor L2 and max |Δ| between two models, rebuilt by replay, largest first. A
     member RUN@G#M is rebuilt as `rebuild` does: RUN@G-1 (checked) plus its perturbation."""
-    from engine.commands import audit
-    from engine.commands import audit_render as ar
-    from engine.devices import check_device
+    from seedledger.engine.commands import audit
+    from seedledger.engine.commands import audit_render as ar
+    from seedledger.engine.devices import check_device
 
     check_device(device)
     with open_ledger(ledger) as led:
@@ -101,7 +108,7 @@ def plot(
 ):
     """Draw reward curves (from the ledger alone) to a PNG: forks marked where they fork,
     held-out rewards where recorded."""
-    from engine.commands.plot import plot_runs, with_forks
+    from seedledger.engine.commands.plot import plot_runs, with_forks
 
     with open_ledger(ledger) as led:
         for run in runs:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from engine.commands.app import DEFAULT_LEDGER, JsonOpt, LedgerOpt, app, emit
+from seedledger.engine.commands.app import DEFAULT_LEDGER, JsonOpt, LedgerOpt, app, emit
 
 db_app = typer.Typer(help="Ledger schema: upgrade | current | history.", no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(db_app, name="db")
@@ -13,7 +13,7 @@ app.add_typer(db_app, name="db")
 @db_app.command("upgrade")
 def db_upgrade(ledger: LedgerOpt = DEFAULT_LEDGER, as_json: JsonOpt = False):
     """Upgrade the ledger's schema to this version's head (creates a missing ledger)."""
-    from ledger import migrate
+    from seedledger.ledger import migrate
 
     url = ledger or DEFAULT_LEDGER
     result = migrate.upgrade(url)
@@ -30,9 +30,9 @@ def db_upgrade(ledger: LedgerOpt = DEFAULT_LEDGER, as_json: JsonOpt = False):
 @db_app.command("current")
 def db_current(ledger: LedgerOpt = DEFAULT_LEDGER, as_json: JsonOpt = False):
     """Print the ledger's schema revision (a missing ledger is an error, as for every reader)."""
-    from ledger import migrate
-    from ledger.db import sqlite_path, to_url
-    from ledger.errors import SeedLedgerError
+    from seedledger.ledger import migrate
+    from seedledger.ledger.db import sqlite_path, to_url
+    from seedledger.ledger.errors import SeedLedgerError
 
     location = ledger or DEFAULT_LEDGER
     path = sqlite_path(to_url(location))
@@ -50,7 +50,7 @@ def db_current(ledger: LedgerOpt = DEFAULT_LEDGER, as_json: JsonOpt = False):
 @db_app.command("history")
 def db_history(as_json: JsonOpt = False):
     """List the schema revisions this version knows, oldest first."""
-    from ledger import migrate
+    from seedledger.ledger import migrate
 
     revs = [{"revision": rev, "title": title} for rev, title in migrate.revisions()]
     emit({"revisions": revs, "head": migrate.head()}, as_json,

@@ -15,20 +15,20 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from engine import session
-from engine.commands.plot import plot_run
-from engine.config import load_config
-from engine.evaluation import compare, mean_reward
-from engine.evaluator import Evaluator
-from engine.models import resolve_model
-from engine.progress import TrainingProgress
-from engine.rebuilding import rebuild_ref, verify_ref
-from ledger import Ledger
-from ledger.errors import SeedLedgerError
-from ledger.seedio import export_seedfile
-from replay.noise import member_key
+from seedledger.engine import session
+from seedledger.engine.commands.plot import plot_run
+from seedledger.engine.config import load_config
+from seedledger.engine.evaluation import compare, mean_reward
+from seedledger.engine.evaluator import Evaluator
+from seedledger.engine.models import resolve_model
+from seedledger.engine.progress import TrainingProgress
+from seedledger.engine.rebuilding import rebuild_ref, verify_ref
+from seedledger.ledger import Ledger
+from seedledger.ledger.errors import SeedLedgerError
+from seedledger.ledger.seedio import export_seedfile
+from seedledger.replay.noise import member_key
 
-CONFIG = Path(str(files("engine") / "configs" / "demo.yaml"))  # package data: works when installed
+CONFIG = Path(str(files("seedledger.engine") / "configs" / "demo.yaml"))  # package data: works when installed
 
 
 DEMO_ENTRIES = ("seedledger.db", "demo-final", "demo.seeds", "demo-reward.png", "logs")

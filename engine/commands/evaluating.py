@@ -7,8 +7,16 @@ from typing import Annotated, Any
 
 import typer
 
-from engine.commands.app import DEFAULT_LEDGER, JsonOpt, LedgerOpt, app, emit, open_ledger, say
-from engine.commands.training import TrustCode
+from seedledger.engine.commands.app import (
+    DEFAULT_LEDGER,
+    JsonOpt,
+    LedgerOpt,
+    app,
+    emit,
+    open_ledger,
+    say,
+)
+from seedledger.engine.commands.training import TrustCode
 
 
 @app.command()
@@ -31,7 +39,7 @@ def evaluate(
     got better or worse, per-component means, and a few rows whose answers changed. The
     figures are recorded as an `evaluation` event of RUN (`log`, `show` and `plot` show
     them). Rebuilds both models from the ledger; progress goes to stderr."""
-    from engine import api
+    from seedledger.engine import api
 
     with open_ledger(ledger) as led:
         result = api.evaluate(ref, rows=rows, skip=skip, against=against, ledger=led,

@@ -15,19 +15,19 @@ from typing import Annotated
 
 import typer
 
-from engine.commands.app import JsonOpt, app, emit
-from ledger.errors import SeedLedgerError, did_you_mean
+from seedledger.engine.commands.app import JsonOpt, app, emit
+from seedledger.ledger.errors import SeedLedgerError, did_you_mean
 
 
 def examples() -> dict[str, Traversable]:
     """The shipped configs by name (file stem), sorted."""
-    found = [f for f in (files("engine") / "configs").iterdir() if f.name.endswith(".yaml")]
+    found = [f for f in (files("seedledger.engine") / "configs").iterdir() if f.name.endswith(".yaml")]
     return {f.name.removesuffix(".yaml"): f for f in sorted(found, key=lambda f: f.name)}
 
 
 def data_files() -> dict[str, Traversable]:
     """The shipped data files by file name (`opposites.jsonl`), sorted."""
-    found = [f for f in (files("engine") / "configs" / "data").iterdir() if f.name.endswith(".jsonl")]
+    found = [f for f in (files("seedledger.engine") / "configs" / "data").iterdir() if f.name.endswith(".jsonl")]
     return {f.name: f for f in sorted(found, key=lambda f: f.name)}
 
 

@@ -19,8 +19,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from ledger import Ledger, RunInfo  # noqa: E402
-from ledger.errors import SeedLedgerError  # noqa: E402
+from seedledger.ledger import Ledger, RunInfo  # noqa: E402
+from seedledger.ledger.errors import SeedLedgerError  # noqa: E402
 
 
 def with_forks(ledger: Ledger, runs: list[str]) -> list[str]:

@@ -12,7 +12,14 @@ from typing import Annotated
 
 import typer
 
-from engine.commands.app import DEFAULT_LEDGER, JsonOpt, LedgerOpt, app, emit, open_ledger
+from seedledger.engine.commands.app import (
+    DEFAULT_LEDGER,
+    JsonOpt,
+    LedgerOpt,
+    app,
+    emit,
+    open_ledger,
+)
 
 
 @app.command()
@@ -25,9 +32,9 @@ def rm(
     as_json: JsonOpt = False,
 ):
     """Delete RUN and its generations (refused while it has forks or is training)."""
-    from engine.session import anchors_dir
-    from ledger.errors import SeedLedgerError
-    from replay.anchors import remove_unused
+    from seedledger.engine.session import anchors_dir
+    from seedledger.ledger.errors import SeedLedgerError
+    from seedledger.replay.anchors import remove_unused
 
     with open_ledger(ledger) as led:
         info = led.get_run(run)

@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from engine.commands.app import (
+from seedledger.engine.commands.app import (
     DEFAULT_LEDGER,
     AllowUnverified,
     JsonOpt,
@@ -38,11 +38,11 @@ def verify(
 ):
     """Replay RUN up to G from its base and check every fingerprint (exit 1 on a mismatch).
     Every replay first checks the rows' hash chain; --quick checks only that."""
-    from engine.devices import check_device
-    from ledger.errors import NotVerified, VerifyMismatch
+    from seedledger.engine.devices import check_device
+    from seedledger.ledger.errors import NotVerified, VerifyMismatch
 
     check_device(device)
-    from engine import api
+    from seedledger.engine import api
 
     with open_ledger(ledger) as led:
         report = api.verify(ref, ledger=led, device=device, quick=quick)
@@ -94,8 +94,8 @@ def rebuild(
     adapter directory (adapter_config.json, adapter_model.safetensors), or with --merge
     the merged model.
     """
-    from engine import api
-    from engine.devices import check_device
+    from seedledger.engine import api
+    from seedledger.engine.devices import check_device
 
     check_device(device)
     report = api.rebuild_to(
@@ -104,7 +104,7 @@ def rebuild(
         merge=merge,
     )
     unverified = f"; NOT VERIFIED: {report['not_verified']}" if not report["verified"] else ""
-    from engine.refs import format_ref
+    from seedledger.engine.refs import format_ref
 
     named = format_ref(report["run"], report["generation"], report.get("member"))
     emit(report, as_json, f"wrote {report['output']} ({named}, "

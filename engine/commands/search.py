@@ -9,8 +9,15 @@ from typing import Annotated, Any
 
 import typer
 
-from engine.commands.app import DEFAULT_LEDGER, JsonOpt, LedgerOpt, app, emit, open_ledger
-from engine.commands.training import Sets, TrustCode
+from seedledger.engine.commands.app import (
+    DEFAULT_LEDGER,
+    JsonOpt,
+    LedgerOpt,
+    app,
+    emit,
+    open_ledger,
+)
+from seedledger.engine.commands.training import Sets, TrustCode
 
 
 def _fmt(value: Any) -> str:
@@ -28,7 +35,7 @@ def tune(
     trust_code: TrustCode = False,
 ):
     """Run an Optuna study whose trials are runs STUDY-tNNN; rerun to resume it."""
-    from engine.tune import tune as run_tune
+    from seedledger.engine.tune import tune as run_tune
 
     def say(t: dict) -> None:
         if not as_json:
@@ -62,7 +69,7 @@ def pbt(
 ):
     """Population-based training: rounds of training, exploit = fork of the strongest,
     explore = perturbed lr/σ. Rerun to resume; `log --graph` shows the history."""
-    from engine.pbt import PBT
+    from seedledger.engine.pbt import PBT
 
     def say(e: dict) -> None:
         if as_json:

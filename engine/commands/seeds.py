@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from engine.commands.app import (
+from seedledger.engine.commands.app import (
     DEFAULT_LEDGER,
     AllowUnverified,
     JsonOpt,
@@ -18,7 +18,7 @@ from engine.commands.app import (
     emit,
     open_ledger,
 )
-from ledger.seedio import IMPORT_MAX_MEMBERS  # light: no torch
+from seedledger.ledger.seedio import IMPORT_MAX_MEMBERS  # light: no torch
 
 
 @app.command()
@@ -34,11 +34,11 @@ def export(
     """Write RUN@G as a seed file: keys and coefficients, kilobytes instead of gigabytes.
     RUN@G#M names member M of generation G (RUN@G-1 plus its perturbation): `rebuild` takes
     that file, `import` refuses it (a member is weights, not a run's history)."""
-    from engine import api
+    from seedledger.engine import api
 
     with open_ledger(ledger) as led:
         payload = api.export(ref, output, ledger=led, force=force)
-    from engine.refs import format_ref
+    from seedledger.engine.refs import format_ref
 
     named = format_ref(payload["run"], payload["generation"], payload.get("member"))
     emit(payload, as_json, f"wrote {output} ({payload['bytes']:,} bytes) for {named}")
@@ -57,7 +57,7 @@ def import_(
 ):
     """Import a seed file into the ledger as a run (refused when it lacks fingerprints,
     unless --allow-unverified, or holds more than --max-members members)."""
-    from engine import api
+    from seedledger.engine import api
 
     with open_ledger(ledger, create=True) as led:
         payload = api.import_seeds(file, run, ledger=led, allow_unverified=allow_unverified,

@@ -13,8 +13,15 @@ from typing import Annotated
 
 import typer
 
-from engine.commands.app import DEFAULT_LEDGER, JsonOpt, LedgerOpt, app, emit, open_ledger
-from ledger.db import display_location
+from seedledger.engine.commands.app import (
+    DEFAULT_LEDGER,
+    JsonOpt,
+    LedgerOpt,
+    app,
+    emit,
+    open_ledger,
+)
+from seedledger.ledger.db import display_location
 
 Sets = Annotated[
     list[str] | None,
@@ -44,8 +51,8 @@ def _session(ledger: str, as_json: bool, body, create: bool = False) -> None:
     (engine.interrupts); the one line then names the `resume` command to run."""
     import contextlib
 
-    from engine.interrupts import RunInterrupted, sigterm_raises
-    from engine.progress import TrainingProgress
+    from seedledger.engine.interrupts import RunInterrupted, sigterm_raises
+    from seedledger.engine.progress import TrainingProgress
 
     # under --json, stdout is the JSON document alone: log lines (provisioning) go to stderr
     quiet = contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext()
@@ -74,7 +81,7 @@ def train(
     as_json: JsonOpt = False,
 ):
     """Start a new run from CONFIG and train it."""
-    from engine import api
+    from seedledger.engine import api
 
     _session(ledger, as_json, lambda led, hooks: api.train(
         config, run=run, overrides=set_ or [], generations=generations, ledger=led, hooks=hooks), create=True)
@@ -97,8 +104,8 @@ def resume(
 
     By default towards its config's `generations` (a run already there is an error);
     --generations N trains N more, past it if need be."""
-    from engine import api
-    from ledger.errors import SeedLedgerError
+    from seedledger.engine import api
+    from seedledger.ledger.errors import SeedLedgerError
 
     def body(led, hooks):
         result = api.resume(run, generations=generations, ledger=led, hooks=hooks, take_over=take_over,
@@ -125,7 +132,7 @@ def fork(
     as_json: JsonOpt = False,
 ):
     """Start a child run at RUN@G (optionally with changed settings) and train it."""
-    from engine import api
+    from seedledger.engine import api
 
     _session(ledger, as_json, lambda led, hooks: api.fork(
         ref, run, overrides=set_ or [], generations=generations, ledger=led, hooks=hooks, trust_code=trust_code))
@@ -144,7 +151,7 @@ def demo(
     """The end-to-end demo: teach SmolLM2 an answer format, rebuild, verify, export, report."""
     import contextlib
 
-    from engine.commands.demo import CONFIG, run_demo
+    from seedledger.engine.commands.demo import CONFIG, run_demo
 
     config = config or CONFIG
     if not as_json:

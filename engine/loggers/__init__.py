@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
-from ledger.errors import SeedLedgerError
+from seedledger.ledger.errors import SeedLedgerError
 
 # name -> (module in this package, class, pip extra, library it needs)
 _REGISTRY: dict[str, tuple[str, str, str, str]] = {

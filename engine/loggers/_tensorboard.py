@@ -11,7 +11,7 @@ from typing import Any
 from torch.utils.tensorboard import SummaryWriter
 from torch.utils.tensorboard.summary import hparams
 
-from ledger.names import run_path
+from seedledger.ledger.names import run_path
 
 from ._flatten import flatten
 

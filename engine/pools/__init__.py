@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.config import TrainConfig
-from ledger.errors import SeedLedgerError
+from seedledger.engine.config import TrainConfig
+from seedledger.ledger.errors import SeedLedgerError
 
 
 class PoolFailure(SeedLedgerError):
@@ -21,9 +21,9 @@ class ReplicaMismatch(PoolFailure):
 
 def make_pool(cfg: TrainConfig, model_dir: Path):
     if cfg.workers.pool == "ray":
-        from engine.pools.ray import RayPool
+        from seedledger.engine.pools.ray import RayPool
 
         return RayPool(cfg, model_dir)
-    from engine.pools.local import LocalPool
+    from seedledger.engine.pools.local import LocalPool
 
     return LocalPool(cfg, model_dir)

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from engine.config import TrainConfig
-from engine.evaluator import Evaluator, MemberResult
-from engine.failpoints import failpoint
-from ledger import Ledger, ReplayStep
-from trainers.es import Member
+from seedledger.engine.config import TrainConfig
+from seedledger.engine.evaluator import Evaluator, MemberResult
+from seedledger.engine.failpoints import failpoint
+from seedledger.ledger import Ledger, ReplayStep
+from seedledger.trainers.es import Member
 
 
 class LocalPool:

@@ -41,15 +41,15 @@ from typing import Any
 import ray
 from ray.exceptions import RayActorError, RayTaskError
 
-from engine.config import TrainConfig
-from engine.evaluator import MemberResult
-from engine.pools import PoolFailure, ReplicaMismatch
-from engine.pools.ray_worker import ReplicaActor, step_to_wire
-from ledger import Ledger, ReplayStep
-from ledger.db import to_url
-from ledger.errors import SeedLedgerError
-from trainers.es import Member
-from trainers.tasks import load_task
+from seedledger.engine.config import TrainConfig
+from seedledger.engine.evaluator import MemberResult
+from seedledger.engine.pools import PoolFailure, ReplicaMismatch
+from seedledger.engine.pools.ray_worker import ReplicaActor, step_to_wire
+from seedledger.ledger import Ledger, ReplayStep
+from seedledger.ledger.db import to_url
+from seedledger.ledger.errors import SeedLedgerError
+from seedledger.trainers.es import Member
+from seedledger.trainers.tasks import load_task
 
 # A local cluster only moves keys and numbers per call; `state()` is the one large
 # object and Ray spills what does not fit. Override with SEEDLEDGER_RAY_OBJECT_STORE.

@@ -14,13 +14,13 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from engine.config import TrainConfig
-from engine.evaluator import Evaluator
-from engine.models import quiet_hf_env
-from ledger import Ledger, ReplayStep
-from ledger.db import display_location
-from ledger.errors import SeedLedgerError
-from trainers.es import Member
+from seedledger.engine.config import TrainConfig
+from seedledger.engine.evaluator import Evaluator
+from seedledger.engine.models import quiet_hf_env
+from seedledger.ledger import Ledger, ReplayStep
+from seedledger.ledger.db import display_location
+from seedledger.ledger.errors import SeedLedgerError
+from seedledger.trainers.es import Member
 
 
 def step_to_wire(step: ReplayStep) -> dict[str, Any]:
@@ -145,7 +145,7 @@ class ReplicaActor:
         if self.diverge_at == step["index"]:
             import torch
 
-            from replay.fingerprint import fingerprint
+            from seedledger.replay.fingerprint import fingerprint
 
             first = next(iter(self.replica.master.values())).view(-1)
             first[0] = torch.nextafter(first[0], torch.tensor(float("inf")))

@@ -16,7 +16,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from ledger import chain
+from seedledger.ledger import chain
 
 revision = "0004_postgres"
 down_revision = "0003"

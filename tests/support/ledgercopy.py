@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from ledger.db import make_engine, to_url
-from ledger.rows import utc
+from seedledger.ledger.db import make_engine, to_url
+from seedledger.ledger.rows import utc
 
 TABLES = ("runs", "generations", "members", "anchors", "events", "leases")
 
@@ -45,8 +45,8 @@ def rechain(location: str) -> None:
     """Recompute every generation's hash-chain digest from the rows as they now stand: a
     ledger whose rows agree with their digests, e.g. one written by a faulty seedledger
     (tests that need a wrong fingerprint the chain does not flag as a hand edit)."""
-    from ledger import chain
-    from ledger.schema import Generation, Member, Run
+    from seedledger.ledger import chain
+    from seedledger.ledger.schema import Generation, Member, Run
 
     engine = make_engine(to_url(location))
     try:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from replay import lowrank, noise, update
-from replay.perturbation import step_perturbation
+from seedledger.replay import lowrank, noise, update
+from seedledger.replay.perturbation import step_perturbation
 
 SPECIALS = (-0.0, 0.0, 1e-45, -1e-45, 1e-40, -3e-39, 1.2e-38, 65519.0, -65520.0, 1e30, -3e38)
 

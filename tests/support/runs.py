@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ledger import Ledger
+from seedledger.ledger import Ledger
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def cli(*args: str | os.PathLike[str], env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
     """`python -m engine.cli ARGS` from the repository root (paths may be given as Path);
     with `check`, a non-zero exit fails the test with the end of its stderr."""
-    cmd = [sys.executable, "-m", "engine.cli", *map(str, args)]
+    cmd = [sys.executable, "-m", "seedledger.engine.cli", *map(str, args)]
     proc = subprocess.run(cmd, cwd=ROOT, env=env or os.environ.copy(), capture_output=True, text=True)
     if check and proc.returncode != 0:
         raise AssertionError(f"{cmd} exited {proc.returncode}: {proc.stderr[-2000:]}")
@@ -33,7 +33,7 @@ def fingerprints(ledger_path: Path, run: str) -> list[str]:
 def kill_train_and_resume(config: Path, ledger_path: Path, reference: list[str], failpoint: str = "member@2") -> None:
     """`train CONFIG` SIGKILLed at `failpoint` keeps exactly the generations before it, and
     `resume` then reaches the uninterrupted run's fingerprints `reference` bit for bit."""
-    from engine import session
+    from seedledger.engine import session
 
     cmd = ["train", str(config), "--run", "c", "--ledger", str(ledger_path)]
     proc = cli(*cmd, env=os.environ | {"SEEDLEDGER_FAILPOINT": failpoint}, check=False)

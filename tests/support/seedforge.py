@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import zstandard
 
-from ledger.seedfile import DIGEST_SIZE, FORMAT_VERSION, MAGIC, PREFIX, _digest
+from seedledger.ledger.seedfile import DIGEST_SIZE, FORMAT_VERSION, MAGIC, PREFIX, _digest
 
 Edit = Callable[[dict, bytearray], "bytes | bytearray | None"]
 

@@ -13,7 +13,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
-from ledger.errors import SeedLedgerError
+from seedledger.ledger.errors import SeedLedgerError
 
 from .combine import RewardFn
 

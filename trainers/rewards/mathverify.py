@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from trainers.sandbox import Limits, shared_sandbox
+from seedledger.trainers.sandbox import Limits, shared_sandbox
 
 from .answers import as_text, extract_tag, parse_number
 from .combine import RewardFn

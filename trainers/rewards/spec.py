@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ledger.errors import SeedLedgerError, did_you_mean
+from seedledger.ledger.errors import SeedLedgerError, did_you_mean
 
 from .loader import is_file_ref
 

@@ -16,9 +16,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ledger.errors import SeedLedgerError
-from trainers.rewards.answers import as_text, extract_tag, parse_number
-from trainers.rewards.combine import WeightedReward
+from seedledger.ledger.errors import SeedLedgerError
+from seedledger.trainers.rewards.answers import as_text, extract_tag, parse_number
+from seedledger.trainers.rewards.combine import WeightedReward
 
 from .base import Messages, Task, chat
 from .sampling import Rng

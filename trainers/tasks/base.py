@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ledger.errors import SeedLedgerError
-from trainers.rewards.combine import WeightedReward, combine
-from trainers.rewards.loglik import LikelihoodReward
+from seedledger.ledger.errors import SeedLedgerError
+from seedledger.trainers.rewards.combine import WeightedReward, combine
+from seedledger.trainers.rewards.loglik import LikelihoodReward
 
 from .sampling import mix64, stream
 

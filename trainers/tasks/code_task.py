@@ -28,11 +28,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ledger.errors import SeedLedgerError
-from replay.task_settings import check_setting
-from trainers.rewards.answers import as_text
-from trainers.rewards.combine import WeightedReward
-from trainers.sandbox import Limits, require_sandbox, shared_sandbox
+from seedledger.ledger.errors import SeedLedgerError
+from seedledger.replay.task_settings import check_setting
+from seedledger.trainers.rewards.answers import as_text
+from seedledger.trainers.rewards.combine import WeightedReward
+from seedledger.trainers.sandbox import Limits, require_sandbox, shared_sandbox
 
 from .base import Messages, Task, chat
 from .datafiles import read_rows

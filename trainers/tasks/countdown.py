@@ -16,10 +16,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ledger.errors import SeedLedgerError
-from trainers.rewards.answers import as_text, extract_tag
-from trainers.rewards.combine import WeightedReward
-from trainers.rewards.verifier import MAX_LENGTH, numbers_used, safe_eval
+from seedledger.ledger.errors import SeedLedgerError
+from seedledger.trainers.rewards.answers import as_text, extract_tag
+from seedledger.trainers.rewards.combine import WeightedReward
+from seedledger.trainers.rewards.verifier import MAX_LENGTH, numbers_used, safe_eval
 
 from .base import Messages, Task, chat
 from .datafiles import as_int, as_int_list, check_columns, read_rows

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ledger.errors import SeedLedgerError
+from seedledger.ledger.errors import SeedLedgerError
 
 Check = Callable[[Any], Any]
 """Converts a cell to the expected type, or raises ValueError with what was expected."""

@@ -25,10 +25,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ledger.errors import SeedLedgerError
-from replay.task_settings import check_setting
-from trainers.rewards.answers import as_text, extract_tag, parse_number
-from trainers.rewards.combine import RewardFn, WeightedReward
+from seedledger.ledger.errors import SeedLedgerError
+from seedledger.replay.task_settings import check_setting
+from seedledger.trainers.rewards.answers import as_text, extract_tag, parse_number
+from seedledger.trainers.rewards.combine import RewardFn, WeightedReward
 
 from .base import Messages, Task, chat
 from .datafiles import as_scalar_text, check_columns, read_rows

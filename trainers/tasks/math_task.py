@@ -17,11 +17,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ledger.errors import SeedLedgerError
-from trainers.rewards.answers import as_text, extract_tag, last_number, parse_number
-from trainers.rewards.combine import WeightedReward
-from trainers.rewards.mathverify import last_boxed, math_verify_reward
-from trainers.sandbox import require_sandbox
+from seedledger.ledger.errors import SeedLedgerError
+from seedledger.trainers.rewards.answers import as_text, extract_tag, last_number, parse_number
+from seedledger.trainers.rewards.combine import WeightedReward
+from seedledger.trainers.rewards.mathverify import last_boxed, math_verify_reward
+from seedledger.trainers.sandbox import require_sandbox
 
 from .base import Messages, Task, chat
 from .datafiles import as_scalar_text, check_columns, read_rows

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ledger.errors import SeedLedgerError
+from seedledger.ledger.errors import SeedLedgerError
 
 from .base import Messages, Task
 from .sampling import mix64, stream, uniform

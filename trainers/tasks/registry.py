@@ -27,13 +27,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ledger.errors import SeedLedgerError
-from trainers.rewards.combine import WeightedReward
-from trainers.rewards.format import format_reward
-from trainers.rewards.length import length_penalty
-from trainers.rewards.loader import is_file_ref, load_reward_fn
-from trainers.rewards.loglik import LikelihoodReward
-from trainers.rewards.spec import BUILTIN, parse_rewards
+from seedledger.ledger.errors import SeedLedgerError
+from seedledger.trainers.rewards.combine import WeightedReward
+from seedledger.trainers.rewards.format import format_reward
+from seedledger.trainers.rewards.length import length_penalty
+from seedledger.trainers.rewards.loader import is_file_ref, load_reward_fn
+from seedledger.trainers.rewards.loglik import LikelihoodReward
+from seedledger.trainers.rewards.spec import BUILTIN, parse_rewards
 
 from . import arithmetic, code_task, countdown, jsonl_task, math_task, reasoning_gym_task
 from .base import Task

@@ -9,8 +9,8 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import TypeVar
 
-from ledger.errors import SeedLedgerError
-from replay.hashing import GOLDEN, MASK64, splitmix64
+from seedledger.ledger.errors import SeedLedgerError
+from seedledger.replay.hashing import GOLDEN, MASK64, splitmix64
 
 T = TypeVar("T")
 

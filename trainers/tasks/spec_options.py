@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from ledger.errors import SeedLedgerError
+from seedledger.ledger.errors import SeedLedgerError
 
 _MAPPING_ONLY = ("rewards", "mix", "name", "path")
 
