@@ -27,6 +27,7 @@ from typing import Any
 
 from seedledger.ledger.durable import as_umask_allows, fsync_dir
 from seedledger.ledger.errors import SeedLedgerError
+from seedledger.ledger.extras import require
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never touch the hub, whoever imports us first
 
@@ -459,9 +460,7 @@ def load_causal_lm(
 def _torchao_int8() -> Any:
     """transformers' TorchAoConfig for int8 weight-only (import chatter kept off stderr)."""
     quiet_hf_env()
-    try:
-        from torchao.quantization import Int8WeightOnlyConfig
-        from transformers import TorchAoConfig
-    except ImportError:
-        raise SeedLedgerError("base_quantization int8 needs torchao: pip install 'seedledger[int8]'") from None
-    return TorchAoConfig(Int8WeightOnlyConfig())
+    int8 = require("torchao.quantization", "base_quantization int8").Int8WeightOnlyConfig
+    from transformers import TorchAoConfig
+
+    return TorchAoConfig(int8())

@@ -41,6 +41,7 @@ from seedledger.engine.config import load_config, validate
 from seedledger.engine.tune import override
 from seedledger.ledger import Ledger
 from seedledger.ledger.errors import SeedLedgerError
+from seedledger.ledger.extras import require
 
 UP, DOWN = 1.25, 0.8
 
@@ -252,9 +253,9 @@ class PBT:
 def _train_on_ray(location: str, todo: list[tuple[str, int]], address: str | None, trust_code: bool) -> None:
     """A round's members as Ray tasks; each session builds its own (Ray) pool, whose actors
     hold the CPUs, so the tasks ask for none."""
-    import ray
+    from seedledger.engine.pools.ray import FEATURE, connect, get
 
-    from seedledger.engine.pools.ray import connect, get
+    ray = require("ray", FEATURE)
 
     connect(address)
 

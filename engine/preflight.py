@@ -13,6 +13,7 @@ import importlib.util
 import json
 from pathlib import Path
 
+from seedledger.engine import loggers
 from seedledger.engine.config import TrainConfig
 from seedledger.ledger.errors import SeedLedgerError
 
@@ -26,6 +27,7 @@ def check(cfg: TrainConfig, model_dir: Path) -> None:
     check_device(cfg.device)
     if cfg.backend == "vllm":
         check_vllm(cfg, model_dir)
+    loggers.check(cfg.report_to)  # a tracker's library, before the run that would mirror to it
 
 
 def check_device(device: str) -> None:

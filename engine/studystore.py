@@ -36,9 +36,11 @@ from sqlalchemy.exc import IntegrityError
 from seedledger.ledger import Ledger
 from seedledger.ledger.db import to_url
 from seedledger.ledger.errors import LeaseHeld, SeedLedgerError
+from seedledger.ledger.extras import require
 from seedledger.ledger.lease import stale_reason
 from seedledger.ledger.rows import now, utc
 
+FEATURE = "seedledger tune"
 KEY = "seedledger:tuner"
 TTL = 300.0  # seconds; renewed every TTL / 5 (as a run's writer lease)
 
@@ -51,7 +53,7 @@ _DELETE = text("DELETE FROM study_system_attributes WHERE study_id = :sid AND ke
 
 def optuna_schema_head() -> str:
     """Head revision of the installed Optuna's own storage migrations."""
-    import optuna.storages._rdb as rdb
+    rdb = require("optuna.storages._rdb", FEATURE)
     from alembic.config import Config
     from alembic.script import ScriptDirectory
 
@@ -62,7 +64,7 @@ def optuna_schema_head() -> str:
 
 def open_study(ledger: Ledger, name: str, sampler: Any, pruner: Any):
     """The study `name` in the ledger's database (created on first use)."""
-    import optuna
+    optuna = require("optuna", FEATURE)
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     url = to_url(ledger.location)
@@ -84,7 +86,7 @@ def open_study(ledger: Ledger, name: str, sampler: Any, pruner: Any):
 
 
 def _pruner(spec: Any):
-    import optuna
+    optuna = require("optuna", FEATURE)
 
     if spec.name == "none":
         return optuna.pruners.NopPruner()

@@ -52,6 +52,7 @@ from seedledger.engine.loop import Hooks
 from seedledger.engine.studystore import open_study
 from seedledger.ledger import Ledger
 from seedledger.ledger.errors import LeaseHeld, SeedLedgerError
+from seedledger.ledger.extras import require
 from seedledger.replay.hashing import splitmix64
 
 
@@ -179,7 +180,7 @@ def check_space(config: Path, fixed: list[str], space: dict[str, Param]) -> None
 def _sampler(spec: SamplerSpec, number: int):
     """The sampler for trial `number`, seeded from (seed, number): a restarted tuner draws
     what an uninterrupted one would have."""
-    import optuna
+    optuna = require("optuna", studystore.FEATURE)
 
     seed = splitmix64((spec.seed * 1_000_003 + number) % 2**64) % 2**32
     if spec.name == "random":
@@ -225,9 +226,9 @@ def run_trial(
     trust_code: bool = False,
 ) -> dict[str, Any]:
     """Run (or finish) one trial; tells Optuna its outcome and returns a summary."""
-    from optuna.trial import TrialState
-
     from seedledger.engine.heldout import HeldOut
+
+    TrialState = require("optuna.trial", studystore.FEATURE).TrialState  # noqa: N806 - Optuna's enum
 
     number = trial.number
     name = trial_run(study_name, number)
@@ -298,8 +299,8 @@ def tune(
 
 def _bring(ledger, study, name, spec, config, total, on_trial, trust_code: bool) -> dict[str, Any]:
     """The study's trials, under its lease: first those a dead tuner left RUNNING."""
-    import optuna
-    from optuna.trial import TrialState
+    optuna = require("optuna", studystore.FEATURE)
+    TrialState = optuna.trial.TrialState  # noqa: N806 - Optuna's enum
 
     own = tunecheck.own_code(config, spec.set)
     for trial in study.get_trials(deepcopy=False):  # before any trial is touched (or told FAIL)
@@ -326,7 +327,7 @@ def _bring(ledger, study, name, spec, config, total, on_trial, trust_code: bool)
 def _guarded(ledger, study, name, spec, config, trial, trust_code: bool = False) -> dict[str, Any]:
     """A trial that fails is told FAIL (and stays in the ledger); an interrupt leaves it
     RUNNING so that the next `tune` finishes it."""
-    from optuna.trial import TrialState
+    TrialState = require("optuna.trial", studystore.FEATURE).TrialState  # noqa: N806 - Optuna's enum
 
     try:
         return run_trial(ledger, study, name, spec, config, trial, trust_code)

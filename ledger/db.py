@@ -34,6 +34,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from seedledger.ledger.errors import SeedLedgerError
+from seedledger.ledger.extras import missing
 
 BUSY_TIMEOUT_MS = 30_000
 
@@ -133,11 +134,27 @@ def make_engine(url: str, *, tuned: bool = True, foreign_keys: bool = True) -> E
     """
     try:
         engine = create_engine(url)
-    except (ArgumentError, ImportError) as exc:  # unknown dialect / missing driver
+    except ImportError as exc:  # the dialect's driver is not installed
+        raise SeedLedgerError(_no_driver(url, exc)) from None
+    except ArgumentError as exc:  # unknown dialect
         raise SeedLedgerError(f"cannot open ledger {display_location(url)!r}: {redact(str(exc))}") from None
     if engine.dialect.name == "sqlite":
         _install_sqlite_hooks(engine, tuned, foreign_keys)
     return engine
+
+
+def _no_driver(url: str, exc: ImportError) -> str:
+    """The line for a URL whose driver is missing: PostgreSQL's names the extra, which
+    installs psycopg (3), the driver of `postgresql+psycopg://` (and of plain `postgresql://`
+    in SQLAlchemy 2.1)."""
+    where = f"ledger {display_location(url)!r}"
+    u = make_url(url)
+    if u.get_backend_name() != "postgresql":
+        return f"cannot open {where}: {redact(str(exc))}"
+    if u.get_driver_name() == "psycopg":
+        return missing("psycopg", where)
+    return (f"cannot open {where}: its driver {u.get_driver_name()} is not installed; "
+            f"{missing('psycopg', 'a postgresql+psycopg:// URL')}")
 
 
 def foreign_key_violations(conn: Connection) -> list[tuple[str, int]]:

@@ -16,12 +16,13 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from seedledger.ledger.errors import SeedLedgerError
+from seedledger.ledger.extras import ensure, require
 
-# name -> (module in this package, class, pip extra, library it needs)
-_REGISTRY: dict[str, tuple[str, str, str, str]] = {
-    "tensorboard": ("._tensorboard", "TensorBoardLogger", "tensorboard", "tensorboard"),
-    "mlflow": ("._mlflow", "MLflowLogger", "mlflow", "mlflow"),
-    "wandb": ("._wandb", "WandbLogger", "wandb", "wandb"),
+# name -> (module in this package, class, library it needs: ledger.extras names its extra)
+_REGISTRY: dict[str, tuple[str, str, str]] = {
+    "tensorboard": ("._tensorboard", "TensorBoardLogger", "tensorboard"),
+    "mlflow": ("._mlflow", "MLflowLogger", "mlflow"),
+    "wandb": ("._wandb", "WandbLogger", "wandb"),
 }
 KNOWN = tuple(_REGISTRY)
 
@@ -126,14 +127,16 @@ def make_loggers(
     return MultiLogger(started)
 
 
+def check(report_to: str | Iterable[str] | None) -> None:
+    """Every tracker named is known and its library installed (found, not imported): a
+    one-line error before the run is created (engine.preflight), not a run left behind."""
+    for name in normalize(report_to):
+        ensure(_REGISTRY[name][2], f"report_to {name}")
+
+
 def _start(name: str, run_name: str, log_dir: Path, config: dict[str, Any]) -> Logger:
-    module, cls, extra, lib = _REGISTRY[name]
-    try:
-        importlib.import_module(lib)
-    except ImportError:
-        raise SeedLedgerError(
-            f"report_to {name} needs the {lib} library: pip install 'seedledger[{extra}]'"
-        ) from None
+    module, cls, lib = _REGISTRY[name]
+    require(lib, f"report_to {name}")
     factory = getattr(importlib.import_module(module, __name__), cls)
     log_dir.mkdir(parents=True, exist_ok=True)
     try:
@@ -144,4 +147,4 @@ def _start(name: str, run_name: str, log_dir: Path, config: dict[str, Any]) -> L
         ) from exc
 
 
-__all__ = ["KNOWN", "Logger", "MultiLogger", "make_loggers", "normalize"]
+__all__ = ["KNOWN", "Logger", "MultiLogger", "check", "make_loggers", "normalize"]

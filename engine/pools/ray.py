@@ -38,9 +38,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import ray
-from ray.exceptions import RayActorError, RayTaskError
-
 from seedledger.engine.config import TrainConfig
 from seedledger.engine.evaluator import MemberResult
 from seedledger.engine.pools import PoolFailure, ReplicaMismatch
@@ -48,8 +45,13 @@ from seedledger.engine.pools.ray_worker import ReplicaActor, step_to_wire
 from seedledger.ledger import Ledger, ReplayStep
 from seedledger.ledger.db import to_url
 from seedledger.ledger.errors import SeedLedgerError
+from seedledger.ledger.extras import require
 from seedledger.trainers.es import Member
 from seedledger.trainers.tasks import load_task
+
+FEATURE = "workers.pool: ray"
+ray = require("ray", FEATURE)  # this module is imported only when a config asks for Ray
+RayActorError, RayTaskError = ray.exceptions.RayActorError, ray.exceptions.RayTaskError
 
 # A local cluster only moves keys and numbers per call; `state()` is the one large
 # object and Ray spills what does not fit. Override with SEEDLEDGER_RAY_OBJECT_STORE.

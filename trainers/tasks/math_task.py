@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from seedledger.ledger.errors import SeedLedgerError
+from seedledger.ledger.extras import ensure
 from seedledger.trainers.rewards.answers import as_text, extract_tag, last_number, parse_number
 from seedledger.trainers.rewards.combine import WeightedReward
 from seedledger.trainers.rewards.mathverify import last_boxed, math_verify_reward
@@ -154,6 +155,7 @@ def load(
     if verifier == "numeric":
         default = WeightedReward("math", math_reward, 1.0)
     else:
+        ensure("math_verify", "task math (verifier: math_verify)")  # imported by the sandbox's child
         require_sandbox("task math (verifier: math_verify)")
         gold = gsm8k_gold if layout == "gsm8k" else str
         default = WeightedReward("math", math_verify_reward(gold, cpu_seconds), 1.0)

@@ -31,6 +31,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from seedledger.ledger.errors import SeedLedgerError
+from seedledger.ledger.extras import ensure
 from seedledger.replay.task_settings import check_setting
 from seedledger.trainers.rewards.answers import as_text
 from seedledger.trainers.rewards.combine import WeightedReward
@@ -189,6 +190,7 @@ def load(
                          ("cpu_seconds", cpu_seconds), ("memory_mb", memory_mb)):
         check_setting(f"reasoning_gym:{name}", label, value)  # bounded: the dataset is built from these
     limits = Limits(cpu_seconds=cpu_seconds, memory_mb=memory_mb)
+    ensure("reasoning_gym", f"task reasoning_gym:{name}")  # imported by the sandbox's child, not here
     require_sandbox(f"task reasoning_gym:{name}")
     setups = {
         "test": {"name": name, "options": options, "seed": mix64(data_seed, _TEST) & 0xFFFFFFFF, "size": test_size},
