@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -44,18 +44,33 @@ def open_ledger(location: str | os.PathLike[str] | None = None, *, create: bool 
     `./seedledger.db`). Use it as a context manager, which closes it. A missing SQLite file
     is an error unless `create`, so a mistyped path is reported, not made into an empty
     ledger; an older schema is upgraded (after a backup) unless `upgrade=False`."""
-    where = os.fspath(location) if location is not None else os.environ.get("SEEDLEDGER_DB") or DEFAULT_LEDGER
-    return Ledger.open(where, upgrade=upgrade, create=create)
+    return Ledger.open(_location(location), upgrade=upgrade, create=create)
+
+
+def _location(location: str | os.PathLike[str] | None) -> str:
+    return os.fspath(location) if location is not None else os.environ.get("SEEDLEDGER_DB") or DEFAULT_LEDGER
 
 
 @contextmanager
 def _opened(ledger: LedgerArg, create: bool = False) -> Iterator[Ledger]:
-    """`ledger` itself when it is open (the caller closes it), else opened for this call."""
+    """`ledger` itself when it is open (the caller closes it), else opened for this call;
+    a SQLite file this call creates is removed again if the call fails before any run
+    exists in it (engine.fresh_ledger)."""
     if isinstance(ledger, Ledger):
         yield ledger
         return
-    with open_ledger(ledger, create=create) as led:
+    from seedledger.engine.fresh_ledger import removed_if_unused
+
+    where = _location(ledger)
+    with removed_if_unused(where) if create else nullcontext(), open_ledger(where, create=create) as led:
         yield led
+
+
+def _after(ledger: Ledger, result: SessionResult) -> SessionResult:
+    """`result` with its run read again: its status is the one the session left."""
+    from dataclasses import replace
+
+    return replace(result, run=ledger.get_run(result.run.name))
 
 
 def _printing_hooks() -> Hooks:
@@ -90,11 +105,12 @@ def train(
     are `key=value` strings as `--set` takes them. The run is named `run`, else the config
     file's stem (`run` for a dict). `generations` trains that many in this session (default:
     the config's `generations`). `progress` prints a line per generation. The ledger is
-    created when it does not exist."""
+    created when it does not exist (and removed again if this fails before the run
+    exists). The result's `run` is read after training (`run.status`: finished, stopped)."""
     from seedledger.engine import session
 
     with _opened(ledger, create=True) as led:
-        return session.start(led, config, run, list(overrides), generations, _hooks(hooks, progress))
+        return _after(led, session.start(led, config, run, list(overrides), generations, _hooks(hooks, progress)))
 
 
 def resume(
@@ -114,7 +130,8 @@ def resume(
     from seedledger.engine import session
 
     with _opened(ledger) as led:
-        return session.resume(led, run, generations, _hooks(hooks, progress), take_over, trust_code=trust_code)
+        return _after(led, session.resume(led, run, generations, _hooks(hooks, progress), take_over,
+                                          trust_code=trust_code))
 
 
 def fork(
@@ -134,8 +151,8 @@ def fork(
     from seedledger.engine import session
 
     with _opened(ledger) as led:
-        return session.fork(led, ref, run, list(overrides), generations, _hooks(hooks, progress),
-                            trust_code=trust_code)
+        return _after(led, session.fork(led, ref, run, list(overrides), generations, _hooks(hooks, progress),
+                                        trust_code=trust_code))
 
 
 def evaluate(
@@ -175,9 +192,10 @@ def history(run: str, *, ledger: LedgerArg = None) -> list[GenerationRecord]:
 
 
 def history_frame(run: str, *, ledger: LedgerArg = None) -> pandas.DataFrame:
-    """`run`'s lineage as a pandas DataFrame, one row per generation (what `seedledger log`
-    shows): generation, run, reward mean/max/min/std, lr, sigma, population, fingerprint,
-    committed_at, and one `time_<phase>` column per timed phase. Needs pandas."""
+    """`run`'s lineage as a pandas DataFrame indexed by `generation`, one row per
+    generation (what `seedledger log` shows), with columns run, reward_mean, reward_max,
+    reward_min, reward_std, lr, sigma, population, fingerprint, committed_at and one
+    `time_<phase>` per timed phase (`generation` is the index, not a column). Needs pandas."""
     try:
         import pandas
     except ImportError:

@@ -1,198 +1,64 @@
 """Training configuration: YAML validated by pydantic, `--set key=value` overrides.
 
 Unknown keys and bad values are bad input: `load_config` raises SeedLedgerError naming
-the field and the reason. The resolved config (defaults filled in) is stored in the run,
-so a resume or fork never depends on this file's defaults changing later.
+the field and the reason (engine.config_errors). The resolved config (defaults filled in)
+is stored in the run, so a resume or fork never depends on this file's defaults changing
+later. The sub-sections and bounds live in engine.config_sections and are re-exported here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import (
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
+from pydantic import BeforeValidator, Field, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
-from seedledger.ledger.errors import SeedLedgerError, did_you_mean
+from seedledger.engine.config_errors import report
+from seedledger.engine.config_sections import (
+    MAX_BATCH,
+    MAX_NEW_TOKENS,
+    MAX_ROWS,
+    MAX_SCALE,
+    MAX_WORKERS,
+    MIN_SCALE,
+    CurriculumConfig,
+    Evaluation,
+    KLConfig,
+    LoraTrain,
+    LowRank,
+    PassKConfig,
+    Sampling,
+    Schedules,
+    Strict,
+    Workers,
+    shorthand,
+)
+from seedledger.ledger.errors import SeedLedgerError
 from seedledger.ledger.seedfile import MAX_GENERATIONS, MAX_MEMBERS, MAX_POPULATION
-from seedledger.replay.adapter import LoraSpec
-from seedledger.replay.perturbation import DEFAULT_TARGETS, Perturbation
+from seedledger.replay.perturbation import Perturbation
 from seedledger.replay.task_settings import check_task_settings
 from seedledger.trainers.adaptation import AdaptationSpec
 from seedledger.trainers.cmaes import CMAESSpec
 from seedledger.trainers.ga import GASpec
 from seedledger.trainers.lmmaes import LMMAESSpec
 from seedledger.trainers.optim import OptimizerSpec
-from seedledger.trainers.schedules import Schedule
 from seedledger.trainers.tasks.registry import (
+    UnknownTaskOption,
     absolute_paths,
+    check_options,
     check_rewards,
     task_levels,
     uses_loglik,
 )
 
-# Bounds (issue 13 item 7): every number finite, and limits that cohere with what the
-# ledger and a seed file can hold, so a config that cannot work is refused before any run
-# exists. A seed file holds at most MAX_POPULATION members per generation, MAX_MEMBERS in
-# all; σ and lr outside [MIN_SCALE, MAX_SCALE] are typos (1e308) or train nothing (1e-320
-# rounds to 0); batch and token counts beyond these are memory bombs, not experiments.
-MIN_SCALE, MAX_SCALE = 1e-12, 10.0
-MAX_BATCH = 4096
-MAX_NEW_TOKENS = 32768
-MAX_WORKERS = 1024
-MAX_ROWS = 1_000_000
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-
-
-class Workers(Strict):
-    pool: Literal["local", "ray"] = "local"
-    count: int = Field(1, ge=1, le=MAX_WORKERS)
-    address: str | None = Field(None, description="Ray cluster address; default $RAY_ADDRESS or local")
-
-
-class Schedules(Strict):
-    lr: Schedule = Schedule()
-    sigma: Schedule = Schedule()
-
-
-class Sampling(Strict):
-    temperature: float = Field(0.0, ge=0.0, le=100.0, description="0 = greedy")
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
-
-
-class CurriculumConfig(Strict):
-    """Move the task's difficulty level by the recent success rate (trainers.rewards.curriculum)."""
-
-    window: int = Field(5, ge=1, le=MAX_GENERATIONS, description="generations averaged before a change")
-    raise_above: float = Field(0.7, ge=0.0, le=1.0)
-    lower_below: float = Field(0.2, ge=0.0, le=1.0)
-    threshold: float = Field(1.0, description="a sample counts as a success at reward >= this")
-
-    @model_validator(mode="after")
-    def _bounds_in_order(self) -> CurriculumConfig:
-        if not self.lower_below < self.raise_above:
-            raise ValueError(
-                f"lower_below ({self.lower_below}) must be below raise_above ({self.raise_above})"
-            )
-        return self
-
-
-class PassKConfig(Strict):
-    """pass@k training: `n` seeded samples per prompt per member; the member's reward is the
-    mean over prompts of the unbiased pass@k estimate (trainers.rewards.passk)."""
-
-    n: int = Field(4, ge=1, le=256, description="samples per prompt")
-    k: int = Field(1, ge=1, description="pass@k's k, 1 <= k <= n")
-    threshold: float | None = Field(
-        None,
-        description="a sample succeeds at reward >= this; default: curriculum.threshold if a "
-        "curriculum is set, else 1.0",
-    )
-
-    @model_validator(mode="after")
-    def _k_within_n(self) -> PassKConfig:
-        if not self.k <= self.n:
-            raise ValueError(f"k ({self.k}) must be at most n ({self.n})")
-        return self
-
-
-class Evaluation(Strict):
-    """Held-out evaluation (`evaluate`, the demo) decodes greedily whatever `sampling` says,
-    so its figures are deterministic and comparable between runs."""
-
-    rows: int = Field(64, ge=1, le=MAX_ROWS, description="held-out rows scored by `evaluate`")
-    every: int | None = Field(
-        None, ge=1, description="during training, score the held-out rows every K generations "
-        "and at the session's end (`evaluation` events; never used by the update)",
-    )
-
-
-class KLConfig(Strict):
-    """reward − β·KL(member ‖ base) from each completion's token log-probabilities under
-    the member and the frozen base model (trainers.rewards.kl)."""
-
-    beta: float = Field(0.05, ge=0.0, le=100.0, allow_inf_nan=False, description="β, or its start when adapted")
-    estimator: Literal["k1", "k3"] = "k3"
-    target: float | None = Field(
-        None, gt=0.0, allow_inf_nan=False,
-        description="a KL per completion to steer β toward (adaptive controller); none: β fixed",
-    )
-    horizon: float = Field(10_000.0, gt=0.0, allow_inf_nan=False, description="completions over which β may move ~20%")
-
-
-class LowRank(Strict):
-    """EGGROLL-style perturbations E = A·Bᵀ/√rank of the targeted linear layers only
-    (replay.perturbation); every other parameter stays frozen."""
-
-    kind: Literal["lowrank"] = "lowrank"
-    rank: Literal[1, 4, 16, 64] = Field(1, description="a power of 4, so 1/√rank is exact")
-    targets: list[str] = Field(
-        list(DEFAULT_TARGETS), min_length=1,
-        description="suffixes of the linear layers perturbed and trained (`<suffix>.weight`)",
-    )
-
-
-class LoraTrain(Strict):
-    """Train a LoRA adapter on the frozen base instead of every weight (replay.adapter).
-    Unset fields are filled in when the run is created (engine.adapters.resolve) and
-    stored with it: rank 8, alpha 16, every attention and MLP projection, A from the
-    run's seed and B = 0, or all of them from the PEFT adapter directory `init`."""
-
-    kind: Literal["lora"] = "lora"
-    rank: int | None = Field(None, ge=1, le=4096)
-    alpha: float | None = Field(None, gt=0.0, description="the model adds (alpha/rank)·B·A")
-    target_modules: list[str] | None = Field(None, min_length=1, description="linear-module name suffixes")
-    init: str | None = Field(None, description="a PEFT adapter directory to start from (SFT warm start)")
-    init_seed: int | None = Field(None, ge=0, lt=2**63, description="seed of the initial A (default: `seed`)")
-    init_fingerprint: str | None = Field(None, description="the fingerprint of `init`'s tensors")
-    essa: bool = Field(False, description="train only the singular values of `init`'s B·A (ESSA, "
-                                          "arXiv 2507.04453): U and V stay fixed")
-
-    @model_validator(mode="after")
-    def _essa_needs_init(self) -> LoraTrain:
-        if self.essa and self.init is None:
-            raise ValueError("train.essa trains the singular values of an SFT adapter: name its PEFT "
-                             "directory in train.init")
-        return self
-
-    def spec(self) -> LoraSpec:
-        if self.rank is None or self.alpha is None or self.target_modules is None:
-            raise ValueError("an adapter run's train block is resolved when the run is created")
-        init = f"seed:{self.init_seed}" if self.init is None else f"peft:{self.init_fingerprint}"
-        return LoraSpec(self.rank, self.alpha, tuple(self.target_modules), init, self.essa)
-
-
-def _shorthand(kinds: tuple[str, str]):
-    """`perturbation: lowrank`, `train: lora` and `--set perturbation.rank=4` / `--set
-    train.rank=8` (which arrive as {name: full, rank: ...}) mean the obvious thing."""
-    plain, other = kinds
-
-    def parse(value: Any) -> Any:
-        if isinstance(value, str) and value not in kinds:
-            raise ValueError(f"{value!r} is not one of {plain}, {other} or {{kind: {other}, ...}}")
-        if value == other:
-            return {"kind": other}
-        if isinstance(value, dict) and "name" in value and "kind" not in value:
-            value = {("kind" if k == "name" else k): v for k, v in value.items()}
-            if value["kind"] == plain and set(value) - {"kind"}:
-                value["kind"] = other  # settings given to the plain kind ask for the other
-        if isinstance(value, dict) and value.get("kind") == plain and set(value) == {"kind"}:
-            return plain
-        return value
-
-    return parse
+__all__ = [
+    "MAX_BATCH", "MAX_NEW_TOKENS", "MAX_ROWS", "MAX_SCALE", "MAX_WORKERS", "MIN_SCALE", "CurriculumConfig",
+    "Evaluation", "KLConfig", "LoraTrain", "LowRank", "PassKConfig", "Sampling", "Schedules", "Strict",
+    "TrainConfig", "Workers", "apply_overrides", "load_config", "validate",
+]
 
 
 class TrainConfig(Strict):
@@ -231,10 +97,10 @@ class TrainConfig(Strict):
     evaluation: Evaluation = Evaluation()
     curriculum: CurriculumConfig | None = None
     passk: PassKConfig | None = None
-    perturbation: Annotated[Literal["full"] | LowRank, BeforeValidator(_shorthand(("full", "lowrank")))] = Field(
+    perturbation: Annotated[Literal["full"] | LowRank, BeforeValidator(shorthand(("full", "lowrank")))] = Field(
         "full", description="full-rank noise on every parameter, or low-rank on the targeted linears"
     )
-    train: Annotated[Literal["full"] | LoraTrain, BeforeValidator(_shorthand(("full", "lora")))] = Field(
+    train: Annotated[Literal["full"] | LoraTrain, BeforeValidator(shorthand(("full", "lora")))] = Field(
         "full", description="the trained parameters: every weight, or a LoRA adapter on a frozen base"
     )
     base_quantization: Literal["none", "int8"] = Field(
@@ -249,8 +115,13 @@ class TrainConfig(Strict):
 
     @field_validator("task")
     @classmethod
-    def _rewards_are_valid(cls, task: Any) -> Any:
-        """Reward options are config too: a typo is found now, not at the first generation."""
+    def _task_options_are_valid(cls, task: Any) -> Any:
+        """Task and reward options are config too: a typo is found now, not at the first
+        generation (a task option's error names its key, `task.test_sise`)."""
+        try:
+            check_options(task)
+        except UnknownTaskOption as exc:
+            raise PydanticCustomError("task_option", "{reason}", {"reason": str(exc), "key_path": exc.key_path}) from None
         try:
             check_rewards(task)
             check_task_settings(task)  # sizes and sandbox limits: bounded before any data is built
@@ -448,62 +319,7 @@ def validate(
     try:
         return TrainConfig.model_validate(data)
     except ValidationError as exc:
-        raise SeedLedgerError(_report(exc.errors(), source, overrides)) from None
-
-
-def _report(errors: list[dict[str, Any]], source: str, overrides: Sequence[str]) -> str:
-    """All of a validation's errors as one line, the most specific one per field."""
-    by_field: dict[tuple, list[dict[str, Any]]] = {}
-    for err in errors:
-        by_field.setdefault(_path(err["loc"])[:1], []).append(err)
-    lines = [_describe(_most_specific(errs), source, overrides) for errs in by_field.values()]
-    return lines[0] if len(lines) == 1 else f"{len(lines)} config errors: " + "; ".join(lines)
-
-
-def _describe(err: dict[str, Any], source: str, overrides: Sequence[str]) -> str:
-    path = _path(err["loc"])
-    where = ".".join(map(str, path))
-    reason = err["msg"].removeprefix("Value error, ")
-    if err["type"] == "extra_forbidden":
-        reason = "unknown key" + did_you_mean(str(path[-1]), _keys_at(path[:-1]))
-    blame = _blame(where, overrides) or source
-    return f"{blame}: {where}: {reason}" if where else f"{blame}: {reason}"
-
-
-def _path(loc: tuple) -> tuple:
-    """A pydantic error location as config keys (union branch names dropped)."""
-    return tuple(p for p in loc if not _is_union_tag(p))
-
-
-def _blame(where: str, overrides: Sequence[str]) -> str | None:
-    """`--set KEY=VALUE`, the last override that wrote `where` or a mapping above or below it."""
-    for item in reversed(overrides):
-        key = item.partition("=")[0].strip()
-        if where and (key == where or where.startswith(key + ".") or key.startswith(where + ".")):
-            return f"--set {item}"
-    return None
-
-
-def _keys_at(path: tuple) -> list[str]:
-    """The config keys allowed at `path` (for "did you mean")."""
-    model: Any = TrainConfig
-    for part in path:
-        fields = getattr(model, "model_fields", {})
-        if part not in fields:
-            return []
-        model = _model_of(fields[part].annotation)
-    return list(getattr(model, "model_fields", {}))
-
-
-def _model_of(annotation: Any) -> Any:
-    """The pydantic model inside an annotation (`X | None`, `Annotated[...]`), if any."""
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    for arg in get_args(annotation):
-        found = _model_of(arg)
-        if found is not None:
-            return found
-    return None
+        raise SeedLedgerError(report(exc.errors(), source, overrides, TrainConfig)) from None
 
 
 def _absolute_init(data: Any, base_dir: Path) -> Any:
@@ -514,18 +330,6 @@ def _absolute_init(data: Any, base_dir: Path) -> Any:
         init = Path(train["init"]).expanduser()
         data = {**data, "train": {**train, "init": str(init if init.is_absolute() else Path(base_dir) / init)}}
     return data
-
-
-def _is_union_tag(part: Any) -> bool:
-    """pydantic names a union's branches in error locations (`literal['full']`, `LowRank`);
-    config keys are lower-case, so these are told apart by their first character."""
-    return isinstance(part, str) and (part.startswith("literal[") or part[:1].isupper())
-
-
-def _most_specific(errors: list[dict[str, Any]]) -> dict[str, Any]:
-    """The error to report for one field: for a union, the branch that got furthest into
-    the value (a mapping's bad key rather than "should be 'full'")."""
-    return max(errors, key=lambda e: len(_path(e["loc"])))
 
 
 def load_config(path: str | Path | None, overrides: list[str] = ()) -> TrainConfig:

@@ -51,13 +51,16 @@ def _session(ledger: str, as_json: bool, body, create: bool = False) -> None:
     (engine.interrupts); the one line then names the `resume` command to run."""
     import contextlib
 
+    from seedledger.engine.fresh_ledger import removed_if_unused
     from seedledger.engine.interrupts import RunInterrupted, sigterm_raises
     from seedledger.engine.progress import TrainingProgress
 
     # under --json, stdout is the JSON document alone: log lines (provisioning) go to stderr
     quiet = contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext()
+    # a ledger this command creates is removed again if it fails before a run exists
+    fresh = removed_if_unused(ledger or DEFAULT_LEDGER) if create else contextlib.nullcontext()
     try:
-        with sigterm_raises(), quiet, open_ledger(ledger, create=create) as led, \
+        with sigterm_raises(), quiet, fresh, open_ledger(ledger, create=create) as led, \
                 TrainingProgress(enabled=not as_json) as progress:
             result = body(led, progress.hooks())
     except RunInterrupted as exc:

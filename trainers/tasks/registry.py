@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from seedledger.ledger.errors import SeedLedgerError
+from seedledger.ledger.errors import SeedLedgerError, did_you_mean
 from seedledger.trainers.rewards.combine import WeightedReward
 from seedledger.trainers.rewards.format import format_reward
 from seedledger.trainers.rewards.length import length_penalty
@@ -159,17 +159,51 @@ def load_task(spec: Any, seed: int = 0, base_dir: str | Path | None = None) -> T
     if name not in LOADERS:
         raise SeedLedgerError(f"unknown task {name!r} (known: {', '.join(LOADERS)})")
     loader = LOADERS[name]
+    _check_keys(name, opts)
     reward_spec = opts.pop("rewards", None)
     opts.pop("weight", None)
-    allowed = {p for p in inspect.signature(loader).parameters if p not in ("unused", "rewards")}
-    unknown = set(opts) - allowed - _COMMON
-    if unknown:
-        raise SeedLedgerError(f"task {name}: unknown options {sorted(unknown)} (allowed: {sorted(allowed - {'seed'})})")
     opts["seed"] = seed
     task = loader(**opts)
     if reward_spec is not None:
         task.rewards = build_rewards(reward_spec, task.rewards)
     return task
+
+
+class UnknownTaskOption(SeedLedgerError):
+    """A task mapping's key that its loader does not take; `key_path` is where it is
+    below the config's `task` (e.g. ``("mix", 0, "task", "tset_size")``)."""
+
+    def __init__(self, message: str, key_path: tuple[str | int, ...]):
+        super().__init__(message)
+        self.key_path = key_path
+
+
+def check_options(spec: Any, key_path: tuple[str | int, ...] = ()) -> None:
+    """Every task mapping in ``spec`` (a mix's parts included) holds only keys its loader
+    takes, without loading anything: the config's check, so that a typo is one line naming
+    the key before any run or ledger exists. Unknown task names are left to ``load_task``."""
+    spec = expand(spec, LOADERS)
+    if isinstance(spec, list):
+        for i, item in enumerate(spec):
+            check_options(item, (*key_path, i))
+    elif isinstance(spec, dict) and "mix" in spec:
+        check_options(spec["mix"], (*key_path, "mix"))
+    elif isinstance(spec, dict) and "task" in spec:  # a mix item {task: SPEC, weight: W}
+        check_options(spec["task"], (*key_path, "task"))
+    elif isinstance(spec, dict) and isinstance(spec.get("name"), str) and spec["name"] in LOADERS:
+        _check_keys(spec["name"], {k: v for k, v in spec.items() if k != "name"}, key_path)
+
+
+def _check_keys(name: str, opts: dict[str, Any], key_path: tuple[str | int, ...] = ()) -> None:
+    """UnknownTaskOption for a key of task ``name``'s mapping its loader does not take."""
+    params = set(inspect.signature(LOADERS[name]).parameters) - {"unused"}
+    unknown = sorted(set(map(str, opts)) - params - _COMMON)
+    if unknown:
+        shown = sorted(params - {"seed"})  # `rewards` included: every task takes one
+        raise UnknownTaskOption(
+            f"task {name}: unknown options {unknown}{did_you_mean(unknown[0], shown)}; allowed: {shown}",
+            (*key_path, unknown[0]),
+        )
 
 
 def _load_mix(items: Any, seed: int) -> Task:

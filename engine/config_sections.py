@@ -1,0 +1,168 @@
+"""The config's sub-sections (workers, sampling, evaluation, curriculum, pass@k, KL,
+low-rank noise, LoRA training) and its bounds: engine.config assembles them into
+TrainConfig, which stays one readable list of top-level keys."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from seedledger.ledger.seedfile import MAX_GENERATIONS
+from seedledger.replay.adapter import LoraSpec
+from seedledger.replay.perturbation import DEFAULT_TARGETS
+from seedledger.trainers.schedules import Schedule
+
+# Bounds (issue 13 item 7): every number finite, and limits that cohere with what the
+# ledger and a seed file can hold, so a config that cannot work is refused before any run
+# exists. A seed file holds at most MAX_POPULATION members per generation, MAX_MEMBERS in
+# all; σ and lr outside [MIN_SCALE, MAX_SCALE] are typos (1e308) or train nothing (1e-320
+# rounds to 0); batch and token counts beyond these are memory bombs, not experiments.
+MIN_SCALE, MAX_SCALE = 1e-12, 10.0
+MAX_BATCH = 4096
+MAX_NEW_TOKENS = 32768
+MAX_WORKERS = 1024
+MAX_ROWS = 1_000_000
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+class Workers(Strict):
+    pool: Literal["local", "ray"] = "local"
+    count: int = Field(1, ge=1, le=MAX_WORKERS)
+    address: str | None = Field(None, description="Ray cluster address; default $RAY_ADDRESS or local")
+
+
+class Schedules(Strict):
+    lr: Schedule = Schedule()
+    sigma: Schedule = Schedule()
+
+
+class Sampling(Strict):
+    temperature: float = Field(0.0, ge=0.0, le=100.0, description="0 = greedy")
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+
+
+class CurriculumConfig(Strict):
+    """Move the task's difficulty level by the recent success rate (trainers.rewards.curriculum)."""
+
+    window: int = Field(5, ge=1, le=MAX_GENERATIONS, description="generations averaged before a change")
+    raise_above: float = Field(0.7, ge=0.0, le=1.0)
+    lower_below: float = Field(0.2, ge=0.0, le=1.0)
+    threshold: float = Field(1.0, description="a sample counts as a success at reward >= this")
+
+    @model_validator(mode="after")
+    def _bounds_in_order(self) -> CurriculumConfig:
+        if not self.lower_below < self.raise_above:
+            raise ValueError(
+                f"lower_below ({self.lower_below}) must be below raise_above ({self.raise_above})"
+            )
+        return self
+
+
+class PassKConfig(Strict):
+    """pass@k training: `n` seeded samples per prompt per member; the member's reward is the
+    mean over prompts of the unbiased pass@k estimate (trainers.rewards.passk)."""
+
+    n: int = Field(4, ge=1, le=256, description="samples per prompt")
+    k: int = Field(1, ge=1, description="pass@k's k, 1 <= k <= n")
+    threshold: float | None = Field(
+        None,
+        description="a sample succeeds at reward >= this; default: curriculum.threshold if a "
+        "curriculum is set, else 1.0",
+    )
+
+    @model_validator(mode="after")
+    def _k_within_n(self) -> PassKConfig:
+        if not self.k <= self.n:
+            raise ValueError(f"k ({self.k}) must be at most n ({self.n})")
+        return self
+
+
+class Evaluation(Strict):
+    """Held-out evaluation (`evaluate`, the demo) decodes greedily whatever `sampling` says,
+    so its figures are deterministic and comparable between runs."""
+
+    rows: int = Field(64, ge=1, le=MAX_ROWS, description="held-out rows scored by `evaluate`")
+    every: int | None = Field(
+        None, ge=1, description="during training, score the held-out rows every K generations "
+        "and at the session's end (`evaluation` events; never used by the update)",
+    )
+
+
+class KLConfig(Strict):
+    """reward − β·KL(member ‖ base) from each completion's token log-probabilities under
+    the member and the frozen base model (trainers.rewards.kl)."""
+
+    beta: float = Field(0.05, ge=0.0, le=100.0, allow_inf_nan=False, description="β, or its start when adapted")
+    estimator: Literal["k1", "k3"] = "k3"
+    target: float | None = Field(
+        None, gt=0.0, allow_inf_nan=False,
+        description="a KL per completion to steer β toward (adaptive controller); none: β fixed",
+    )
+    horizon: float = Field(10_000.0, gt=0.0, allow_inf_nan=False, description="completions over which β may move ~20%")
+
+
+class LowRank(Strict):
+    """EGGROLL-style perturbations E = A·Bᵀ/√rank of the targeted linear layers only
+    (replay.perturbation); every other parameter stays frozen."""
+
+    kind: Literal["lowrank"] = "lowrank"
+    rank: Literal[1, 4, 16, 64] = Field(1, description="a power of 4, so 1/√rank is exact")
+    targets: list[str] = Field(
+        list(DEFAULT_TARGETS), min_length=1,
+        description="suffixes of the linear layers perturbed and trained (`<suffix>.weight`)",
+    )
+
+
+class LoraTrain(Strict):
+    """Train a LoRA adapter on the frozen base instead of every weight (replay.adapter).
+    Unset fields are filled in when the run is created (engine.adapters.resolve) and
+    stored with it: rank 8, alpha 16, every attention and MLP projection, A from the
+    run's seed and B = 0, or all of them from the PEFT adapter directory `init`."""
+
+    kind: Literal["lora"] = "lora"
+    rank: int | None = Field(None, ge=1, le=4096)
+    alpha: float | None = Field(None, gt=0.0, description="the model adds (alpha/rank)·B·A")
+    target_modules: list[str] | None = Field(None, min_length=1, description="linear-module name suffixes")
+    init: str | None = Field(None, description="a PEFT adapter directory to start from (SFT warm start)")
+    init_seed: int | None = Field(None, ge=0, lt=2**63, description="seed of the initial A (default: `seed`)")
+    init_fingerprint: str | None = Field(None, description="the fingerprint of `init`'s tensors")
+    essa: bool = Field(False, description="train only the singular values of `init`'s B·A (ESSA, "
+                                          "arXiv 2507.04453): U and V stay fixed")
+
+    @model_validator(mode="after")
+    def _essa_needs_init(self) -> LoraTrain:
+        if self.essa and self.init is None:
+            raise ValueError("train.essa trains the singular values of an SFT adapter: name its PEFT "
+                             "directory in train.init")
+        return self
+
+    def spec(self) -> LoraSpec:
+        if self.rank is None or self.alpha is None or self.target_modules is None:
+            raise ValueError("an adapter run's train block is resolved when the run is created")
+        init = f"seed:{self.init_seed}" if self.init is None else f"peft:{self.init_fingerprint}"
+        return LoraSpec(self.rank, self.alpha, tuple(self.target_modules), init, self.essa)
+
+
+def shorthand(kinds: tuple[str, str]):
+    """`perturbation: lowrank`, `train: lora` and `--set perturbation.rank=4` / `--set
+    train.rank=8` (which arrive as {name: full, rank: ...}) mean the obvious thing."""
+    plain, other = kinds
+
+    def parse(value: Any) -> Any:
+        if isinstance(value, str) and value not in kinds:
+            raise ValueError(f"{value!r} is not one of {plain}, {other} or {{kind: {other}, ...}}")
+        if value == other:
+            return {"kind": other}
+        if isinstance(value, dict) and "name" in value and "kind" not in value:
+            value = {("kind" if k == "name" else k): v for k, v in value.items()}
+            if value["kind"] == plain and set(value) - {"kind"}:
+                value["kind"] = other  # settings given to the plain kind ask for the other
+        if isinstance(value, dict) and value.get("kind") == plain and set(value) == {"kind"}:
+            return plain
+        return value
+
+    return parse
