@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from seedledger.ledger import GenerationRecord, Ledger, RunInfo
-from seedledger.ledger.errors import SeedLedgerError
 from seedledger.ledger.seedio import IMPORT_MAX_MEMBERS
 
 if TYPE_CHECKING:
@@ -210,32 +209,12 @@ def history_frame(run: str, *, ledger: LedgerArg = None) -> pandas.DataFrame:
     return pandas.DataFrame(flat).set_index("generation") if flat else pandas.DataFrame()
 
 
-def _is_seedfile(source: str | os.PathLike[str], ledger: LedgerArg) -> bool:
-    """A `Path` is a seed file; a string is one when it names a file and no run of the ledger."""
-    from seedledger.engine.refs import parse_ref, split_member
-
-    if isinstance(source, os.PathLike):
-        return True
-    if not Path(source).is_file():
-        return False
-    try:
-        name, _ = parse_ref(split_member(source)[0])
-        with _opened(ledger) as led:
-            return not led.has_run(name)
-    except SeedLedgerError:  # not a run's name, or no ledger to hold one
-        return True
-
-
 def _master(source: str | os.PathLike[str], ledger: LedgerArg, base: str | None, device: str,
             verify: str, allow_unverified: bool):
     from seedledger.engine import rebuilding
 
-    if _is_seedfile(source, ledger):
-        return rebuilding.seedfile_master(Path(source), base, device, verify=verify,
-                                          allow_unverified=allow_unverified)
-    with _opened(ledger) as led:
-        return rebuilding.ref_master(led, source, base, device, verify=verify,
-                                     allow_unverified=allow_unverified)
+    where = ledger if isinstance(ledger, Ledger) else _location(ledger)
+    return rebuilding.source_master(source, where, base, device, verify=verify, allow_unverified=allow_unverified)
 
 
 def rebuild(
@@ -298,16 +277,9 @@ def rebuild_to(
     PEFT adapter directory, or with `merge` the base with the adapter merged in."""
     from seedledger.engine import rebuilding
 
-    output = Path(directory)
-    if isinstance(ledger, Ledger):
-        if _is_seedfile(source, ledger):
-            return rebuilding.rebuild_seedfile(Path(source), output, base, device, verify=verify, force=force,
-                                               allow_unverified=allow_unverified, merge=merge)
-        return rebuilding.rebuild_ref(ledger, os.fspath(source), output, base, device, verify=verify,
-                                      force=force, allow_unverified=allow_unverified, merge=merge)
-    where = os.fspath(ledger) if ledger is not None else os.environ.get("SEEDLEDGER_DB") or DEFAULT_LEDGER
-    return rebuilding.rebuild_source(where, os.fspath(source), output, base, device, verify=verify,
-                                     force=force, upgrade=upgrade, allow_unverified=allow_unverified, merge=merge)
+    where = ledger if isinstance(ledger, Ledger) else _location(ledger)
+    return rebuilding.rebuild_source(where, source, Path(directory), base, device, verify=verify, force=force,
+                                     upgrade=upgrade, allow_unverified=allow_unverified, merge=merge)
 
 
 def verify(ref: str, *, ledger: LedgerArg = None, device: str = "cpu", quick: bool = False) -> dict[str, Any]:

@@ -1,7 +1,9 @@
 """Training sessions: open the ledger, provision the model, hold the lease, run the loop.
 
-`train`, `resume` and `fork` differ only in how the run and its starting generation are
-found; everything after that is the same loop. `--generations N` says how many to train
+`train`, `resume` and `fork` differ only in how the config and the run row are found and
+in their own refusals; the setup after that is one path (`_configured`: model, backend,
+preflight; `_batched`; `_restored`: the pool under the writer lease; `_run_loop`), and the
+lease and signal guards are engine.session_guards. `--generations N` says how many to train
 in this session; the config's `generations` is the run's target (schedules are laid out
 over it), which `resume` and `fork` continue towards by default.
 """
@@ -11,32 +13,27 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
-import signal
 import socket
-import threading
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from seedledger.engine import adapters, backend_choice, batching, forkcheck, preflight
 from seedledger.engine.config import TrainConfig, apply_overrides, load_config, validate
 from seedledger.engine.devices import check_device
-from seedledger.engine.interrupts import RunInterrupted, signal_of, signals_held
+from seedledger.engine.interrupts import signals_held
 from seedledger.engine.loop import Hooks, train
 from seedledger.engine.models import model_revision, resolve_model
 from seedledger.engine.pools import make_pool
 from seedledger.engine.refs import resolve_ref
+from seedledger.engine.session_guards import LEASE_TTL, interruptible, not_started
+from seedledger.engine.session_guards import keepalive as _keepalive  # engine.studystore's name
+from seedledger.engine.stored_code import check_stored_code, stored_code
 from seedledger.ledger import GenerationRecord, Ledger, RunInfo
 from seedledger.ledger.db import sqlite_path, to_url
 from seedledger.ledger.errors import SeedLedgerError
-from seedledger.ledger.lease import WriterLease
 from seedledger.ledger.names import check_run_name
 from seedledger.replay.noise import run_key
 from seedledger.replay.perturbation import Perturbation
-from seedledger.trainers.rewards.loader import is_file_ref
-from seedledger.trainers.tasks.registry import code_refs
-
-LEASE_TTL = 300.0  # seconds; the loop renews it after every member
 
 
 @dataclass
@@ -86,28 +83,6 @@ def _installed(dist: str) -> bool:
     return True
 
 
-@contextmanager
-def _keepalive(lease: WriterLease, every: float = LEASE_TTL / 5):
-    """Renew `lease` from a thread while setup (model load, replay of the history) runs:
-    the loop renews it itself once it trains, but setup can outlast the lease's ttl."""
-    stop = threading.Event()
-
-    def beat() -> None:
-        while not stop.wait(every):
-            try:
-                lease.heartbeat()
-            except SeedLedgerError:  # taken over: the first commit will say so
-                return
-
-    thread = threading.Thread(target=beat, name="seedledger-lease", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join()
-
-
 STATUSES = {
     "created": "the run exists; no session has trained it yet",
     "training": "a session holds the run's writer lease and trains it",
@@ -132,34 +107,6 @@ def settle_status(ledger: Ledger, name: str, cfg: TrainConfig) -> None:
         ledger.latest_generation(name) >= target_generation(cfg)
     ):
         ledger.set_status(name, "finished")
-@contextmanager
-def _interruptible(ledger: Ledger, run_name: str):
-    """A SIGINT or SIGTERM (engine.interrupts) inside marks the run `interrupted`, records
-    an `interrupted` event naming the signal and the last committed generation, and leaves
-    as RunInterrupted. Used inside the writer lease, which is released after it."""
-    try:
-        yield
-    except BaseException as exc:
-        signum = signal_of(exc)
-        if signum is None:
-            raise
-        name = signal.Signals(signum).name
-        with signals_held():
-            latest = ledger.latest_generation(run_name)
-            ledger.set_status(run_name, "interrupted")
-            ledger.log_event(run_name, "interrupted", {"signal": name, "generation": latest})
-        raise RunInterrupted(
-            f"interrupted by {name}: run {run_name} stopped at generation {latest}", signum, run_name
-        ) from None
-
-
-def _not_started(exc: BaseException, what: str) -> None:
-    """Re-raise an interrupt that came before a run was kept as RunInterrupted (no run)."""
-    signum = signal_of(exc)
-    if signum is not None:
-        raise RunInterrupted(
-            f"interrupted by {signal.Signals(signum).name} {what}; nothing was kept", signum
-        ) from None
 
 
 def _run_loop(ledger: Ledger, run: RunInfo, cfg: TrainConfig, pool, generations: int, hooks, lease):
@@ -213,6 +160,38 @@ def _run_loop(ledger: Ledger, run: RunInfo, cfg: TrainConfig, pool, generations:
     return SessionResult(run, records, pool.fingerprint(), latest)
 
 
+def _configured(cfg: TrainConfig) -> tuple[TrainConfig, Path]:
+    """The shared first step of every session: the model's directory, and `cfg` with its
+    backend chosen (`auto` becomes what this host runs, once, before the run row is
+    written; a stored config already names one) and checked by preflight (exit 2)."""
+    model_dir = resolve_model(cfg.model)
+    cfg = cfg.model_copy(update={"backend": backend_choice.resolve(cfg, model_dir)})
+    preflight.check(cfg, model_dir)
+    return cfg, model_dir
+
+
+def _batched(cfg: TrainConfig, model_dir: Path) -> TrainConfig:
+    """`cfg` with `members_per_forward` chosen (engine.batching) where it is left open."""
+    return cfg.model_copy(update={"members_per_forward": batching.resolve(cfg, model_dir)})
+
+
+def _restored(ledger: Ledger, lease, cfg: TrainConfig, model_dir: Path, base_of: RunInfo,
+              name: str, gen: int):
+    """A pool holding run `name` at `gen`, made under `lease` (renewed meanwhile: loading
+    and replaying can outlast it), its base checked against `base_of` (the run, or a
+    fork's parent); closed again when this fails."""
+    with _keepalive(lease):
+        pool = make_pool(cfg, model_dir)
+        try:
+            _check_base(base_of, pool.base_fingerprint(), cfg)
+            pool.restore(ledger, name, gen, anchors_dir(ledger))
+        except BaseException:
+            with signals_held():
+                pool.close()
+            raise
+    return pool
+
+
 def start(
     ledger: Ledger,
     config: str | os.PathLike[str] | dict | None,
@@ -222,7 +201,8 @@ def start(
     hooks: Hooks | None = None,
 ) -> SessionResult:
     """Create a run from `config` (a YAML file, a dict of config keys, or None for the
-    defaults) and train it; the run is named `run_name`, else the file's stem, else `run`."""
+    defaults) and train it; the run is named `run_name`, else the file's stem, else `run`.
+    The pool comes before the run row, which stores its base fingerprint."""
     if isinstance(config, dict):
         cfg = validate(apply_overrides(dict(config), overrides), "config", overrides=overrides)
         name = check_run_name(run_name or "run")
@@ -233,17 +213,14 @@ def start(
     if ledger.has_run(name):
         raise SeedLedgerError(f"run {name!r} exists: `seedledger resume {name}` or pick another --run")
     try:
-        model_dir = resolve_model(cfg.model)
-        cfg = cfg.model_copy(update={"backend": backend_choice.resolve(cfg, model_dir)})
-        preflight.check(cfg, model_dir)  # before the run exists: a setting that cannot work is exit 2
-        cfg = adapters.resolve(cfg)
-        cfg = cfg.model_copy(update={"members_per_forward": batching.resolve(cfg, model_dir)})
+        cfg, model_dir = _configured(cfg)  # before the run exists: a setting that cannot work is exit 2
+        cfg = _batched(adapters.resolve(cfg), model_dir)
         spec = cfg.perturbation_spec()
         pool = make_pool(cfg, model_dir)
     except BaseException as exc:
-        _not_started(exc, f"before run {name} was created")
+        not_started(exc, f"before run {name} was created")
         raise
-    try:
+    with contextlib.closing(pool):
         run = ledger.create_run(
             name=name,
             base_model=cfg.model,
@@ -259,49 +236,10 @@ def start(
             software=software_versions(),
             host=socket.gethostname(),
         )
-        with ledger.lease(run.name, ttl=LEASE_TTL) as lease, _interruptible(ledger, run.name):
+        with ledger.lease(run.name, ttl=LEASE_TTL) as lease, interruptible(ledger, run.name):
             pool.restore(ledger, run.name, 0, None)
             count = target_generation(cfg) if generations is None else generations
             return _run_loop(ledger, run, cfg, pool, count, hooks, lease)
-    finally:
-        pool.close()
-
-
-def stored_code(config: dict) -> list[str]:
-    """What a stored config would make this process run that the user did not write: the
-    reward code its task names, and a Ray cluster to join (`workers.address`: a cluster
-    sends back pickled results, so joining one is running its code)."""
-    refs = code_refs(config.get("task"))
-    workers = config.get("workers")
-    if isinstance(workers, dict) and workers.get("address"):
-        refs.append(f"workers.address={workers['address']}")
-    return refs
-
-
-def check_stored_code(refs: list[str], owner: str, trust_code: bool) -> None:
-    """Refuse to import reward code that a stored config names, or join the Ray cluster it
-    names (a ledger or seed file may come from anyone), unless the user passed
-    --trust-code; a relative file reference is refused even then, since it would be
-    resolved against the working directory."""
-    if not refs:
-        return
-    relative = [
-        r for r in refs
-        if not r.startswith("workers.address=")
-        and is_file_ref(r.rpartition(":")[0]) and not Path(r.rpartition(":")[0]).is_absolute()
-    ]
-    if relative:
-        raise SeedLedgerError(
-            f"{owner}'s stored config names reward code by a relative path ({relative[0]!r}); "
-            "stored configs name files absolutely, and this one is not resolved against the "
-            "working directory"
-        )
-    if not trust_code:
-        named = ", ".join(repr(r) for r in dict.fromkeys(refs))
-        raise SeedLedgerError(
-            f"{owner}'s stored config names code to run: {named}; code named by a ledger or "
-            "seed file runs only with --trust-code (read it first)"
-        )
 
 
 def resume(
@@ -320,7 +258,7 @@ def resume(
     check_device(cfg.device)
     hooks = hooks or Hooks()
     with ledger.lease(run.name, ttl=LEASE_TTL).acquire(force=take_over) as lease, \
-            _interruptible(ledger, run.name):
+            interruptible(ledger, run.name):
         if lease.takeover is not None:
             hooks.on_notice("note", lease.describe_takeover())
         latest = ledger.latest_generation(run_name)  # read under the lease: no one commits now
@@ -330,19 +268,10 @@ def resume(
             settle_status(ledger, run_name, cfg)
             fp = ledger.generation(run_name, latest).fingerprint if latest else run.base_fingerprint
             return SessionResult(ledger.get_run(run_name), [], fp, latest)
-        model_dir = resolve_model(cfg.model)
-        preflight.check(cfg, model_dir)
-        pool = None
-        try:
-            with _keepalive(lease):
-                pool = make_pool(cfg, model_dir)
-                _check_base(run, pool.base_fingerprint(), cfg)
-                pool.restore(ledger, run.name, latest, anchors_dir(ledger))
+        cfg, model_dir = _configured(cfg)
+        with contextlib.closing(_restored(ledger, lease, cfg, model_dir, run, run.name, latest)) as pool:
             ledger.log_event(run.name, "resume", {"from_generation": latest, "generations": generations})
             return _run_loop(ledger, run, cfg, pool, generations, hooks, lease)
-        finally:
-            if pool is not None:
-                pool.close()
 
 
 def fork(
@@ -374,12 +303,9 @@ def fork(
     if ledger.has_run(new_name):
         raise SeedLedgerError(f"run {new_name!r} exists; pick another --run")
     forkcheck.check_policy(ledger, parent.name, gen, cfg)  # a refusal leaves no child behind
-    model_dir = resolve_model(cfg.model)
-    cfg = cfg.model_copy(update={"backend": backend_choice.resolve(cfg, model_dir)})  # --set backend=auto
-    preflight.check(cfg, model_dir)
+    cfg, model_dir = _configured(cfg)  # --set backend=auto chooses again
     if _rows_changed(validate(parent.config, f"run {parent.name} config"), cfg, overrides):
-        cfg = cfg.model_copy(update={"members_per_forward": None})
-        cfg = cfg.model_copy(update={"members_per_forward": batching.resolve(cfg, model_dir)})
+        cfg = _batched(cfg.model_copy(update={"members_per_forward": None}), model_dir)
     kind = cfg.perturbation_spec()  # a fork may change the kind: each run replays with its own
     spec = replace(  # the parent's base; this fork's perturbation, settings and key
         parent.spec(),
@@ -396,10 +322,8 @@ def fork(
     with ledger.lease(run.name, ttl=LEASE_TTL) as lease:
         pool = None
         try:
+            pool = _restored(ledger, lease, cfg, model_dir, parent, run.name, gen)
             with _keepalive(lease):
-                pool = make_pool(cfg, model_dir)
-                _check_base(parent, pool.base_fingerprint(), cfg)
-                pool.restore(ledger, run.name, gen, anchors_dir(ledger))
                 forkcheck.check_policy(ledger, parent.name, gen, cfg, pool,
                                        Perturbation.from_run(run.noise_spec, run.param_selection).trained)
         except BaseException as exc:
@@ -409,14 +333,11 @@ def fork(
                 lease.release()
                 with contextlib.suppress(Exception):
                     ledger.delete_run(run.name)
-            _not_started(exc, f"while fork {run.name} was set up")
+            not_started(exc, f"while fork {run.name} was set up")
             raise
-        try:
-            with _interruptible(ledger, run.name):
-                count = max(target_generation(cfg) - gen, 0) if generations is None else generations
-                return _run_loop(ledger, run, cfg, pool, count, hooks, lease)
-        finally:
-            pool.close()
+        with contextlib.closing(pool), interruptible(ledger, run.name):
+            count = max(target_generation(cfg) - gen, 0) if generations is None else generations
+            return _run_loop(ledger, run, cfg, pool, count, hooks, lease)
 
 
 def dtype_policy(cfg: TrainConfig) -> str:

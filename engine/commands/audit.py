@@ -364,7 +364,7 @@ def _member_weights(ledger: Ledger, info: RunInfo, g: int, index: int, parent: t
     """Member `index` of `run@g` built on a copy of `parent` (the checked `run@g-1` and its
     replay state, which the other side of a diff may share), as `rebuild` builds it (an
     member of a `paths` generation reads its paths from the state)."""
-    from seedledger.engine.rebuilding import add_member
+    from seedledger.engine.rebuild_sources import add_member
 
     master = {n: t.clone() for n, t in parent[0].items()}
     add_member(ledger, info.name, g, index, master, parent[1])
