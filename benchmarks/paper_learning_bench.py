@@ -1,0 +1,126 @@
+"""Held-out gain per wall-clock minute: the ES paper's loop beside seedledger, same data.
+
+Both train SmolLM2-135M-Instruct on a config's task (default: `make demo`'s words task,
+engine/configs/demo.yaml) and are scored on the same held-out rows, greedily, by one
+decoding function and the task's held-out check, so the two final models and the base are
+compared row by row (paired s.e.):
+
+- seedledger with the config (and `--set` overrides); its training time T is the budget;
+- the reference loop (`paper_reference_bench.Reference`: per member σ·randn on every
+  weight in place, HF `generate`, subtract; θ += α·Σ zᵢεᵢ/N) with the paper's fitness, the
+  decoded reward (the task's completion rewards; its own answer check when the config
+  trains on `loglik`), on the rows seedledger draws for each generation, with the config's
+  N, σ and α, for the same T seconds. Without a reward difference between members its
+  update is zero (z = 0), so the generations with a signal are counted.
+
+Per generation both sides print their mean member reward on that generation's rows.
+
+    .venv/bin/python benchmarks/paper_learning_bench.py [--config FILE] [--set KEY=VALUE ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import paper_reference_bench as bench  # noqa: E402
+
+from seedledger.engine import api  # noqa: E402
+from seedledger.engine.commands.demo import CONFIG  # noqa: E402
+from seedledger.engine.config import load_config  # noqa: E402
+from seedledger.engine.evaluation import paired_change  # noqa: E402
+from seedledger.engine.loop import Hooks  # noqa: E402
+from seedledger.engine.models import resolve_model  # noqa: E402
+from seedledger.trainers.tasks import load_task  # noqa: E402
+
+
+@torch.inference_mode()
+def decode(model, tok, task, rows: list[dict], new_tokens: int, batch: int = 25) -> list[float]:
+    """Greedy completions of `rows` (chat template, left padding), scored by the task."""
+    scores: list[float] = []
+    for i in range(0, len(rows), batch):
+        part = rows[i:i + batch]
+        texts = [tok.apply_chat_template(task.prompt(r), add_generation_prompt=True, tokenize=False) for r in part]
+        enc = tok(texts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
+        out = model.generate(**enc, max_new_tokens=new_tokens, do_sample=False,
+                             pad_token_id=tok.pad_token_id or tok.eos_token_id)
+        done = [tok.decode(o[enc["input_ids"].shape[1]:], skip_special_tokens=True) for o in out]
+        prompts = [task.prompt(r) for r in part]
+        scores += task.held_out_reward(prompts, done, part)[0]
+    return scores
+
+
+class WordsReference(bench.Reference):
+    """The paper's loop on the words task: the rows of each generation, the decoded reward."""
+
+    def __init__(self, model_dir: Path, task, members: int, new_tokens: int):
+        super().__init__(model_dir, [], members, new_tokens)
+        self.task = task
+        self.rewards: list[float] = []
+
+    def set_rows(self, rows: list[dict]) -> None:
+        self.rows = rows
+
+    def _score(self) -> float:
+        self.rewards.append(statistics.fmean(decode(self.model, self.tok, self.task, self.rows, self.new_tokens)))
+        return self.rewards[-1]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--config", type=Path, default=CONFIG, help="default: the demo's")
+    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    overrides = args.overrides
+    cfg = load_config(args.config, overrides)
+    bench.SIGMA, bench.ALPHA = cfg.sigma, cfg.lr
+    task = load_task(cfg.task, seed=cfg.seed, base_dir=args.config.parent)
+    test = task.test_rows()[: cfg.evaluation.rows]
+    model_dir = resolve_model(cfg.model)
+    ref = WordsReference(model_dir, task, cfg.population, cfg.max_new_tokens)
+    base = decode(ref.model, ref.tok, task, test, cfg.max_new_tokens)
+    print(f"base: held-out {statistics.fmean(base):.3f} on {len(test)} rows")
+
+    with tempfile.TemporaryDirectory() as tmp:
+        started = time.perf_counter()
+        def seen(record, seconds: float) -> None:
+            print(f"  seedledger gen {record.index}: {seconds:5.1f} s, mean reward "
+                  f"{record.reward_stats()['mean']:.3f}", flush=True)
+
+        done = api.train(str(args.config), run="ours", overrides=overrides, ledger=Path(tmp) / "l.db",
+                         hooks=Hooks(on_generation_end=seen))
+        budget = time.perf_counter() - started
+        model, tok = api.rebuild_model("ours", ledger=Path(tmp) / "l.db")
+        ours = decode(model, tok, task, test, cfg.max_new_tokens)
+    print(f"seedledger ({done.run.config['backend']}): {budget:.0f} s of training, held-out {statistics.fmean(ours):.3f}")
+
+    spent, g, with_signal = 0.0, 0, 0
+    while spent < budget:
+        g += 1
+        ref.set_rows(task.train_batch(cfg.seed, g, cfg.batch_size)[1])
+        ref.rewards.clear()
+        seconds, mean = ref.generation()
+        signal = max(ref.rewards) > min(ref.rewards)
+        with_signal += signal
+        spent += seconds
+        print(f"  reference gen {g}: {seconds:5.1f} s, mean reward {mean:.3f}, signal: {signal}", flush=True)
+    theirs = decode(ref.model, ref.tok, task, test, cfg.max_new_tokens)
+    print(f"reference: {spent:.0f} s, {g} generations ({with_signal} with a signal), held-out {statistics.fmean(theirs):.3f}")
+
+    for name, final in (("seedledger", ours), ("reference", theirs)):
+        c = paired_change(base, final)
+        print(f"{name:10} gain over base {c['mean']:+.3f} ± {c['stderr']:.3f} (paired s.e.; {c['better']} better, "
+              f"{c['worse']} worse) = {60 * c['mean'] / budget:+.3f} per minute of training")
+
+
+if __name__ == "__main__":
+    main()
