@@ -2,8 +2,9 @@
 
 vLLM decodes a population several times faster than transformers' `generate` on the same
 CPU (paged attention, no padding, fused kernels): against the ES paper's own loop on this
-project's 2-core reference machine, seedledger on vLLM runs 2.9× the generations per hour
-and on transformers 1.4× (benchmarks/paper_reference_bench.py, docs/benchmarks.md). So
+project's 2-core reference machine, seedledger's full-rank default runs 3.0× the
+generations per hour on vLLM and 1.3× on transformers (benchmarks/paper_reference_bench.py,
+docs/benchmarks.md); vLLM's engine start costs ~40 s more than hf's model load. So
 `auto` takes vLLM where it is installed and serves the run, and the in-process hf backend
 otherwise:
 
