@@ -85,7 +85,7 @@ def sft(model_dir: Path, out: Path, steps: int, batch: int, lr: float, seed: int
 
 
 def singular_rms(adapter_dir: Path) -> float:
-    from seedledger.engine.adapters import read_peft_dir
+    from seedledger.engine.runtime.adapters import read_peft_dir
     from seedledger.replay.adapter import PREFIX, singular_form
 
     _, tensors = read_peft_dir(adapter_dir)
@@ -114,10 +114,10 @@ def main() -> None:
     p.add_argument("--kinds", nargs="*", default=["essa", "lora"])
     args = p.parse_args()
 
-    from seedledger.engine import session
     from seedledger.engine.config import validate
-    from seedledger.engine.evaluator import Evaluator
-    from seedledger.engine.models import resolve_model
+    from seedledger.engine.runtime import session
+    from seedledger.engine.runtime.evaluator import Evaluator
+    from seedledger.engine.runtime.models import resolve_model
     from seedledger.ledger import Ledger
     from seedledger.replay.noise import round_coefficient
 

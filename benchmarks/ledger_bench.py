@@ -89,7 +89,7 @@ def bench_commit(d: Path) -> None:
         led.create_run("c", base_model="tiny", noise_spec="v1", run_key=1)
         recs = [es_record(g, 256, 1, rng) for g in range(1, 121)]
         wall, cpu = [], []
-        with led.lease("c"):  # as engine.loop does: the commit refreshes the lease row
+        with led.lease("c"):  # as engine.runtime.loop does: the commit refreshes the lease row
             for r in recs:
                 t, c = time.perf_counter(), time.process_time()
                 led.commit_generation("c", r)

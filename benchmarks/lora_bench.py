@@ -33,7 +33,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
-from seedledger.engine.models import quiet_hf_env  # noqa: E402
+from seedledger.engine.runtime.models import quiet_hf_env  # noqa: E402
 
 quiet_hf_env()  # torchao's import chatter (transformers imports it when installed)
 
@@ -68,8 +68,8 @@ def trained_adapter(master: dict) -> dict:
 def speed(args) -> None:
     import torch
 
-    from seedledger.engine.backends.hf import HFBackend
-    from seedledger.engine.models import resolve_model
+    from seedledger.engine.runtime.backends.hf import HFBackend
+    from seedledger.engine.runtime.models import resolve_model
     from seedledger.replay import noise
     from seedledger.replay.perturbation import Perturbation
 
@@ -127,7 +127,7 @@ def _rss_mb() -> float:
 
 def one_generation(args) -> None:
     """One ES generation of `kind` through the real loop, in this fresh process."""
-    from seedledger.engine import session
+    from seedledger.engine.runtime import session
     from seedledger.ledger import Ledger
 
     overrides = KINDS[args.kind] + [f"model={args.model}", "generations=1", "anchor_every=0",
@@ -149,11 +149,11 @@ def one_generation(args) -> None:
 def learn(args) -> None:
     """Each kind trains the demo config until `seconds` of wall time have passed (the
     generation in flight then finishes), then base and final score the same test rows."""
-    from seedledger.engine import session
     from seedledger.engine.config import validate
-    from seedledger.engine.evaluator import Evaluator
-    from seedledger.engine.loop import Hooks
-    from seedledger.engine.models import resolve_model
+    from seedledger.engine.runtime import session
+    from seedledger.engine.runtime.evaluator import Evaluator
+    from seedledger.engine.runtime.hooks import Hooks
+    from seedledger.engine.runtime.models import resolve_model
     from seedledger.ledger import Ledger
 
     class Budget(Exception):

@@ -33,11 +33,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import paper_reference_bench as bench  # noqa: E402
 
 from seedledger.engine import api  # noqa: E402
-from seedledger.engine.commands.demo import CONFIG  # noqa: E402
+from seedledger.engine.cli.demo import CONFIG  # noqa: E402
 from seedledger.engine.config import load_config  # noqa: E402
-from seedledger.engine.evaluation import paired_change  # noqa: E402
-from seedledger.engine.loop import Hooks  # noqa: E402
-from seedledger.engine.models import resolve_model  # noqa: E402
+from seedledger.engine.runtime.evaluation import paired_change  # noqa: E402
+from seedledger.engine.runtime.hooks import Hooks  # noqa: E402
+from seedledger.engine.runtime.models import resolve_model  # noqa: E402
 from seedledger.trainers.tasks import load_task  # noqa: E402
 
 

@@ -45,8 +45,8 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from seedledger.engine import api  # noqa: E402
-from seedledger.engine.loop import Hooks  # noqa: E402
-from seedledger.engine.models import resolve_model  # noqa: E402
+from seedledger.engine.runtime.hooks import Hooks  # noqa: E402
+from seedledger.engine.runtime.models import resolve_model  # noqa: E402
 from seedledger.trainers.rewards.verifier import numbers_used, safe_eval  # noqa: E402
 from seedledger.trainers.tasks import countdown  # noqa: E402
 

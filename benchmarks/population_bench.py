@@ -3,7 +3,7 @@
     (a) per-member: each member's full-rank weights loaded, then its prompts decoded
         (batch = prompts): the path every full-rank run takes;
     (b) batched low-rank: the master loaded once, `members_per_forward` members' rows
-        decoded together with each row's rank-r term (engine/backends/hf_lowrank.py);
+        decoded together with each row's rank-r term (engine/runtime/backends/hf_lowrank.py);
     (c) pure batched inference of the unperturbed model over the same rows and chunks:
         the limit (b) can reach.
 
@@ -34,8 +34,8 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 import torch  # noqa: E402
 
-from seedledger.engine.backends.hf import HFBackend  # noqa: E402
-from seedledger.engine.models import resolve_model  # noqa: E402
+from seedledger.engine.runtime.backends.hf import HFBackend  # noqa: E402
+from seedledger.engine.runtime.models import resolve_model  # noqa: E402
 from seedledger.replay import noise  # noqa: E402
 from seedledger.replay.perturbation import Perturbation, factors  # noqa: E402
 
@@ -161,7 +161,7 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=16)
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--rank", type=int, default=1)
-    ap.add_argument("--group", type=int, default=None, help="members per forward (default: engine.batching's row cap for the device)")
+    ap.add_argument("--group", type=int, default=None, help="members per forward (default: engine.runtime.batching's row cap for the device)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     ap.add_argument("--threads", type=int, default=None)
@@ -176,7 +176,7 @@ def main() -> None:
     prompts = [[{"role": "user", "content": q}] for q in (QUESTIONS * (args.prompts // 16 + 1))[: args.prompts]]
     print(f"model {args.model}, device {args.device}, {torch.get_num_threads()} threads, "
           f"{args.dtype}, {args.prompts} prompts, {args.new_tokens} new tokens, rank {args.rank}")
-    from seedledger.engine.batching import CPU_ROWS, CUDA_MAX_ROWS
+    from seedledger.engine.runtime.batching import CPU_ROWS, CUDA_MAX_ROWS
 
     rows_cap = CUDA_MAX_ROWS if args.device.startswith("cuda") else CPU_ROWS
     for n in args.members:

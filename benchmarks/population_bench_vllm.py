@@ -3,7 +3,7 @@
     (a) per-member reload (full-rank): each member's weights `cast(master + σ·ε)` reloaded
         into the engine, then its prompts decoded;
     (b) multi-LoRA low-rank: the master loaded once, every member a rank-r LoRA adapter,
-        all N × prompts rows in one `llm.generate` (engine/backends/vllm_lora.py);
+        all N × prompts rows in one `llm.generate` (engine/runtime/backends/vllm_lora.py);
     (c) pure batched inference of the unperturbed model over the same N × prompts rows;
     (d) LoRA-ES (issue 15): a LoRA run's frozen base loaded once, every member its perturbed
         rank-`--lora-rank` adapter (`cast(master + σ·ε)`, made in the worker from keys) in
@@ -79,8 +79,8 @@ def vllm_section(model_dir: Path, n_members: int, prompts: list, new_tokens: int
 def _one(path: str, job: dict) -> dict:
     """Time one generation on one path (in this process); the figures as a dict."""
     from benchmarks.lora_bench import lora_perturbation, trained_adapter
-    from seedledger.engine.backends.base import Population
-    from seedledger.engine.backends.vllm import VLLMBackend
+    from seedledger.engine.runtime.backends.base import Population
+    from seedledger.engine.runtime.backends.vllm import VLLMBackend
     from seedledger.replay import noise
     from seedledger.replay.perturbation import Perturbation
 
@@ -139,7 +139,7 @@ def main() -> None:
         print("RESULT " + json.dumps(_one(args.one, json.loads(sys.stdin.read()))), flush=True)
         return
     from benchmarks.population_bench import QUESTIONS
-    from seedledger.engine.models import resolve_model
+    from seedledger.engine.runtime.models import resolve_model
 
     questions = (QUESTIONS * (args.prompts // len(QUESTIONS) + 1))[: args.prompts]
     prompts = [[{"role": "user", "content": q}] for q in questions]

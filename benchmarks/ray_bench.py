@@ -21,8 +21,8 @@ import statistics
 import time
 
 from seedledger.engine.config import validate
-from seedledger.engine.loop import hyperparameters
-from seedledger.engine.models import resolve_model
+from seedledger.engine.runtime.loop import hyperparameters
+from seedledger.engine.runtime.models import resolve_model
 from seedledger.ledger import ReplayStep
 from seedledger.replay.noise import run_key
 from seedledger.trainers.es import ES
@@ -50,11 +50,11 @@ def measure(kind: str, cfg, generations: int) -> tuple[float, list[float], list[
     """(startup seconds, timed seconds per generation, fingerprints)."""
     started = time.perf_counter()
     if kind == "ray":
-        from seedledger.engine.pools.ray import RayPool
+        from seedledger.engine.runtime.pools.ray import RayPool
 
         pool = RayPool(cfg, resolve_model(cfg.model))
     else:
-        from seedledger.engine.pools.local import LocalPool
+        from seedledger.engine.runtime.pools.local import LocalPool
 
         pool = LocalPool(cfg, resolve_model(cfg.model))
     startup = time.perf_counter() - started

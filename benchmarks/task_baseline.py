@@ -23,8 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 import yaml  # noqa: E402
 
-from seedledger.engine.backends.hf import HFBackend  # noqa: E402
-from seedledger.engine.models import resolve_model  # noqa: E402
+from seedledger.engine.runtime.backends.hf import HFBackend  # noqa: E402
+from seedledger.engine.runtime.models import resolve_model  # noqa: E402
 from seedledger.trainers.tasks import load_task  # noqa: E402
 
 

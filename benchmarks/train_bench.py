@@ -20,9 +20,9 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from seedledger.engine import session
-from seedledger.engine.commands.demo import CONFIG
-from seedledger.engine.loop import Hooks
+from seedledger.engine.cli.demo import CONFIG
+from seedledger.engine.runtime import session
+from seedledger.engine.runtime.hooks import Hooks
 from seedledger.ledger import Ledger
 
 

@@ -20,12 +20,12 @@ from pathlib import Path
 
 import yaml
 
-from seedledger.engine import session
 from seedledger.engine.config import validate
-from seedledger.engine.evaluation import paired_change
-from seedledger.engine.heldout import HeldOut
-from seedledger.engine.pbt import PBT
-from seedledger.engine.tune import tune
+from seedledger.engine.runtime import session
+from seedledger.engine.runtime.evaluation import paired_change
+from seedledger.engine.runtime.heldout import HeldOut
+from seedledger.engine.search.pbt import PBT
+from seedledger.engine.search.tune import tune
 from seedledger.ledger import Ledger
 
 

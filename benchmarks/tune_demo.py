@@ -29,12 +29,12 @@ from pathlib import Path
 
 import yaml
 
-from seedledger.engine import session
-from seedledger.engine.commands.demo import CONFIG
+from seedledger.engine.cli.demo import CONFIG
 from seedledger.engine.config import load_config, validate
-from seedledger.engine.evaluation import paired_change
-from seedledger.engine.heldout import HeldOut
-from seedledger.engine.tune import override, tune
+from seedledger.engine.runtime import session
+from seedledger.engine.runtime.evaluation import paired_change
+from seedledger.engine.runtime.heldout import HeldOut
+from seedledger.engine.search.tune import override, tune
 from seedledger.ledger import Ledger
 
 DEMO_BUDGET = 8 * 16 * 16  # population × batch_size × generations of configs/arithmetic.yaml

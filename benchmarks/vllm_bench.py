@@ -41,17 +41,17 @@ def _prompts(n: int) -> list[list[dict[str, str]]]:
 
 def run_one(backend: str, model: str, population: int, n_prompts: int, new_tokens: int) -> dict:
     """Time one generation on `backend`; returns the figures as a dict."""
-    from seedledger.engine.models import resolve_model
+    from seedledger.engine.runtime.models import resolve_model
     from seedledger.replay import noise
 
     model_dir = resolve_model(model)
     t0 = time.perf_counter()
     if backend == "vllm":
-        from seedledger.engine.backends.vllm import VLLMBackend
+        from seedledger.engine.runtime.backends.vllm import VLLMBackend
 
         be = VLLMBackend(model_dir, max_model_len=1024)
     else:
-        from seedledger.engine.backends.hf import HFBackend
+        from seedledger.engine.runtime.backends.hf import HFBackend
 
         be = HFBackend(model_dir, batch_size=n_prompts)
     startup = time.perf_counter() - t0

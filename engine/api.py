@@ -23,9 +23,9 @@ if TYPE_CHECKING:
     import pandas
     import torch
 
-    from seedledger.engine.evaluation import EvaluationResult
-    from seedledger.engine.loop import Hooks
-    from seedledger.engine.session import SessionResult
+    from seedledger.engine.runtime.evaluation import EvaluationResult
+    from seedledger.engine.runtime.hooks import Hooks
+    from seedledger.engine.runtime.session import SessionResult
 
 __all__ = [
     "DEFAULT_LEDGER", "evaluate", "export", "fork", "history", "history_frame", "import_seeds", "open_ledger",
@@ -54,11 +54,11 @@ def _location(location: str | os.PathLike[str] | None) -> str:
 def _opened(ledger: LedgerArg, create: bool = False) -> Iterator[Ledger]:
     """`ledger` itself when it is open (the caller closes it), else opened for this call;
     a SQLite file this call creates is removed again if the call fails before any run
-    exists in it (engine.fresh_ledger)."""
+    exists in it (engine.runtime.fresh_ledger)."""
     if isinstance(ledger, Ledger):
         yield ledger
         return
-    from seedledger.engine.fresh_ledger import removed_if_unused
+    from seedledger.engine.runtime.fresh_ledger import removed_if_unused
 
     where = _location(ledger)
     with removed_if_unused(where) if create else nullcontext(), open_ledger(where, create=create) as led:
@@ -74,7 +74,7 @@ def _after(ledger: Ledger, result: SessionResult) -> SessionResult:
 
 def _printing_hooks() -> Hooks:
     """One line per committed generation: progress for scripts and notebooks."""
-    from seedledger.engine.loop import Hooks
+    from seedledger.engine.runtime.hooks import Hooks
 
     def end(record: GenerationRecord, seconds: float) -> None:
         mean = record.reward_stats()["mean"]
@@ -106,7 +106,7 @@ def train(
     the config's `generations`). `progress` prints a line per generation. The ledger is
     created when it does not exist (and removed again if this fails before the run
     exists). The result's `run` is read after training (`run.status`: finished, stopped)."""
-    from seedledger.engine import session
+    from seedledger.engine.runtime import session
 
     with _opened(ledger, create=True) as led:
         return _after(led, session.start(led, config, run, list(overrides), generations, _hooks(hooks, progress)))
@@ -126,7 +126,7 @@ def resume(
     config's `generations` by default (no records when it is there), or `generations` more.
     `take_over` takes the writer lease from a session on another host that is gone;
     `trust_code` allows the reward code its stored config names to be imported."""
-    from seedledger.engine import session
+    from seedledger.engine.runtime import session
 
     with _opened(ledger) as led:
         return _after(led, session.resume(led, run, generations, _hooks(hooks, progress), take_over,
@@ -147,7 +147,7 @@ def fork(
     """Start the child run `run` at `ref` (RUN@G), with `overrides` changing its settings,
     and train it (`seedledger fork`). The child replays its parent up to G, then trains
     on its own; the parent is untouched."""
-    from seedledger.engine import session
+    from seedledger.engine.runtime import session
 
     with _opened(ledger) as led:
         return _after(led, session.fork(led, ref, run, list(overrides), generations, _hooks(hooks, progress),
@@ -173,7 +173,7 @@ def evaluate(
     unless `record=False`. `trust_code` as for `resume`; `progress` says on stderr what it scores."""
     import sys
 
-    from seedledger.engine.evaluation import evaluate as score
+    from seedledger.engine.runtime.evaluation import evaluate as score
 
     with _opened(ledger) as led:
         return score(led, ref, rows, skip, against, trust_code=trust_code, record=record,
@@ -211,7 +211,7 @@ def history_frame(run: str, *, ledger: LedgerArg = None) -> pandas.DataFrame:
 
 def _master(source: str | os.PathLike[str], ledger: LedgerArg, base: str | None, device: str,
             verify: str, allow_unverified: bool):
-    from seedledger.engine import rebuilding
+    from seedledger.engine.rebuild import rebuilding
 
     where = ledger if isinstance(ledger, Ledger) else _location(ledger)
     return rebuilding.source_master(source, where, base, device, verify=verify, allow_unverified=allow_unverified)
@@ -250,7 +250,7 @@ def rebuild_model(
     dtype, ready for `model.generate`; a LoRA run's adapter comes merged into its base."""
     from transformers import AutoTokenizer
 
-    from seedledger.engine.rebuilding import merged_weights, model_from_master
+    from seedledger.engine.rebuild.rebuilding import merged_weights, model_from_master
 
     start, master, _, _ = _master(source, ledger, base, device, verify, allow_unverified)
     model = model_from_master(start.model_dir, merged_weights(start, master)).to(device)
@@ -275,7 +275,7 @@ def rebuild_to(
     report (run, generation, fingerprint, output, verified). A directory that is neither
     empty nor an earlier rebuild's output is refused unless `force`. A LoRA run gives a
     PEFT adapter directory, or with `merge` the base with the adapter merged in."""
-    from seedledger.engine import rebuilding
+    from seedledger.engine.rebuild import rebuilding
 
     where = ledger if isinstance(ledger, Ledger) else _location(ledger)
     return rebuilding.rebuild_source(where, source, Path(directory), base, device, verify=verify, force=force,
@@ -287,7 +287,7 @@ def verify(ref: str, *, ledger: LedgerArg = None, device: str = "cpu", quick: bo
     `quick` only recompute the rows' hash chain (no model). Returns the report (`ok`, the
     first bad generation, `error`); a mismatch is reported, not raised. Recorded as a
     `verify` event."""
-    from seedledger.engine import rebuilding
+    from seedledger.engine.rebuild import rebuilding
 
     with _opened(ledger) as led:
         return rebuilding.quick_report(led, ref) if quick else rebuilding.verify_ref(led, ref, device)

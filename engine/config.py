@@ -86,7 +86,7 @@ class TrainConfig(Strict):
     sampling: Sampling = Sampling()
     seed: int = Field(0, ge=0, lt=2**63)
     backend: Literal["auto", "hf", "vllm"] = Field(
-        "auto", description="vllm where installed and able, else hf: chosen when the run is created (engine.backend_choice)"
+        "auto", description="vllm where installed and able, else hf: chosen when the run is created (engine.runtime.backend_choice)"
     )
     device: str = "cpu"
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
@@ -110,7 +110,7 @@ class TrainConfig(Strict):
     members_per_forward: int | None = Field(
         None, ge=1, le=MAX_POPULATION,
         description="members evaluated together in one batched forward (low-rank); omitted: "
-        "chosen when the run is created (engine.batching) and stored with it",
+        "chosen when the run is created (engine.runtime.batching) and stored with it",
     )
 
     @field_validator("task")

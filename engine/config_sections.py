@@ -119,7 +119,7 @@ class LowRank(Strict):
 
 class LoraTrain(Strict):
     """Train a LoRA adapter on the frozen base instead of every weight (replay.adapter).
-    Unset fields are filled in when the run is created (engine.adapters.resolve) and
+    Unset fields are filled in when the run is created (engine.runtime.adapters.resolve) and
     stored with it: rank 8, alpha 16, every attention and MLP projection, A from the
     run's seed and B = 0, or all of them from the PEFT adapter directory `init`."""
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from seedledger.engine.commands import audit, audit_render
+from seedledger.engine.cli import audit, audit_render
 from seedledger.ledger import GenerationRecord, Ledger, MemberRecord
 from seedledger.ledger.errors import RunNotFound, SeedLedgerError
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from seedledger.engine import backend_choice
 from seedledger.engine.config import validate
+from seedledger.engine.runtime import backend_choice
 from seedledger.ledger import Ledger
 from seedledger.ledger.errors import SeedLedgerError
 

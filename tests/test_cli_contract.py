@@ -207,7 +207,7 @@ def test_demo_json_prints_only_the_figures(monkeypatch, tmp_path):
     from typer.testing import CliRunner
 
     from seedledger.engine.cli import app
-    from seedledger.engine.commands import demo as demo_command
+    from seedledger.engine.cli import demo as demo_command
 
     seen = {}
 

@@ -171,7 +171,7 @@ def test_relative_paths_resolve_against_the_config_file(tmp_path, monkeypatch):
 def test_resume_from_another_directory(tmp_path, monkeypatch, tiny_model_dir):
     """Train from one directory with a config whose dataset and reward file are relative to
     it, resume from another: the stored config names the files absolutely."""
-    from seedledger.engine import session
+    from seedledger.engine.runtime import session
     from seedledger.ledger import Ledger
 
     project = _project(tmp_path)

@@ -10,10 +10,10 @@ import pytest
 import torch
 import yaml
 
-from seedledger.engine import session
-from seedledger.engine.adapters import linear_shapes, read_peft_dir, write_peft_dir
-from seedledger.engine.models import load_causal_lm
-from seedledger.engine.rebuilding import load_start, verify_ref
+from seedledger.engine.rebuild.rebuilding import load_start, verify_ref
+from seedledger.engine.runtime import session
+from seedledger.engine.runtime.adapters import linear_shapes, read_peft_dir, write_peft_dir
+from seedledger.engine.runtime.models import load_causal_lm
 from seedledger.ledger import Ledger
 from seedledger.ledger.errors import SeedLedgerError
 from seedledger.ledger.records import ReplayStep
@@ -163,8 +163,8 @@ def test_hf_and_vllm_members_are_the_perturbed_singular_values_expanded():
     """Both backends' member adapters, bit for bit, are the plain LoRA of `RUN@G#M` as
     replay builds it (`apply_member`: s + sign·σ·ε on the singular values alone), i.e.
     B = U·diag(s_m), A = Vᵀ (vLLM folds alpha/r into B)."""
-    from seedledger.engine.backends.hf_lowrank import RowTerms
-    from seedledger.engine.backends.vllm_lora import lora_adapters
+    from seedledger.engine.runtime.backends.hf_lowrank import RowTerms
+    from seedledger.engine.runtime.backends.vllm_lora import lora_adapters
 
     spec = LoraSpec(RANK, 8.0, ("q_proj", "down_proj"), "peft:" + "0" * 32, essa=True)
     master = singular_form(_adapter(), MODULES)

@@ -146,7 +146,7 @@ def test_every_scores_at_the_right_generations_and_leaves_fingerprints_alone(wor
     assert during[0]["mean"] == fresh.mean and during[0]["change"] == fresh.change
     log = json.loads(cli("log", "ev", "--json", "--ledger", db).stdout)
     assert [g["held_out"] is not None for g in log["generations"]] == [False, True, True]
-    from seedledger.engine.commands.plot import plot_runs
+    from seedledger.engine.cli.plot import plot_runs
 
     with Ledger.open(str(db)) as led:  # the stars: the base (the events' comparison), 2 and 3
         stars = plot_runs(led, ["ev"], work / "ev.png")["runs"][0]["held_out"]

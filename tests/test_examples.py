@@ -9,7 +9,7 @@ import pytest
 from test_cli_walkthrough import Cli
 
 import seedledger.engine.api as sl
-from seedledger.engine.commands.example import example_text
+from seedledger.engine.cli.example import example_text
 from seedledger.engine.config import load_config
 from tests.support.sandbox import need_bwrap
 

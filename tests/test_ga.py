@@ -164,7 +164,7 @@ def test_member_refs_in_show_diff_and_export(reference, tmp_path):
     """`show`, `diff` and `export` take a GA's genomes: the elite `RUN@G#0` is `RUN@G-1`, and
     where a generation did not cross over its child `RUN@G#a` is `RUN@G` (show says so, diff
     finds no weight changed, its seed file rebuilds to `RUN@G`'s fingerprint)."""
-    from seedledger.engine.commands import audit
+    from seedledger.engine.cli import audit
 
     ledger_path, fps, _ = reference
     with Ledger.open(str(ledger_path)) as led:

@@ -17,9 +17,9 @@ import pytest
 import torch
 import yaml
 
-from seedledger.engine import session
 from seedledger.engine.config import validate
-from seedledger.engine.rebuilding import load_start, ref_master
+from seedledger.engine.rebuild.rebuilding import load_start, ref_master
+from seedledger.engine.runtime import session
 from seedledger.ledger import Ledger, ReplayStep
 from seedledger.ledger.errors import SeedLedgerError
 from seedledger.replay import paths
@@ -333,7 +333,7 @@ def test_noise_rows_are_checked_against_the_members():
 def test_full_rank_survivors_are_evaluated_one_member_at_a_time(tmp_path, tiny_model_dir):
     """Full-parameter genomes: the HF backend loads each member's weights in turn, its
     offsets added in fp32 one tensor at a time, bit for bit what `rebuild RUN@G#M` builds."""
-    from seedledger.engine.backends.hf import HFBackend
+    from seedledger.engine.runtime.backends.hf import HFBackend
 
     cfg = CONFIG | {"train": "full", "population": 6, "sigma": 0.05, "ga": {"survivors": 2, "crossover": 0.5},
                     "task": {"name": "arithmetic", "rewards": ["task", {"fn": "length", "limit": 12}]},
@@ -366,7 +366,7 @@ def test_anchors_of_four_survivors_are_reused(tmp_path, tiny_model_dir):
     survivors (three paths) replays from its anchor instead of falling back to the base."""
     import warnings
 
-    from seedledger.engine.session import anchors_dir
+    from seedledger.engine.runtime.dirs import anchors_dir
 
     cfg = CONFIG | {"train": "full", "population": 8, "sigma": 0.05, "ga": {"survivors": 4, "crossover": 0.5},
                     "task": {"name": "arithmetic", "rewards": ["task", {"fn": "length", "limit": 12}]},

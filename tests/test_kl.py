@@ -8,8 +8,8 @@ import math
 import pytest
 import torch
 
-from seedledger.engine.backends.base import Population
-from seedledger.engine.backends.hf import HFBackend
+from seedledger.engine.runtime.backends.base import Population
+from seedledger.engine.runtime.backends.hf import HFBackend
 from seedledger.ledger import Ledger
 from seedledger.replay import noise
 from seedledger.replay.perturbation import Perturbation
@@ -91,7 +91,7 @@ KL_RUN = [
 
 
 def test_a_run_records_beta_and_kl_and_resume_continues_beta(tmp_path):
-    from seedledger.engine import session
+    from seedledger.engine.runtime import session
 
     with Ledger.open(str(tmp_path / "a.db")) as led:
         straight = session.start(led, None, "a", KL_RUN, 3)

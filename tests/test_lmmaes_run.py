@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from seedledger.engine import session
 from seedledger.engine.config import validate
-from seedledger.engine.rebuilding import load_start, ref_master, verify_ref
+from seedledger.engine.rebuild.rebuilding import load_start, ref_master, verify_ref
+from seedledger.engine.runtime import session
 from seedledger.ledger import Ledger
 from seedledger.replay.adapter import member_adapter, peft_adapter
 from seedledger.replay.fingerprint import fingerprint

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from seedledger.engine.loggers import MultiLogger, make_loggers, normalize
+from seedledger.engine.runtime.loggers import MultiLogger, make_loggers, normalize
 from seedledger.ledger.errors import SeedLedgerError
 
 CONFIG = {

@@ -15,9 +15,9 @@ import pytest
 import torch
 from test_cli_walkthrough import Cli
 
-from seedledger.engine.backends.base import Population
 from seedledger.engine.config import validate
-from seedledger.engine.evaluator import Evaluator
+from seedledger.engine.runtime.backends.base import Population
+from seedledger.engine.runtime.evaluator import Evaluator
 from seedledger.ledger.errors import SeedLedgerError
 from seedledger.replay import perturbation
 from seedledger.trainers.es import ES, differences

@@ -13,8 +13,8 @@ import pytest
 import torch
 import yaml
 
-from seedledger.engine import session
-from seedledger.engine.rebuilding import verify_ref
+from seedledger.engine.rebuild.rebuilding import verify_ref
+from seedledger.engine.runtime import session
 from seedledger.ledger import Ledger
 from seedledger.ledger.errors import SeedLedgerError
 from seedledger.replay import noise
@@ -135,7 +135,7 @@ def _member(master, key: int, sign: int) -> dict[str, torch.Tensor]:
 
 @pytest.fixture(scope="module")
 def lora_backends(tiny_model_dir):
-    from seedledger.engine.backends.hf import HFBackend
+    from seedledger.engine.runtime.backends.hf import HFBackend
 
     p = Perturbation.lora(SPEC)
     batched, single = HFBackend(tiny_model_dir, perturbation=p), HFBackend(tiny_model_dir, perturbation=p)
@@ -145,7 +145,7 @@ def lora_backends(tiny_model_dir):
 
 
 def test_members_in_one_forward_equal_each_members_adapter_alone(lora_backends):
-    from seedledger.engine.backends.base import Population
+    from seedledger.engine.runtime.backends.base import Population
 
     batched, single, master = lora_backends
     enc = batched._encode([q for _ in KEYS for q in PROMPTS])
@@ -190,8 +190,8 @@ def test_member_adapters_are_perturb_bits(lora_backends):
 
 def test_peft_loads_the_rebuilt_directory_and_decodes_the_same(lora_backends, tiny_model_dir, tmp_path):
     peft = pytest.importorskip("peft")
-    from seedledger.engine.adapters import read_peft_dir, write_peft_dir
-    from seedledger.engine.backends.hf import HFBackend
+    from seedledger.engine.runtime.adapters import read_peft_dir, write_peft_dir
+    from seedledger.engine.runtime.backends.hf import HFBackend
 
     batched, _, master = lora_backends
     write_peft_dir(tmp_path / "ad", master, SPEC, str(tiny_model_dir))
@@ -209,8 +209,8 @@ def test_peft_loads_the_rebuilt_directory_and_decodes_the_same(lora_backends, ti
 
 
 def test_merged_weights_are_base_plus_adapter(lora_backends, tiny_model_dir):
-    from seedledger.engine import adapters
-    from seedledger.engine.backends.hf import HFBackend
+    from seedledger.engine.runtime import adapters
+    from seedledger.engine.runtime.backends.hf import HFBackend
 
     batched, _, master = lora_backends
     modules = list(adapters.target_linears(batched.model, SPEC))
@@ -238,7 +238,7 @@ def test_merged_weights_are_base_plus_adapter(lora_backends, tiny_model_dir):
     ({"rank_pattern": {"q_proj": 2}}, "rank_pattern"),
 ])
 def test_peft_directories_we_cannot_evaluate_are_refused(lora_backends, tmp_path, config, message):
-    from seedledger.engine.adapters import peft_config, read_peft_dir, write_peft_dir
+    from seedledger.engine.runtime.adapters import peft_config, read_peft_dir, write_peft_dir
 
     _, _, master = lora_backends
     write_peft_dir(tmp_path, master, SPEC, "tiny")
@@ -272,7 +272,7 @@ def test_run_records_the_adapter_and_verifies(reference, tiny_model_dir):
                                             "target_modules": ["q_proj", "v_proj", "down_proj"],
                                             "init_fingerprint": None, "essa": False}
         assert run.config["members_per_forward"] == 4
-        from seedledger.engine.rebuilding import verify_ref
+        from seedledger.engine.rebuild.rebuilding import verify_ref
 
         assert verify_ref(led, "ref")["fingerprint"] == fps[-1]
         from seedledger.replay.rebuild import rebuild
@@ -297,11 +297,11 @@ def test_fork_continues_the_adapter_and_refuses_another(reference, tmp_path):
     with Ledger.open(str(ledger_path)) as led:
         child = session.fork(led, "ref@2", "lower-lr", ["lr=0.02", "seed=9"], 1)
         assert led.get_run("lower-lr").param_selection == led.get_run("ref").param_selection
-        from seedledger.engine.rebuilding import verify_ref
+        from seedledger.engine.rebuild.rebuilding import verify_ref
 
         assert verify_ref(led, "lower-lr")["fingerprint"] == child.fingerprint
         assert child.fingerprint not in fps
-        from seedledger.engine.commands.audit import diff
+        from seedledger.engine.cli.audit import diff
 
         report = diff(led, "ref@3", "lower-lr@3")  # the adapters, replayed from their shared @2
         assert report["shared_generations"] == 2 and report["total"]["tensors"] == 2 * 3 * 2
@@ -323,7 +323,7 @@ def test_seed_file_rebuild_equals_ledger_rebuild_and_peft_dir(reference, tmp_pat
     assert from_ledger["format"] == from_seeds["format"] == "peft"
     for name in ("adapter_model.safetensors", "adapter_config.json"):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
-    from seedledger.engine.adapters import read_peft_dir
+    from seedledger.engine.runtime.adapters import read_peft_dir
     from seedledger.replay.fingerprint import fingerprint
 
     assert fingerprint(read_peft_dir(tmp_path / "a")[1]) == fps[1]
@@ -343,7 +343,7 @@ def test_seed_file_rebuild_equals_ledger_rebuild_and_peft_dir(reference, tmp_pat
 
 
 def test_anchors_hold_the_adapter(reference, tmp_path, tiny_model_dir):
-    from seedledger.engine.rebuilding import load_start
+    from seedledger.engine.rebuild.rebuilding import load_start
     from seedledger.replay.anchors import load_anchor, max_anchor_bytes, save_anchor
     from seedledger.replay.rebuild import rebuild
 
@@ -426,8 +426,8 @@ def int8_run(tmp_path_factory):
 
 @pytest.mark.int8
 def test_int8_base_is_quantized_and_fingerprinted_as_loaded(int8_run, reference, tiny_model_dir):
-    from seedledger.engine.adapters import frozen_fingerprint, frozen_tensors
-    from seedledger.engine.models import load_causal_lm
+    from seedledger.engine.runtime.adapters import frozen_fingerprint, frozen_tensors
+    from seedledger.engine.runtime.models import load_causal_lm
 
     _, ledger_path, fps = int8_run
     q = load_causal_lm(tiny_model_dir, quantization="int8")

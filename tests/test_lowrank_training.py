@@ -12,7 +12,7 @@ import pytest
 import torch
 import yaml
 
-from seedledger.engine import session
+from seedledger.engine.runtime import session
 from seedledger.ledger import Ledger
 from tests.support.runs import cli as _cli
 from tests.support.runs import fingerprints as _fingerprints
@@ -55,14 +55,14 @@ def test_run_records_its_kind_and_group_size_and_verifies(reference):
         assert run.noise_spec == "lowrank-v1:r=4"
         assert run.param_selection.startswith("suffix:q_proj,")
         assert run.config["members_per_forward"] == 4
-        from seedledger.engine.rebuilding import verify_ref
+        from seedledger.engine.rebuild.rebuilding import verify_ref
 
         assert verify_ref(led, "ref")["fingerprint"] == fps[-1]
 
 
 def test_only_the_targeted_linears_move(reference, tiny_model_dir):
     ledger_path, _, _ = reference
-    from seedledger.engine.backends.hf import HFBackend
+    from seedledger.engine.runtime.backends.hf import HFBackend
     from seedledger.replay.perturbation import Perturbation
     from seedledger.replay.rebuild import rebuild
 
@@ -76,8 +76,8 @@ def test_only_the_targeted_linears_move(reference, tiny_model_dir):
 
 
 def test_group_size_is_chosen_at_creation_and_stored(tmp_path, tiny_model_dir):
-    from seedledger.engine import batching
     from seedledger.engine.config import validate
+    from seedledger.engine.runtime import batching
 
     auto = validate({k: v for k, v in LOWRANK.items() if k != "members_per_forward"})
     assert batching.resolve(auto, tiny_model_dir) == min(6, batching.CPU_ROWS // 2)
@@ -110,7 +110,7 @@ def test_fork_changes_kind_and_both_verify(reference, tmp_path):
         child = session.fork(led, "ref@2", "to-full", ["perturbation=full"], 1)
         assert led.get_run("to-full").noise_spec == "v1"
         assert led.get_run("to-full").config["members_per_forward"] == 1
-        from seedledger.engine.rebuilding import verify_ref
+        from seedledger.engine.rebuild.rebuilding import verify_ref
 
         assert verify_ref(led, "to-full")["fingerprint"] == child.fingerprint
         assert child.fingerprint not in fps

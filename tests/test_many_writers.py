@@ -59,7 +59,7 @@ def test_eight_writers_one_ledger(tmp_path, request, db, tiny_model_dir):
         assert f"note: took over the lease of run '{name}'" in err and "is dead" in err
     finals = {name: json.loads(out)["fingerprint"] for name, (_, out, _) in {**done, **resumed}.items() if out}
 
-    from seedledger.engine.rebuild_sources import load_base_master
+    from seedledger.engine.rebuild.sources import load_base_master
     from seedledger.replay.rebuild import verify
 
     base = load_base_master(tiny_model_dir)

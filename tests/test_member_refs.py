@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import seedledger as sl
-from seedledger.engine.commands import audit
+from seedledger.engine.cli import audit
 from seedledger.ledger import Ledger
 from seedledger.replay.fingerprint import fingerprint
 from tests.support.configs import TINY

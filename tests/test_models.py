@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from safetensors import safe_open
 
-from seedledger.engine import models
-from seedledger.engine.models import (
+from seedledger.engine.runtime import models
+from seedledger.engine.runtime.models import (
     MANIFEST,
     WEIGHTS,
     load_causal_lm,

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from seedledger.engine.backends.base import PopulationOutput
 from seedledger.engine.config import load_config
-from seedledger.engine.evaluator import Evaluator
+from seedledger.engine.runtime.backends.base import PopulationOutput
+from seedledger.engine.runtime.evaluator import Evaluator
 from seedledger.replay.noise import member_key, run_key
 from seedledger.trainers.es import Member
 from seedledger.trainers.rewards.passk import pass_at_k
@@ -136,7 +136,7 @@ def test_estimator_on_a_hand_checked_batch(tiny_model_dir, monkeypatch):
 def test_the_ledger_records_pass_at_k_per_member(tmp_path, tiny_model_dir):
     import yaml
 
-    from seedledger.engine import session
+    from seedledger.engine.runtime import session
     from seedledger.ledger import Ledger
 
     config = tmp_path / "c.yaml"

@@ -17,7 +17,7 @@ PROMPTS = [[{"role": "user", "content": f"Count from {a} to {a + 5}."}] for a in
 
 @pytest.fixture(scope="module")
 def vllm_backend(smollm2_dir: Path) -> Iterator:
-    from seedledger.engine.backends.vllm import VLLMBackend
+    from seedledger.engine.runtime.backends.vllm import VLLMBackend
     from seedledger.replay import noise
 
     noise.generate(1, 1024)  # replay's kernels compiled first, as in training

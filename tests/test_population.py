@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from seedledger.engine.backends.base import Population
-from seedledger.engine.backends.hf import HFBackend
+from seedledger.engine.runtime.backends.base import Population
+from seedledger.engine.runtime.backends.hf import HFBackend
 from seedledger.replay import noise
 from seedledger.replay.perturbation import Perturbation, factors
 

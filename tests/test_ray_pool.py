@@ -2,7 +2,7 @@
 joins an existing cluster; aborts (exit 1) when a replica diverges.
 
 Real local Ray clusters (2 CPUs, small object store) and the `tiny` model, driven through
-`engine.session.start` or the console script, so the pool is exercised exactly as
+`engine.runtime.session.start` or the console script, so the pool is exercised exactly as
 `seedledger train` uses it.
 """
 
@@ -18,8 +18,8 @@ import sys
 import pytest
 from test_cli_walkthrough import Cli, _cli
 
-from seedledger.engine.pools import PoolFailure, ReplicaMismatch
-from seedledger.engine.pools.ray import actor_resources, assign, check_agreement
+from seedledger.engine.runtime.pools import PoolFailure, ReplicaMismatch
+from seedledger.engine.runtime.pools.ray import actor_resources, assign, check_agreement
 
 TINY = [
     "model=tiny",
@@ -72,7 +72,7 @@ def test_cpu_workers_split_the_cluster_and_gpu_workers_take_one_gpu():
 
 
 def _train(tmp_path, overrides, hooks=None):
-    from seedledger.engine import session
+    from seedledger.engine.runtime import session
     from seedledger.ledger import Ledger
 
     with Ledger.open(tmp_path / "ledger.db") as ledger:
@@ -110,7 +110,7 @@ def test_two_workers_reach_the_local_pools_fingerprints(local_run, tmp_path, mon
     ray = pytest.importorskip("ray")
     if ray.is_initialized():
         pytest.skip("Ray already initialised in this process")
-    from seedledger.engine.pools.ray import RayPool
+    from seedledger.engine.runtime.pools.ray import RayPool
 
     def no_weights(self):
         raise AssertionError("weights pulled from a worker with no anchor to save")
@@ -133,8 +133,8 @@ def test_a_worker_killed_mid_generation_is_rebuilt_and_changes_nothing(
     (the stall hook), so its members are in flight and the death is always noticed during
     generation 2's evaluate, never in apply. Its replacement (no stall) rebuilds
     generation 1 from the ledger and scores them again."""
-    from seedledger.engine import session
-    from seedledger.engine.loop import Hooks
+    from seedledger.engine.runtime import session
+    from seedledger.engine.runtime.hooks import Hooks
 
     pools = []
 
@@ -284,7 +284,7 @@ def test_a_worker_without_the_model_or_the_ledger_says_so(tiny_model_dir, tmp_pa
     """What a worker on another node meets when the model path or a SQLite ledger exists
     only on the driver's machine (the actor class, called in process)."""
     from seedledger.engine.config import validate
-    from seedledger.engine.pools.ray_worker import ReplicaActor
+    from seedledger.engine.runtime.pools.ray_worker import ReplicaActor
     from seedledger.ledger.errors import SeedLedgerError
 
     cfg = validate({"model": "tiny"}).model_dump(mode="json")
@@ -306,8 +306,8 @@ def test_a_workers_error_reaches_the_driver_as_one_line(cluster, tmp_path):
     from types import SimpleNamespace
 
     from seedledger.engine.config import validate
-    from seedledger.engine.models import resolve_model
-    from seedledger.engine.pools.ray import RayPool
+    from seedledger.engine.runtime.models import resolve_model
+    from seedledger.engine.runtime.pools.ray import RayPool
     from seedledger.ledger.errors import SeedLedgerError
 
     cfg = validate({"model": "tiny", "workers": {"pool": "ray", "count": 2}})

@@ -13,7 +13,7 @@ import pytest
 import yaml
 from test_ga_survivors import CONFIG as GA
 
-from seedledger.engine.rebuild_memory import ENV, MIB, estimate_bytes, model_params, step_buffers
+from seedledger.engine.rebuild.memory import ENV, MIB, estimate_bytes, model_params, step_buffers
 from seedledger.replay.adapter import LoraSpec
 from tests.support.runs import cli
 

@@ -1,4 +1,4 @@
-"""What a rebuild replays has one resolver (engine.rebuilding.resolved) and one builder
+"""What a rebuild replays has one resolver (engine.rebuild.rebuilding.resolved) and one builder
 (`build_master`, `build`) for both kinds of source, a run of the ledger and a seed file:
 real SQLite, a real 2-generation run of `tiny`, real replay. The CLI's wording of the same
 refusals is checked in tests/test_cli_contract.py."""
@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 import seedledger as sl
-from seedledger.engine.rebuild_sources import FileSource, RunSource
-from seedledger.engine.rebuilding import build, build_master, resolved
+from seedledger.engine.rebuild.rebuilding import build, build_master, resolved
+from seedledger.engine.rebuild.sources import FileSource, RunSource
 from seedledger.ledger import Ledger
 from seedledger.ledger.errors import SeedLedgerError
 from seedledger.replay.fingerprint import fingerprint

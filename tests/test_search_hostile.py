@@ -116,7 +116,7 @@ def test_a_forged_optuna_trial_outside_the_space_is_refused(tmp_path):
     admit it: the rerun that would finish it refuses, and no run is made."""
     import optuna
 
-    from seedledger.engine.tune import PrunerSpec, SamplerSpec, open_study
+    from seedledger.engine.search.tune import PrunerSpec, SamplerSpec, open_study
 
     study = write_study(tmp_path)
     db = tmp_path / "l.db"
@@ -133,8 +133,8 @@ def test_a_forged_optuna_trial_outside_the_space_is_refused(tmp_path):
 
 @pytest.mark.parametrize("value", [float("nan"), 0.2, "0.01", True])
 def test_space_membership_is_type_and_bounds(value):
-    from seedledger.engine.tune import Param
-    from seedledger.engine.tunecheck import contains
+    from seedledger.engine.search.tune import Param
+    from seedledger.engine.search.tunecheck import contains
 
     assert contains(Param(type="float", low=1e-3, high=0.1), 0.01)
     assert not contains(Param(type="float", low=1e-3, high=0.1), value)

@@ -65,7 +65,7 @@ def test_a_second_resume_is_refused_before_it_loads_anything(tmp_path):
 
 
 def test_a_fork_whose_setup_fails_leaves_no_empty_child(tmp_path, monkeypatch):
-    from seedledger.engine import session
+    from seedledger.engine.runtime import session
 
     with Ledger.open(tmp_path / "l.db") as led:
         led.create_run("p", base_model="tiny", noise_spec="v1", run_key=1, config={"model": "tiny"})

@@ -1,7 +1,7 @@
 """The generation loop end to end on the `tiny` model: determinism, resume, fork, crashes.
 
 Real ledgers on disk, the real HF backend, real subprocesses killed with SIGKILL: at every
-phase of a generation (engine/failpoints.py), and at seeded random moments.
+phase of a generation (engine/runtime/failpoints.py), and at seeded random moments.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from seedledger.engine import session
-from seedledger.engine.loop import Hooks
+from seedledger.engine.runtime import session
+from seedledger.engine.runtime.hooks import Hooks
 from seedledger.ledger import Ledger
 from tests.support.runs import ROOT, fingerprints
 from tests.support.runs import cli as seedledger
@@ -70,7 +70,7 @@ def test_updates_happen_and_replay_verifies(reference):
         assert any(m.coefficient != 0.0 for m in rec.members)
         assert set(rec.members[0].components) == {"arithmetic", "tests.support.rewards:vowel_share"}
         assert rec.batch_indices and len(rec.batch_indices) == TINY["batch_size"]
-    from seedledger.engine.rebuilding import verify_ref
+    from seedledger.engine.rebuild.rebuilding import verify_ref
 
     with Ledger.open(str(ledger_path)) as led:
         assert verify_ref(led, "ref@3")["fingerprint"] == fps[-1]
@@ -111,7 +111,7 @@ def test_fork_shares_the_prefix_and_diverges(reference, tmp_path):
 
 
 def test_failpoints_kill_at_once_or_after_a_delay_and_only_where_named():
-    code = "import time; from seedledger.engine.failpoints import failpoint; failpoint('x', 1); time.sleep(3)"
+    code = "import time; from seedledger.engine.runtime.failpoints import failpoint; failpoint('x', 1); time.sleep(3)"
 
     def run(spec: str) -> tuple[int, float]:
         started = time.monotonic()

@@ -120,7 +120,7 @@ def test_trial_parameters_depend_only_on_the_seed_and_earlier_trials(killed_stud
     in-memory study draws trial n's recorded parameters again, killed tuner or not."""
     import optuna
 
-    from seedledger.engine.tune import SamplerSpec, _sampler, load_study
+    from seedledger.engine.search.tune import SamplerSpec, _sampler, load_study
 
     study, _, out = killed_study
     space = load_study(study)[0].space  # suggested in the file's order
@@ -179,7 +179,7 @@ def test_a_bad_search_space_is_one_line_and_starts_nothing(tmp_path):
     proc = cli("tune", str(study), "--ledger", str(tmp_path / "l.db"), check=False)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "space.lrr" in proc.stderr
     with pytest.raises(SeedLedgerError, match="unknown key"):
-        from seedledger.engine.tune import load_study
+        from seedledger.engine.search.tune import load_study
 
         load_study(write_study(tmp_path, objective={"rowz": 3}))
 

@@ -99,8 +99,8 @@ def test_a_planted_lease_row_holds_no_study(tmp_path):
     holding garbage) is no live tuner: `tune` takes it over and runs."""
     import sqlite3
 
-    from seedledger.engine.studystore import KEY, open_study
-    from seedledger.engine.tune import PrunerSpec, SamplerSpec
+    from seedledger.engine.search.studystore import KEY, open_study
+    from seedledger.engine.search.tune import PrunerSpec, SamplerSpec
     from seedledger.ledger import Ledger
 
     (tmp_path / "tiny.yaml").write_text(tiny_config(generations=1, evaluation={"rows": 2}))

@@ -29,8 +29,8 @@ KEY, SIGN, SIGMA = 12345, 1, 0.01
 
 @pytest.fixture(scope="module")
 def backends(smollm2_dir: Path) -> Iterator[tuple]:
-    from seedledger.engine.backends.hf import HFBackend
-    from seedledger.engine.backends.vllm import VLLMBackend
+    from seedledger.engine.runtime.backends.hf import HFBackend
+    from seedledger.engine.runtime.backends.vllm import VLLMBackend
     from seedledger.replay import noise
 
     # Replay's numba kernels compiled first, as in training: llvmlite's library is loaded
@@ -131,7 +131,7 @@ def test_weight_loads_drop_cached_prompt_blocks(backends: tuple) -> None:
 def test_members_along_replay_state_paths_are_refused(backends: tuple) -> None:
     """LM-MA-ES and GA-survivor members add replay-state vectors the engine never holds:
     refused before anything is generated (the config refuses such runs on vLLM first)."""
-    from seedledger.engine.backends.base import Population
+    from seedledger.engine.runtime.backends.base import Population
     from seedledger.replay.update import OptimizerState
 
     vb, _ = backends
@@ -143,7 +143,7 @@ def test_members_along_replay_state_paths_are_refused(backends: tuple) -> None:
 def test_loglik_matches_hf(backends: tuple) -> None:
     """Likelihood fitness from vLLM's prompt log-probabilities equals the HF backend's
     teacher-forced scores, for a mirrored pair of full-rank members."""
-    from seedledger.engine.backends.base import Population
+    from seedledger.engine.runtime.backends.base import Population
 
     vb, hb = backends
     master = vb.master()

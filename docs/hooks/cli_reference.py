@@ -15,7 +15,7 @@ MARKER = "<!-- cli-reference -->"
 def render() -> str:
     import typer.main
 
-    from seedledger.engine.commands import app
+    from seedledger.engine.cli import app
 
     os.environ.setdefault("COLUMNS", "100")
     root = typer.main.get_command(app)

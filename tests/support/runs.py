@@ -33,7 +33,7 @@ def fingerprints(ledger_path: Path, run: str) -> list[str]:
 def kill_train_and_resume(config: Path, ledger_path: Path, reference: list[str], failpoint: str = "member@2") -> None:
     """`train CONFIG` SIGKILLed at `failpoint` keeps exactly the generations before it, and
     `resume` then reaches the uninterrupted run's fingerprints `reference` bit for bit."""
-    from seedledger.engine import session
+    from seedledger.engine.runtime import session
 
     cmd = ["train", str(config), "--run", "c", "--ledger", str(ledger_path)]
     proc = cli(*cmd, env=os.environ | {"SEEDLEDGER_FAILPOINT": failpoint}, check=False)

@@ -1,0 +1,437 @@
+"""Audit views of the ledger as plain JSON-able data: runs, generations, forks, weight diffs.
+
+Everything here reads the ledger only (plus replay for `diff`); rendering for humans lives in
+`engine.cli.audit_render`, so `--json` and the tables always show the same facts.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from seedledger.ledger import Ledger, RunInfo
+from seedledger.ledger.errors import SeedLedgerError
+from seedledger.ledger.rows import wall_seconds
+
+FP_PREFIX = 12  # fingerprint characters shown in tables; JSON always carries all 32
+
+
+def _num(x: float | None) -> float | None:
+    """NaN (unknown reward) becomes None, so `--json` stays strict JSON."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return None
+    return x
+
+
+def _strict(obj: Any) -> Any:
+    """Free-form data (samples, extra) with NaN/inf replaced by None, recursively."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _strict(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_strict(v) for v in obj]
+    return obj
+
+
+def _own_range(ledger: Ledger, run: RunInfo) -> range:
+    """The generations a run committed itself (a fork's start after its fork point)."""
+    return range(run.parent_generation + 1, ledger.latest_generation(run.name) + 1)
+
+
+def status(ledger: Ledger, run: RunInfo) -> str:
+    """The run's status (engine.runtime.session.STATUSES); `training` only while a live process
+    holds its writer lease: a killed session's run reads `interrupted`."""
+    if run.status == "training" and ledger.live_writer(run.name) is None:
+        return "interrupted"
+    return run.status
+
+
+def run_summary(ledger: Ledger, run: RunInfo, summaries: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """One row of `log`: identity, size, status, best population-mean reward, parent
+    (`summaries`: the run's `Ledger.summaries`, when the caller has them)."""
+    best: tuple[float, int] | None = None
+    own = _own_range(ledger, run)
+    for s in summaries if summaries is not None else ledger.summaries(run.name):
+        mean = _num(s["reward_mean"])
+        if s["generation"] in own and mean is not None and (best is None or mean > best[0]):
+            best = (mean, s["generation"])
+    return {
+        "name": run.name,
+        "base_model": run.base_model,
+        "generations": ledger.latest_generation(run.name),
+        "own_generations": len(own),
+        "status": status(ledger, run),
+        "best_reward": best[0] if best else None,
+        "best_generation": best[1] if best else None,
+        "parent": f"{run.parent[0]}@{run.parent[1]}" if run.parent else None,
+        "created_at": run.created_at.isoformat(),
+    }
+
+
+def list_runs(ledger: Ledger) -> list[dict[str, Any]]:
+    """Every run, oldest first."""
+    return [run_summary(ledger, r) for r in ledger.list_runs()]
+
+
+def _holder(segments: list[tuple[str, int, int]], g: int) -> str:
+    return next(run for run, first, last in segments if first <= g <= last)
+
+
+def summary_row(s: dict[str, Any]) -> dict[str, Any]:
+    """One row of `log RUN` from `Ledger.summaries`: rewards, hyperparameters, fingerprint, seconds."""
+    return {
+        "generation": s["generation"],
+        "run": s["run"],
+        "reward_mean": _num(s["reward_mean"]),
+        "reward_max": _num(s["reward_max"]),
+        "reward_min": _num(s["reward_min"]),
+        "reward_std": _num(s["reward_std"]),
+        "lr": s["lr"],
+        "sigma": s["sigma"],
+        "population": s["population"],
+        "fingerprint": s["fingerprint"],
+        "seconds": wall_seconds(s["timings"]),
+        "committed_at": s["committed_at"].isoformat() if s["committed_at"] else None,
+    }
+
+
+def evaluations(ledger: Ledger, run: str) -> list[dict[str, Any]]:
+    """The run's held-out evaluations (`evaluation` events, engine.runtime.evaluation), oldest first."""
+    keep = ("generation", "rows", "skip", "mean", "against", "against_mean", "change", "by")
+    return [{"at": e.at.isoformat()} | {k: _strict(e.payload.get(k)) for k in keep}
+            | {"mean": _strict(e.payload.get("mean", e.payload.get("held_out_reward")))}  # older demos'
+            for e in ledger.events(run, "evaluation")]
+
+
+def run_log(ledger: Ledger, ref: str) -> dict[str, Any]:
+    """A run's lineage generation by generation (inherited ones name their run), up to G
+    for `RUN@G`, read from the generation rows alone (`Ledger.summaries`)."""
+    from seedledger.engine.refs import resolve_ref
+
+    info, upto = resolve_ref(ledger, ref)
+    run = info.name
+    summaries = ledger.summaries(run, upto)
+    rows = [summary_row(s) for s in summaries]
+    held_out = {e["generation"]: e["mean"] for e in evaluations(ledger, run)}  # the latest per generation
+    for row in rows:
+        row["held_out"] = held_out.get(row["generation"])
+    events = [
+        {"at": e.at.isoformat(), "kind": e.kind, "payload": _strict(e.payload)}
+        for e in ledger.events(run)
+    ]
+    return {"run": run_summary(ledger, info, summaries), "generations": rows, "events": events}
+
+
+def fork_graph(ledger: Ledger) -> list[dict[str, Any]]:
+    """The fork forest: each root run with its forks nested under `children`."""
+    runs = ledger.list_runs()
+    nodes = {
+        r.name: {
+            "name": r.name,
+            "forked_at": r.parent[1] if r.parent else None,
+            "generations": ledger.latest_generation(r.name),
+            "status": status(ledger, r),
+            "children": [],
+        }
+        for r in runs
+    }
+    roots = []
+    for r in runs:
+        parent = nodes.get(r.parent[0]) if r.parent else None
+        (parent["children"] if parent is not None else roots).append(nodes[r.name])
+    return roots
+
+
+def _member(m, with_samples: bool) -> dict[str, Any]:
+    out = {
+        "index": m.index,
+        "key": f"{m.key:016x}",  # a string, as tables print it: JSON numbers lose 64-bit precision
+        "sign": m.sign,
+        "reward": _num(m.reward),
+        "components": {k: _num(v) for k, v in m.components.items()},
+        "coefficient": m.coefficient,
+    }
+    if with_samples:
+        out["samples"] = _strict(m.samples)
+    return out
+
+
+def show_generation(
+    ledger: Ledger, ref: str, samples_member: int | str | None = None
+) -> dict[str, Any]:
+    """Everything `RUN@G` committed; `samples_member` (an index or "all") adds stored outputs."""
+    from seedledger.engine.refs import resolve_ref
+
+    info, g = resolve_ref(ledger, ref)
+    if g < 1:
+        raise SeedLedgerError(f"{info.name}@0 is the base model: it has no generation record")
+    record = ledger.generation(info.name, g)
+    if samples_member not in (None, "all") and not (
+        isinstance(samples_member, int) and 0 <= samples_member < len(record.members)
+    ):
+        raise SeedLedgerError(
+            f"member {samples_member!r} does not exist; {info.name}@{g} has members "
+            f"0..{len(record.members) - 1}"
+        )
+    members = []
+    for m in record.members:
+        wanted = samples_member == "all" or samples_member == m.index
+        members.append(_member(m, with_samples=wanted))
+    return {
+        "run": info.name,
+        "generation": g,
+        "recorded_in": _holder(ledger.ancestors(info.name, g), g),
+        "hyperparameters": {
+            "lr": record.lr,
+            "sigma": record.sigma,
+            "population": record.population,
+            "optimizer": record.optimizer,
+            "schedule_step": record.schedule_step,
+        },
+        "batch_indices": record.batch_indices,
+        "reward": {k: _num(v) for k, v in record.reward_stats().items()},
+        "members": members,
+        "fingerprint": record.fingerprint,
+        "timings": _strict(record.timings),
+        "seconds": wall_seconds(record.timings),
+        "extra": _strict(record.extra),
+        "committed_at": record.committed_at.isoformat() if record.committed_at else None,
+        "evaluations": evaluations(ledger, info.name),
+    }
+
+
+def show_member(ledger: Ledger, ref: str, with_samples: bool = False) -> dict[str, Any]:
+    """`show RUN@G#M`: member M's row of generation G (key, sign, reward, components,
+    coefficient), what its weights are (`RUN@G-1` plus sign·σ·ε(key) in the generation's
+    perturbation kind, and the generation a GA member's weights equal), and what the
+    algorithm recorded about it (GA: fitness, species, parent, child; CMA-ES: rank);
+    `with_samples` adds its stored outputs."""
+    from seedledger.engine.refs import format_ref, resolve_member
+
+    info, g, index = resolve_member(ledger, ref)
+    if index is None:
+        raise SeedLedgerError(f"{ref!r}: expected a member, RUN@G#M")
+    record = ledger.generation(info.name, g)
+    m = record.members[index]
+    holder = ledger.get_run(_holder(ledger.ancestors(info.name, g), g))
+    parent = format_ref(info.name, g - 1)
+    along = _paths(record.optimizer or {}, index)
+    return {
+        "run": info.name,
+        "generation": g,
+        "member": index,
+        "ref": format_ref(info.name, g, index),
+        "recorded_in": holder.name,
+        "parent": parent,
+        "parent_fingerprint": _recorded(ledger, info, g - 1),
+        "same_weights_as": _same_weights(info.name, g, m, record.extra, any(along.get("paths", {}).get("terms") or ())),
+        "sigma": record.sigma,
+        "perturbation": {
+            "noise_spec": record.noise_spec or holder.noise_spec,
+            "param_selection": record.param_selection or holder.param_selection,
+        },
+        **{k: v for k, v in _member(m, with_samples).items() if k != "index"},
+        **_decision(record.extra, m),
+        **along,
+        "committed_at": record.committed_at.isoformat() if record.committed_at else None,
+    }
+
+
+def _same_weights(run: str, g: int, m, extra: dict[str, Any], offset: bool) -> str | None:
+    """The generation whose master a member's weights are bit for bit, when the record
+    says so: sign 0 without path terms (a GA's elite) is `RUN@G-1`; a GA child that did not
+    cross over (with survivors: the best, the new master) is `RUN@G` (its coefficient is
+    σ·sign, applied with lr 1, and its path terms are the move)."""
+    if m.sign == 0 and not offset:
+        return f"{run}@{g - 1}"
+    ga = extra.get("ga")
+    return f"{run}@{g}" if isinstance(ga, dict) and ga.get("child") == [m.index] else None
+
+
+def _decision(extra: dict[str, Any], m) -> dict[str, Any]:
+    """What a GA or CMA-ES generation recorded about member `m` (nothing for ES)."""
+    index = m.index
+    out: dict[str, Any] = {}
+    ga = extra.get("ga")
+    if isinstance(ga, dict):
+        fitness, species = ga.get("fitness") or [], ga.get("species") or []
+        out["ga"] = {
+            "fitness": _num(fitness[index]) if index < len(fitness) else None,
+            "species": species[index] if index < len(species) else None,
+            "parent": index in (ga.get("parents") or []),
+            "child": index in (ga.get("child") or []),
+            "elite": m.sign == 0,
+        }
+        survivors, bred = ga.get("survivors"), ga.get("breeding")
+        if isinstance(survivors, list) and survivors:  # a GA with survivors: which ones this member descends from
+            mine = bred[index] if isinstance(bred, list) and index < len(bred) else None
+            ok = isinstance(mine, list) and all(isinstance(p, list) and len(p) == 2 and
+                                                all(isinstance(x, int | float) for x in p) for p in mine)
+            out["ga"] |= {"survivor": index in survivors, "bred": mine if ok else None}
+    for name in ("cmaes", "lmmaes"):
+        cm = extra.get(name)
+        if isinstance(cm, dict) and index in (cm.get("ranking") or []):
+            rank = cm["ranking"].index(index)
+            out[name] = {"rank": rank, "selected": rank < cm.get("mu", 0)}
+    return out
+
+
+def _paths(optimizer: dict[str, Any], index: int) -> dict[str, Any]:
+    """A member's share of the generation's `paths` rule: α on its noise and its coefficient
+    on each path (`replay.paths`: LM-MA-ES's evolution paths, a GA's survivor offsets)."""
+    from seedledger.replay.paths import (
+        NAME,  # lazily: replay imports torch, which `show` need not pay
+    )
+
+    rows = optimizer.get("members") if optimizer.get("name") == NAME else None
+    if not isinstance(rows, list) or not 0 <= index < len(rows):
+        return {}
+    return {"paths": {"shrink": optimizer.get("shrink"), "terms": rows[index]}}
+
+
+# ---------------------------------------------------------------------------------- diff
+
+
+def _common_prefix(a: list, b: list) -> int:
+    """How many leading replay steps two lineages share (same run, generation, content)."""
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if (x.run, x.index, x.keys, x.coefficients) != (y.run, y.index, y.keys, y.coefficients):
+            break
+        n += 1
+    return n
+
+
+def _recorded(ledger: Ledger, info: RunInfo, g: int) -> str | None:
+    """The fingerprint the ledger holds for `run@g` (the base's for g = 0)."""
+    return ledger.generation(info.name, g).fingerprint if g else info.base_fingerprint
+
+
+def _replay_pair(ledger: Ledger, a: tuple[RunInfo, int], b: tuple[RunInfo, int],
+                 device: str) -> tuple[tuple[dict, Any], tuple[dict, Any], int]:
+    """(master, replay state) at both refs, replaying their shared prefix once, and the
+    prefix length; every result is checked against the ledger's fingerprint (replay raises
+    VerifyMismatch otherwise)."""
+    import copy
+
+    from seedledger.engine.rebuild.rebuilding import load_start
+    from seedledger.engine.runtime.dirs import anchors_dir
+    from seedledger.replay.rebuild import rebuild, replay_steps
+    from seedledger.replay.update import OptimizerState
+
+    (run_a, g_a), (run_b, g_b) = a, b
+    if run_a.base_fingerprint != run_b.base_fingerprint:
+        raise SeedLedgerError(
+            f"{run_a.name} and {run_b.name} start from different base models "
+            f"({run_a.base_model}, {run_b.base_model}): diff compares runs of one base"
+        )
+    start = load_start(run_a.base_model, run_a.config, run_a.noise_spec, run_a.param_selection, device)
+    base, frozen = start.master, start.frozen
+    steps_a = ledger.replay_history(run_a.name, upto=g_a)
+    steps_b = ledger.replay_history(run_b.name, upto=g_b)
+    k = _common_prefix(steps_a, steps_b)
+    if k == 0 and run_a.base_fingerprint and start.fingerprint != run_a.base_fingerprint:
+        raise SeedLedgerError(  # rebuild checks it otherwise; two sides at @0 (members of @1) would not
+            f"the base weights are not {run_a.base_model!r} as run {run_a.name!r} recorded it"
+        )
+    anchors = anchors_dir(ledger)
+    if k:  # rebuild consumes (and checks) the base; may start from an anchor
+        last = steps_a[k - 1]
+        prefix, state = rebuild(ledger, last.run, last.index, base, verify="end", anchors_dir=anchors,
+                                frozen=frozen)
+    else:
+        prefix, state = base, OptimizerState()
+
+    def finish(steps: list, info: RunInfo, g: int) -> tuple[dict, OptimizerState]:
+        if len(steps) == k:
+            return prefix, state
+        if k == 0:  # nothing shared: a plain rebuild from a copy of the base
+            master = {n: t.clone() for n, t in base.items()}
+            return rebuild(ledger, info.name, g, master, verify="end", anchors_dir=anchors, frozen=frozen)
+        master = {n: t.clone() for n, t in prefix.items()}
+        want = {g: _recorded(ledger, info, g)}
+        return replay_steps(master, steps[k:], copy.deepcopy(state), expected=want)
+
+    return finish(steps_a, run_a, g_a), finish(steps_b, run_b, g_b), k
+
+
+MEMBER_NOTE = ("a member has no fingerprint in the ledger: its fingerprint here is computed from "
+               "its rebuilt weights (RUN@G-1, checked, plus its perturbation)")
+
+
+def _member_weights(ledger: Ledger, info: RunInfo, g: int, index: int, parent: tuple[dict, Any]) -> dict:
+    """Member `index` of `run@g` built on a copy of `parent` (the checked `run@g-1` and its
+    replay state, which the other side of a diff may share), as `rebuild` builds it (an
+    member of a `paths` generation reads its paths from the state)."""
+    from seedledger.engine.rebuild.sources import add_member
+
+    master = {n: t.clone() for n, t in parent[0].items()}
+    add_member(ledger, info.name, g, index, master, parent[1])
+    return master
+
+
+def _side(ledger: Ledger, info: RunInfo, g: int, member: int | None, master: dict) -> dict[str, Any]:
+    """One side of a diff: what it names and its fingerprint (a member's computed)."""
+    from seedledger.replay.fingerprint import fingerprint
+
+    out: dict[str, Any] = {"run": info.name, "generation": g}
+    if member is None:
+        return out | {"fingerprint": _recorded(ledger, info, g)}
+    return out | {"member": member, "fingerprint": fingerprint(master),
+                  "parent_fingerprint": _recorded(ledger, info, g - 1)}
+
+
+def diff(ledger: Ledger, ref_a: str, ref_b: str, device: str = "cpu") -> dict[str, Any]:
+    """Per-tensor L2 norm and max |Δ| of (B − A), by replay, largest first, with a total.
+    Either side may be a member, `RUN@G#M`: its parent `RUN@G-1` is replayed (sharing the
+    common prefix) and checked, then the member's perturbation is added to a copy."""
+    import torch
+
+    from seedledger.engine.refs import resolve_member
+
+    (run_a, g_a, m_a), (run_b, g_b, m_b) = resolve_member(ledger, ref_a), resolve_member(ledger, ref_b)
+    a = (run_a, g_a if m_a is None else g_a - 1)
+    b = (run_b, g_b if m_b is None else g_b - 1)
+    side_a, side_b, shared = _replay_pair(ledger, a, b, device)
+    master_a = side_a[0] if m_a is None else _member_weights(ledger, run_a, g_a, m_a, side_a)
+    master_b = side_b[0] if m_b is None else _member_weights(ledger, run_b, g_b, m_b, side_b)
+    tensors = []
+    sq_total = 0.0
+    max_total = 0.0
+    changed_total = 0
+    numel_total = 0
+    with torch.no_grad():
+        for name, ta in master_a.items():
+            d = (master_b[name].double() - ta.double()).abs_()  # float64 keeps tiny differences
+            l2 = float(torch.linalg.vector_norm(d))
+            mx = float(d.max()) if d.numel() else 0.0
+            changed = int(torch.count_nonzero(d))
+            tensors.append({
+                "tensor": name,
+                "shape": list(ta.shape),
+                "numel": ta.numel(),
+                "l2": l2,
+                "max_abs": mx,
+                "changed": changed,
+            })
+            sq_total += l2 * l2
+            max_total = max(max_total, mx)
+            changed_total += changed
+            numel_total += ta.numel()
+    tensors.sort(key=lambda t: (-t["l2"], -t["max_abs"], t["tensor"]))
+    notes = [MEMBER_NOTE] if (m_a, m_b) != (None, None) else []
+    return {
+        "a": _side(ledger, run_a, g_a, m_a, master_a),
+        "b": _side(ledger, run_b, g_b, m_b, master_b),
+        "shared_generations": shared,
+        "notes": notes,
+        "tensors": tensors,
+        "total": {
+            "l2": math.sqrt(sq_total),
+            "max_abs": max_total,
+            "changed": changed_total,
+            "numel": numel_total,
+            "tensors": len(tensors),
+        },
+    }

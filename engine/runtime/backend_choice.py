@@ -1,0 +1,64 @@
+"""Which backend `backend: auto` (the default) runs: decided once, when a run is created.
+
+vLLM decodes a population several times faster than transformers' `generate` on the same
+CPU (paged attention, no padding, fused kernels): against the ES paper's own loop on this
+project's 2-core reference machine, seedledger's full-rank default runs 3.0× the
+generations per hour on vLLM and 1.3× on transformers (benchmarks/paper_reference_bench.py,
+docs/benchmarks.md); vLLM's engine start costs ~40 s more than hf's model load. So
+`auto` takes vLLM where it is installed and serves the run, and the in-process hf backend
+otherwise:
+
+- hf when vLLM is not installed, the device is not the CPU (a vLLM build is for one
+  platform, and its GPU memory reservation is not ours to take unasked), or vLLM's CPU
+  attention cannot run the model's head size;
+- hf when the run uses something only the in-process backend builds (`hf_only`): the
+  KL-to-base penalty, a quantized frozen base, LM-MA-ES or GA survivors, or an adapter
+  (train: lora; its batched LoRA path is measured on hf, docs/lora.md);
+- vLLM otherwise.
+
+Like `members_per_forward` (engine.runtime.batching), the choice is stored with the run: its
+config says `hf` or `vllm`, so resume, fork, evaluate and verify never depend on what is
+installed later. `SEEDLEDGER_AUTO_BACKEND=hf` makes `auto` take hf (the test suite does:
+its runs last seconds, less than vLLM's start-up).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+from seedledger.engine.runtime.preflight import VLLM_CPU_HEAD_SIZES, head_dim
+from seedledger.ledger.errors import SeedLedgerError
+
+PIN = "SEEDLEDGER_AUTO_BACKEND"
+
+
+def hf_only(cfg) -> str | None:
+    """The first setting of `cfg` that only the in-process hf backend serves, else None."""
+    if cfg.kl is not None:
+        return "kl"
+    if cfg.base_quantization != "none":
+        return "base_quantization"
+    if cfg.algorithm == "lmmaes":
+        return "algorithm lmmaes"
+    if cfg.ga is not None and cfg.ga.survivors > 1:
+        return "ga.survivors"
+    if cfg.train != "full":
+        return "train"
+    return None
+
+
+def resolve(cfg, model_dir: Path) -> str:
+    """The run's backend: `cfg.backend` unless it is `auto` (see the module docstring)."""
+    if cfg.backend != "auto":
+        return cfg.backend
+    pinned = os.environ.get(PIN)
+    if pinned not in (None, "", "hf"):
+        raise SeedLedgerError(f"{PIN}={pinned!r}: the only pin is hf (set backend: vllm in the config instead)")
+    if pinned == "hf" or importlib.util.find_spec("vllm") is None:
+        return "hf"
+    if not str(cfg.device).startswith("cpu") or hf_only(cfg) is not None:
+        return "hf"
+    head = head_dim(model_dir)
+    return "hf" if head is not None and head not in VLLM_CPU_HEAD_SIZES else "vllm"

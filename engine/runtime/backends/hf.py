@@ -1,0 +1,421 @@
+"""Transformers backend: member weights rebuilt from the fp32 master, batched chat generation.
+
+Member weights are `cast(master + sign*sigma*eps)`, written in place by replay's own
+`perturb_`, so evaluation sees the same weights replay would build; nothing is ever undone
+by subtraction (that drifts in low precision).
+
+Decoding guarantee. Greedy (the default, `seed=None` or `temperature=0`) and seeded
+sampling are deterministic for the same prompts, batch size, device and dtype. In seeded
+sampling the uniform draws for prompt i come from a CPU generator seeded by
+`(seed, i)` alone (i = index in the `prompts` list), one draw per new token, and the token
+is picked by inverse CDF (over the probability-sorted, top-p-truncated distribution
+when top_p < 1, else in vocabulary order); so the random
+stream never depends on which other prompts share a batch. The logits themselves may
+still differ in the last bits when padding changes (another batch composition), which can,
+rarely, flip a near-tie; bit-exact outputs across batch compositions are not promised.
+
+Several samples per prompt (`samples=n`, for pass@k): the output holds n completions per
+prompt, prompt-major; sample s of prompt i draws from the stream seeded by `(seed, i, s)`.
+Sample 0 is seeded by `(seed, i)` exactly as with `samples=1`, so one sample per prompt
+reproduces plain seeded sampling.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from seedledger.engine.runtime.backends import hf_scoring
+from seedledger.engine.runtime.backends.base import (
+    LikelihoodOutput,
+    Messages,
+    Population,
+    PopulationOutput,
+)
+from seedledger.engine.runtime.models import load_causal_lm
+from seedledger.replay import noise
+from seedledger.replay import paths as replay_paths
+from seedledger.replay.hashing import MASK64, splitmix64
+from seedledger.replay.perturbation import Perturbation
+
+
+def prompt_stream_seed(seed: int, index: int, sample: int = 0) -> int:
+    """The CPU-generator seed for sample `sample` of prompt `index` under `seed` (63 bits,
+    for manual_seed). Sample 0 keeps the seed that prompt had before samples existed."""
+    x = splitmix64(seed & MASK64) ^ (index & MASK64)  # splitmix64 spreads (seed, index) apart
+    if sample:
+        x = splitmix64(x) ^ (sample & MASK64)
+    return splitmix64(x) >> 1
+
+
+class _SeededSampler:
+    """Logits processor that samples one token per row from its own pre-drawn uniforms.
+
+    It returns scores that are -inf except at the chosen token, so the (greedy) decoder
+    picks exactly that token.
+    """
+
+    def __init__(self, uniforms: torch.Tensor, prompt_len: int, temperature: float, top_p: float):
+        self.uniforms = uniforms  # [batch, max_new_tokens], float64 on CPU
+        self.prompt_len = prompt_len
+        self.temperature = temperature
+        self.top_p = top_p
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        step = input_ids.shape[1] - self.prompt_len
+        probs = torch.softmax(scores.double() / self.temperature, dim=-1)
+        if self.top_p < 1.0:
+            sorted_p, order = torch.sort(probs, dim=-1, descending=True, stable=True)
+            cum = torch.cumsum(sorted_p, dim=-1)
+            keep = (cum - sorted_p) < self.top_p  # smallest prefix whose mass reaches top_p
+            keep[:, 0] = True
+            sorted_p = sorted_p * keep
+        else:  # no truncation: the vocabulary order serves as well and needs no sort
+            sorted_p = probs
+            order = torch.arange(probs.shape[1], device=probs.device).expand_as(probs)
+        cum = torch.cumsum(sorted_p, dim=-1)
+        u = self.uniforms[:, step].to(cum.device) * cum[:, -1]
+        pick = torch.searchsorted(cum, u.unsqueeze(1)).clamp_(max=cum.shape[1] - 1)
+        token = order.gather(1, pick)
+        out = torch.full_like(scores, float("-inf"))
+        out.scatter_(1, token, 0.0)
+        return out
+
+
+class HFBackend:
+    """One transformers causal LM on `device` in `dtype`, evaluated at member weights.
+
+    Full-rank runs load each member's weights in turn; low-rank runs keep the master in
+    the model, adapter runs a frozen base, and both decode a whole group of members in
+    one batched forward (`hf_lowrank.RowTerms`)."""
+
+    def __init__(
+        self,
+        model_dir: str | os.PathLike[str],
+        device: str | torch.device = "cpu",
+        dtype: torch.dtype = torch.float32,
+        batch_size: int = 16,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        perturbation: Perturbation | None = None,
+        base_quantization: str = "none",
+        adapter_init: str | os.PathLike[str] | None = None,
+        kl_reference: bool = False,
+    ) -> None:
+        """`perturbation.adapter` set: the model is a frozen base (`base_quantization`) and
+        the master a LoRA adapter, seeded or read from `adapter_init` (a PEFT directory)."""
+        from transformers import AutoTokenizer
+
+        self.model_dir = Path(model_dir)
+        self.device = torch.device(device)
+        self.dtype = dtype
+        self.batch_size = batch_size
+        self.temperature = temperature
+        self.top_p = top_p
+        self.perturbation = perturbation or Perturbation()
+        self.adapter = self.perturbation.adapter
+        if self.adapter is None and base_quantization != "none":
+            raise ValueError("only an adapter run's frozen base may be quantized")
+        model = load_causal_lm(self.model_dir, device=self.device, dtype=torch.float32,
+                               quantization=base_quantization)
+        model.requires_grad_(False)
+        # The master comes from the fp32 checkpoint even when the model runs in bf16/fp16.
+        self._base: dict[str, torch.Tensor] | None = None
+        self.frozen: str | None = None  # an adapter run's frozen base, as loaded
+        self._initial: dict[str, torch.Tensor] | None = None
+        if self.adapter is not None:
+            from seedledger.engine.runtime import adapters
+
+            self.frozen = adapters.frozen_fingerprint(model)
+            self._initial = adapters.initial_adapter(model, self.adapter, adapter_init)
+        elif dtype != torch.float32:
+            self._base = {n: p.detach().clone() for n, p in model.named_parameters()}
+        if dtype != torch.float32:
+            model.to(dtype)
+        self.model = model
+        # what load_member/load_master write: every weight, unless an adapter is trained
+        self._params = {} if self.adapter else dict(model.named_parameters())  # tied weights once
+        tok = AutoTokenizer.from_pretrained(str(self.model_dir), local_files_only=True)
+        tok.padding_side = "left"
+        if tok.pad_token is None:
+            tok.pad_token = tok.eos_token
+        self.tokenizer = tok
+        self.keeps_master = self.perturbation.kind != "full" or self.adapter is not None
+        self._rows = None
+        if self.adapter is not None:
+            from seedledger.engine.runtime.backends.hf_lowrank import RowTerms
+
+            spec = self.adapter
+            self._rows = RowTerms(model, lambda name, _m: spec.matches(name), f"LoRA targets {spec.targets}")
+            self._rows.set_adapter(spec, self._initial)
+        elif self.keeps_master:
+            from seedledger.engine.runtime.backends.hf_lowrank import RowTerms
+
+            p = self.perturbation
+            self._rows = RowTerms(
+                model, lambda name, m: p.trained(f"{name}.weight", tuple(m.weight.shape)),
+                f"low-rank targets {p.targets}",
+            )
+        self._reference = None  # the frozen base model, for the KL-to-base penalty
+        if kl_reference:
+            self._reference = load_causal_lm(self.model_dir, device=self.device, dtype=torch.float32)
+            self._reference.requires_grad_(False)
+            self._reference.to(dtype)
+
+    # ------------------------------------------------------------------ weights
+
+    def master(self) -> dict[str, torch.Tensor]:
+        """fp32, contiguous clones on the model's device, in `named_parameters()` order
+        (an adapter run: the initial adapter, in the targeted linears' order)."""
+        src = self._initial if self._initial is not None else self._base if self._base is not None else self._params
+        return {n: t.detach().to(torch.float32).clone().contiguous() for n, t in src.items()}
+
+    @torch.no_grad()
+    def load_member(self, master: dict[str, torch.Tensor], key: int, sign: int, sigma: float, *,
+                    paths: Sequence[float] = (), state: Any = None) -> None:
+        """Set the model to `cast(master + sign*sigma*eps(key))`, tensor by tensor, in place;
+        with `paths` (a GA survivor's offsets, `replay.paths`), to
+        `cast((master + sign*sigma*eps(key)) + Σⱼ pathsⱼ·Mⱼ)`, the sum in fp32 one tensor at a
+        time (memory: a few fp32 temporaries the size of one tensor beside the model).
+
+        The scale goes through `noise.round_coefficient` (idempotent for an already-rounded
+        sigma) so that the product with eps is exact in fp32 on every device. A zero scale
+        copies the master, so the result is bit-identical to it (negative zeros included).
+        """
+        if self.adapter is not None:
+            raise ValueError("adapter members are evaluated together: use evaluate()")
+        scale = noise.round_coefficient(float(sign) * float(sigma))
+        if any(b != 0.0 for b in paths):
+            for name, param in self._params.items():
+                src = master[name].to(param.device)
+                param.data.copy_(replay_paths.member_tensor(src, name, key, scale, paths, state))
+            return
+        if scale == 0.0:
+            self.load_master(master)
+            return
+        for name, param in self._params.items():
+            src = master[name].to(param.device)
+            noise.perturb_(param.data, src, noise.tensor_key(key, name), scale)
+
+    @torch.no_grad()
+    def load_master(self, master: dict[str, torch.Tensor]) -> None:
+        """Write the master into the model (a cast for low-precision models); an adapter
+        becomes the term every row gets while no member is in flight."""
+        if self.adapter is not None:
+            self._rows.set_adapter(self.adapter, master)
+            return
+        for name, param in self._params.items():
+            param.data.copy_(master[name])
+
+    # ------------------------------------------------------------------ evaluation
+
+    def evaluate(
+        self,
+        master: dict[str, torch.Tensor],
+        population: Population,
+        prompts: list[Messages],
+        max_new_tokens: int,
+        samples: int = 1,
+    ) -> PopulationOutput:
+        """Every member's completions (see `engine.runtime.backends.base`). Full-rank: each
+        member's weights in turn. Low-rank and adapters: the model holds the master
+        (`load_master` after each update) and all members' rows (member-major, then
+        prompt, then sample) decode in one `generate`. With `kl_reference`, every
+        completion's token log-probabilities under the member and under the frozen base
+        come back too."""
+        per = len(prompts) * samples
+        rows = [p for p in prompts for _ in range(samples)]  # one member's rows
+        seconds = {"load_member": 0.0, "generate": 0.0}
+        ids: list[list[int]] = []
+        member_lps: list[list[float]] = []
+        if self._rows is None:
+            if population.shrink != 1.0:
+                raise ValueError("LM-MA-ES members (shrink α) need an adapter run")
+            path_rows = population.paths or [()] * len(population)
+            for key, sign, seed, row in zip(population.keys, population.signs, population.seeds, path_rows,
+                                            strict=True):
+                started = time.perf_counter()
+                self.load_member(master, key, sign, population.sigma, paths=row, state=population.state)
+                loaded = time.perf_counter()
+                mine = self.generate_ids(prompts, max_new_tokens, seed, samples=samples)
+                if self._reference is not None:
+                    member_lps += self._token_logprobs(self.model, rows, mine)
+                ids += mine
+                seconds["load_member"] += loaded - started
+                seconds["generate"] += time.perf_counter() - loaded
+        else:
+            started = time.perf_counter()
+            streams = [
+                None if seed is None else prompt_stream_seed(seed, i, s)
+                for seed in population.seeds
+                for i in range(len(prompts))
+                for s in range(samples)
+            ]
+            with self.members(master, population.keys, population.signs, population.sigma,
+                              shrink=population.shrink, paths=population.paths, state=population.state):
+                loaded = time.perf_counter()
+                ids = self._decode(rows * len(population), streams, max_new_tokens, batch=per * len(population))
+                if self._reference is not None:
+                    owner = [m for m in range(len(population)) for _ in range(per)]
+                    member_lps = self._token_logprobs(self.model, rows * len(population), ids, owner)
+            seconds = {"load_member": loaded - started, "generate": time.perf_counter() - loaded}
+        texts = self.tokenizer.batch_decode(ids, skip_special_tokens=True)
+        logprobs = None
+        if self._reference is not None:
+            base_lps = self._token_logprobs(self._reference, rows * len(population), ids)
+            pairs = list(zip(member_lps, base_lps, strict=True))
+            logprobs = [pairs[m * per : (m + 1) * per] for m in range(len(population))]
+        return PopulationOutput(
+            [texts[m * per : (m + 1) * per] for m in range(len(population))], seconds, logprobs
+        )
+
+    def members(self, master: dict[str, torch.Tensor], keys: Sequence[int], signs: Sequence[int],
+                sigma: float, *, shrink: float = 1.0, paths: Sequence[Sequence[float]] = (),
+                state: Any = None) -> AbstractContextManager[None]:
+        """Within the block, rows belong to these members (member-major, equal shares):
+        each row gets its member's low-rank term or perturbed adapter (an LM-MA-ES member's
+        with its `paths` terms along `state`, `Population`)."""
+        if self._rows is None:
+            raise ValueError("full-rank members have weights of their own: use load_member")
+        if self.adapter is not None:
+            return self._rows.active(self._rows.adapters(self.adapter, master, keys, signs, sigma,
+                                                         shrink=shrink, paths=paths, state=state))
+        if paths:
+            raise ValueError("path terms (LM-MA-ES, GA survivors) need an adapter run")
+        return self._rows.active(self._rows.lowrank(self.perturbation, keys, signs, sigma))
+
+    def _token_logprobs(
+        self, model, rows: list[Messages], completions: list[list[int]],
+        member_of_row: list[int] | None = None,
+    ) -> list[list[float]]:
+        """Each completion token's log-probability given its prompt (`hf_scoring`, KL's fixed
+        chunks). `member_of_row`: inside a `members` block, which member each row belongs to."""
+        return hf_scoring.token_logprobs(
+            model, self.tokenizer.pad_token_id, self.device, hf_scoring.prompt_ids(self.tokenizer, rows),
+            completions, hf_scoring.fixed_chunks(len(rows)),
+            self._rows.rows if member_of_row is not None else None, member_of_row,
+        )
+
+    def loglik(
+        self, master: dict[str, torch.Tensor], population: Population, prompts: list[Messages],
+        references: list[str],
+    ) -> LikelihoodOutput:
+        """Likelihood fitness by teacher forcing (`hf_scoring.loglik`)."""
+        return hf_scoring.loglik(self, master, population, prompts, references)
+
+    # ------------------------------------------------------------------ generation
+
+    def _encode(self, prompts: list[Messages]) -> dict[str, torch.Tensor]:
+        texts = [
+            self.tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True)
+            for p in prompts
+        ]
+        enc = self.tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+        return {k: v.to(self.device) for k, v in enc.items()}
+
+    def generate(
+        self,
+        prompts: list[Messages],
+        max_new_tokens: int,
+        seed: int | None = None,
+        *,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        samples: int = 1,
+    ) -> list[str]:
+        """Completions for chat prompts, in order; batched by `batch_size`, left-padded.
+
+        Greedy unless the temperature (argument, else the constructor's) is > 0, which
+        needs a `seed`; see the module docstring for what is guaranteed. `samples` > 1
+        returns that many completions per prompt, prompt-major.
+        """
+        ids = self.generate_ids(
+            prompts, max_new_tokens, seed, temperature=temperature, top_p=top_p, samples=samples
+        )
+        return self.tokenizer.batch_decode(ids, skip_special_tokens=True)
+
+    def generate_ids(
+        self,
+        prompts: list[Messages],
+        max_new_tokens: int,
+        seed: int | None = None,
+        *,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        samples: int = 1,
+    ) -> list[list[int]]:
+        """The new token ids per prompt (per sample, prompt-major, with `samples` > 1), up to
+        and including EOS (no padding after it)."""
+        temperature = self.temperature if temperature is None else temperature
+        if temperature > 0.0 and seed is None:
+            raise ValueError("sampling (temperature > 0) needs a seed to stay deterministic")
+        if samples < 1:
+            raise ValueError(f"samples must be >= 1, not {samples}")
+        # (prompt index, sample index), prompt-major; with samples=1 simply the prompts
+        entries = [(i, s) for i in range(len(prompts)) for s in range(samples)]
+        streams = [None if seed is None else prompt_stream_seed(seed, i, s) for i, s in entries]
+        return self._decode(
+            [prompts[i] for i, _ in entries], streams, max_new_tokens, batch=self.batch_size,
+            temperature=temperature, top_p=top_p,
+        )
+
+    @torch.inference_mode()
+    def _decode(
+        self,
+        rows: list[Messages],
+        streams: list[int | None],
+        max_new_tokens: int,
+        *,
+        batch: int,
+        temperature: float | None = None,
+        top_p: float | None = None,
+    ) -> list[list[int]]:
+        """New token ids of every row, `batch` rows per `generate` call. A sampled row
+        draws its uniforms from a CPU generator seeded by its own stream seed."""
+        from transformers import GenerationConfig, LogitsProcessorList
+
+        temperature = self.temperature if temperature is None else temperature
+        top_p = self.top_p if top_p is None else top_p
+        sampling = temperature > 0.0
+        if sampling and any(s is None for s in streams):
+            raise ValueError("sampling (temperature > 0) needs a seed to stay deterministic")
+        tok = self.tokenizer
+        gen_cfg = GenerationConfig(
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            eos_token_id=self.model.generation_config.eos_token_id or tok.eos_token_id,
+            pad_token_id=tok.pad_token_id,
+            bos_token_id=self.model.generation_config.bos_token_id,
+        )
+        eos = gen_cfg.eos_token_id
+        stops = set(eos if isinstance(eos, list) else [eos])
+        outputs: list[list[int]] = []
+        for start in range(0, len(rows), batch):
+            enc = self._encode(rows[start : start + batch])
+            prompt_len = enc["input_ids"].shape[1]
+            procs = None
+            if sampling:
+                uniforms = torch.stack(
+                    [
+                        torch.rand(
+                            max_new_tokens,
+                            generator=torch.Generator("cpu").manual_seed(stream),
+                            dtype=torch.float64,
+                        )
+                        for stream in streams[start : start + batch]
+                    ]
+                )
+                procs = LogitsProcessorList(
+                    [_SeededSampler(uniforms, prompt_len, temperature, top_p)]
+                )
+            out = self.model.generate(**enc, generation_config=gen_cfg, logits_processor=procs)
+            for row in out[:, prompt_len:].tolist():
+                cut = next((i + 1 for i, t in enumerate(row) if t in stops), len(row))
+                outputs.append(row[:cut])
+        return outputs

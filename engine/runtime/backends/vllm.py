@@ -1,0 +1,407 @@
+"""vLLM backend: the HF backend's surface, with vLLM's batched generation.
+
+The engine runs in this process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`, one worker), so the
+fp32 master is handed to the worker by reference and only `(key, sign·σ)` travel per
+member; the worker extension (`vllm_worker.py`) builds `cast(master + sign·σ·eps)` with
+replay's `perturb_` and reloads it (see there for why an in-place write would not work).
+
+Low-rank runs (`keeps_master`): the master is loaded once per generation and every member
+of a group rides on it as its own LoRA adapter (`vllm_lora`: made from the keys in the
+worker, fresh adapter ids per evaluation); all members' rows, member-major, then prompt,
+then sample, go to one `llm.generate`, each row with its member's `LoRARequest` and
+sampling seed `(member seed, prompt, sample)`, as in the full-rank path.
+
+LoRA runs (`train: lora`, also `keeps_master`): the engine loads the frozen base from the
+checkpoint once and never reloads it; the master is the fp32 adapter. `load_master` hands
+it to the worker (once per generation); each member of a group is its adapter
+cast(master + sign·σ·ε) in its own LoRA slot, made in the worker from its key, and the
+rows decode as above. Outside a group (held-out scoring, plain generation) every row
+carries the master adapter itself, registered under a fresh id: what the HF backend's
+resident adapter is (`hf_lowrank`). The frozen base's fingerprint is that of the fp32
+checkpoint tensors under their transformers names, which is what the HF backend
+fingerprints for an unquantized base, so a run may move between the backends. The base
+is served as stored: an int8 base (`base_quantization`) is the HF backend's alone.
+
+After every weight load the prefix cache is reset: vLLM keys cached KV blocks by tokens
+(and adapter name), not by weights, so a block computed under earlier weights would
+otherwise be reused for a shared prompt prefix.
+
+Prompts are tokenized here with the model's own chat template, exactly as the HF backend
+does, and completions are decoded here from token ids, so both backends see and return the
+same text for the same tokens. Greedy decoding is the default; seeded sampling gives each
+prompt its own vLLM seed derived from `(seed, prompt index)`, so a prompt's stream does not
+depend on its batch (the stream differs from the HF backend's: seeded sampling is
+reproducible per backend, not across backends).
+
+Import side effects to know: vLLM's CPU worker binds this process's OpenMP threads to the
+cores of `VLLM_CPU_OMP_THREADS_BIND` and turns `torch.set_num_threads` into a no-op for the
+rest of the process.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from seedledger.engine.runtime.backends import vllm_scoring
+from seedledger.engine.runtime.backends.base import (
+    LikelihoodOutput,
+    Messages,
+    Population,
+    PopulationOutput,
+    evaluate_one_by_one,
+)
+from seedledger.engine.runtime.backends.hf import prompt_stream_seed
+from seedledger.engine.runtime.backends.vllm_lora import NO_PATH, engine_kwargs
+from seedledger.ledger.errors import SeedLedgerError
+from seedledger.replay import noise
+from seedledger.replay.fingerprint import fingerprint
+from seedledger.replay.perturbation import Perturbation
+
+_EXTENSION = "seedledger.engine.runtime.backends.vllm_worker.SeedLedgerWorkerExtension"
+
+
+def _cpu_env() -> None:
+    """Defaults that suit a small shared CPU box; anything already set is respected."""
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else [0]
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", ",".join(map(str, cores)))
+    os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB; the default takes 4
+    os.environ.setdefault("OMP_NUM_THREADS", str(len(cores)))  # else vLLM drops torch to 1
+
+
+def _guard_llvmlite_dunders() -> None:
+    """Make llvmlite's lazy C-library wrapper refuse dunder lookups.
+
+    vLLM's CPU worker, at start, scans every module namespace for Triton kernels to
+    override and reads `vars(obj)` of anything with a `__dict__`. llvmlite's
+    `ffi.lib` (loaded once numba has compiled anything, as replay's kernels do) answers
+    *every* attribute, `__dict__` included, with a C-function wrapper, so the scan dies
+    with "'_lib_fn_wrapper' object has no attribute 'get'". A C library exports no dunder
+    symbols, so refusing them changes nothing else.
+    """
+    ffi = sys.modules.get("llvmlite.binding.ffi")
+    wrapper_cls = type(getattr(ffi, "lib", None)) if ffi is not None else None
+    if wrapper_cls is None or getattr(wrapper_cls, "_seedledger_guarded", False):
+        return
+    lookup = wrapper_cls.__getattr__
+
+    def __getattr__(self: Any, name: str) -> Any:
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        return lookup(self, name)
+
+    wrapper_cls.__getattr__ = __getattr__
+    wrapper_cls._seedledger_guarded = True
+
+
+def _meta_model(model_dir: Path) -> torch.nn.Module:
+    """The checkpoint's transformers model on the meta device: names and shapes, no weights."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(str(model_dir), local_files_only=True)
+    with torch.device("meta"):
+        return AutoModelForCausalLM.from_config(config)
+
+
+def read_master(model_dir: Path) -> dict[str, torch.Tensor]:
+    """fp32 master from the checkpoint, named and ordered as `model.named_parameters()`.
+
+    The order and the names (tied weights once) come from a meta-device transformers model,
+    so no second copy of the weights is built.
+    """
+    from safetensors import safe_open
+
+    names = [n for n, _ in _meta_model(model_dir).named_parameters()]
+    tensors: dict[str, torch.Tensor] = {}
+    for file in sorted(model_dir.glob("*.safetensors")):
+        with safe_open(str(file), framework="pt") as f:
+            for name in f.keys():
+                tensors[name] = f.get_tensor(name)
+    missing = [n for n in names if n not in tensors]
+    if missing:
+        raise ValueError(f"{model_dir}: checkpoint lacks {missing[:3]}")
+    return {n: tensors[n].to(torch.float32).contiguous() for n in names}
+
+
+class VLLMBackend:
+    """One vLLM engine (in-process) evaluated at member weights built from the fp32 master."""
+
+    def __init__(
+        self,
+        model_dir: str | os.PathLike[str],
+        device: str = "cpu",
+        dtype: torch.dtype = torch.float32,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        batch_size: int | None = None,
+        max_model_len: int = 2048,
+        perturbation: Perturbation | None = None,
+        members_per_forward: int = 32,
+        base_quantization: str = "none",
+        adapter_init: str | os.PathLike[str] | None = None,
+        **llm_kwargs: Any,
+    ) -> None:
+        """`members_per_forward` (low-rank and LoRA runs): the LoRA slots, so the most
+        members one `evaluate` takes; rows decoded together default to that many ×
+        `batch_size`. `perturbation.adapter` set: a LoRA run on the frozen base, its
+        master seeded or read from `adapter_init` (a PEFT directory)."""
+        self.perturbation = perturbation or Perturbation()
+        self.adapter = self.perturbation.adapter
+        self.keeps_master = self.perturbation.kind != "full" or self.adapter is not None
+        self.members_per_forward = members_per_forward
+        if base_quantization != "none":
+            raise SeedLedgerError(f"base_quantization {base_quantization}: the vllm backend serves "
+                                  "the base as stored; use backend: hf")
+        if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "0") not in ("0", "false", "False"):
+            raise NotImplementedError(
+                "the vLLM backend runs its engine in-process; unset VLLM_ENABLE_V1_MULTIPROCESSING"
+            )
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        if str(device).startswith("cpu"):
+            _cpu_env()
+        from transformers import AutoTokenizer
+        from vllm import LLM
+
+        self.model_dir = Path(model_dir)
+        self.temperature = temperature
+        self.top_p = top_p
+        self.frozen: str | None = None  # a LoRA run's frozen base, as loaded
+        if self.adapter is not None:
+            from seedledger.engine.runtime.adapters import adapter_for_shapes, linear_shapes
+
+            self.frozen = fingerprint(read_master(self.model_dir))  # the base: then dropped
+            shapes = linear_shapes(_meta_model(self.model_dir), self.adapter)
+            self._master = adapter_for_shapes(shapes, self.adapter, adapter_init)
+        else:
+            self._master = read_master(self.model_dir)
+        self._targets = [
+            (n, tuple(t.shape)) for n, t in self._master.items()
+            if self.perturbation.kind == "lowrank" and self.perturbation.trained(n, tuple(t.shape))
+        ]
+        if batch_size is not None:  # the HF backend's knob: sequences decoded together
+            rows = batch_size * (members_per_forward if self.keeps_master else 1)
+            llm_kwargs.setdefault("max_num_seqs", rows)
+        if self.keeps_master:  # LoRA slots of the adapter's rank, or the low-rank members'
+            slots = self.adapter if self.adapter is not None else self.perturbation
+            llm_kwargs = {**engine_kwargs(slots.rank, slots.targets, members_per_forward), **llm_kwargs}
+        _guard_llvmlite_dunders()
+        self.llm = LLM(
+            model=str(self.model_dir),
+            tokenizer=str(self.model_dir),
+            dtype=dtype,
+            enforce_eager=True,
+            max_model_len=max_model_len,
+            seed=0,
+            worker_extension_cls=_EXTENSION,
+            disable_log_stats=True,
+            **llm_kwargs,
+        )
+        self.tokenizer = AutoTokenizer.from_pretrained(str(self.model_dir), local_files_only=True)
+        self._next_adapter = 1  # adapter ids are never reused (see vllm_lora)
+        self._served: Any = None  # a LoRA run's master adapter request, while registered
+        if self.adapter is not None:
+            self.load_master(self._master)
+
+    # ------------------------------------------------------------------ weights
+
+    def master(self) -> dict[str, torch.Tensor]:
+        """fp32, contiguous clones in `named_parameters()` order (the HF backend's names;
+        a LoRA run: the initial adapter, named as PEFT names it)."""
+        return {n: t.clone() for n, t in self._master.items()}
+
+    def load_member(self, master: dict[str, torch.Tensor], key: int, sign: int, sigma: float) -> None:
+        """Set the engine's weights to `cast(master + sign*sigma*eps(key))` (built on the worker)."""
+        if self.adapter is not None:
+            raise ValueError("adapter members are evaluated together: use evaluate()")
+        scale = noise.round_coefficient(float(sign) * float(sigma))
+        self.llm.collective_rpc("seedledger_load", args=(key, scale, master))
+        self.llm.reset_prefix_cache()
+
+    def load_master(self, master: dict[str, torch.Tensor]) -> None:
+        """Write the master itself into the engine (this drops every LoRA adapter); a LoRA
+        run's adapter goes to the worker instead, which serves it between members."""
+        if self.adapter is not None:
+            self.llm.collective_rpc("seedledger_adapter_master", args=(self.adapter, master))
+            self._served = None  # registered again, under a fresh id, when next served
+            return
+        self.llm.collective_rpc("seedledger_load", args=(0, 0.0, master))
+        self.llm.reset_prefix_cache()
+
+    def close(self) -> None:
+        """Drop the engine and vLLM's process group, so another backend can start here."""
+        import gc
+
+        from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+
+        self.llm.llm_engine.engine_core.shutdown()
+        del self.llm
+        cleanup_dist_env_and_memory()
+        gc.collect()
+
+    def probe(self, name: str) -> list[float]:
+        """First values of the engine's parameter `name` (vLLM's naming), for tests."""
+        return self.llm.collective_rpc("seedledger_probe", args=(name,))[0]
+
+    def evaluate(
+        self,
+        master: dict[str, torch.Tensor],
+        population: Population,
+        prompts: list[Messages],
+        max_new_tokens: int,
+        samples: int = 1,
+    ) -> PopulationOutput:
+        """Every member's completions (see `engine.runtime.backends.base`). Full-rank: one weight
+        reload and one `generate` per member. Low-rank and LoRA runs: the engine must hold
+        the master (`load_master` after each update); one adapter per member, one `generate`."""
+        if population.paths or population.shrink != 1.0:  # the config refuses such runs; the API may not
+            raise ValueError("members along the replay state's paths (LM-MA-ES, GA survivors) need the hf backend")
+        if not self.keeps_master:
+            return evaluate_one_by_one(self, master, population, prompts, max_new_tokens, samples)
+        if len(population) > self.members_per_forward:
+            raise ValueError(
+                f"{len(population)} members exceed the engine's {self.members_per_forward} LoRA slots"
+            )
+        started = time.perf_counter()
+        adapters = self._register_members(population)
+        loaded = time.perf_counter()
+        entries = [(m, i, s) for m in range(len(population))
+                   for i in range(len(prompts)) for s in range(samples)]
+        streams = [_stream(population.seeds[m], i, s) for m, i, s in entries]
+        texts = self._generate_rows(
+            [i for _, i, _ in entries], prompts, streams, max_new_tokens,
+            adapters=[adapters[m] for m, _, _ in entries],
+        )
+        per = len(prompts) * samples
+        return PopulationOutput(
+            [texts[m * per : (m + 1) * per] for m in range(len(population))],
+            {"load_member": loaded - started, "generate": time.perf_counter() - loaded},
+        )
+
+    def loglik(
+        self, master: dict[str, torch.Tensor], population: Population, prompts: list[Messages],
+        references: list[str],
+    ) -> LikelihoodOutput:
+        """Likelihood fitness from vLLM's prompt log-probabilities (`vllm_scoring`)."""
+        return vllm_scoring.loglik(self, master, population, prompts, references)
+
+    def _fresh_ids(self, n: int) -> list[int]:
+        ids = list(range(self._next_adapter, self._next_adapter + n))
+        self._next_adapter += n
+        return ids
+
+    def _register_members(self, population: Population) -> list[Any]:
+        """One adapter per member, made in the worker from keys and signs·σ (`vllm_lora`);
+        their `LoRARequest`s, in member order."""
+        from vllm.lora.request import LoRARequest
+
+        ids = self._fresh_ids(len(population))
+        keys, signs = list(population.keys), population.signs
+        if self.adapter is not None:
+            scales = [noise.round_coefficient(float(s) * float(population.sigma)) for s in signs]
+            self.llm.collective_rpc("seedledger_lora_members", args=(ids, keys, scales))
+            self._served = None  # the members replaced the master adapter
+        else:
+            p = self.perturbation
+            scales = [float(s) * population.sigma * p.inv_sqrt_rank for s in signs]
+            self.llm.collective_rpc("seedledger_members", args=(ids, keys, scales, self._targets, p.rank))
+        return [LoRARequest(f"seedledger-member-{i}", i, NO_PATH) for i in ids]
+
+    def _master_adapter(self) -> Any:
+        """A LoRA run's master adapter as a `LoRARequest` (None for other runs), registered
+        under a fresh id if members or a `load_master` replaced it since it was last served."""
+        if self.adapter is None:
+            return None
+        if self._served is None:
+            from vllm.lora.request import LoRARequest
+
+            (lora_id,) = self._fresh_ids(1)
+            self.llm.collective_rpc("seedledger_lora_members", args=([lora_id], [None], [0.0]))
+            self._served = LoRARequest(f"seedledger-master-{lora_id}", lora_id, NO_PATH)
+        return self._served
+
+    # ------------------------------------------------------------------ generation
+
+    def _token_prompts(self, prompts: list[Messages]) -> list[dict[str, list[int]]]:
+        out = []
+        for messages in prompts:
+            text = self.tokenizer.apply_chat_template(
+                messages, tokenize=False, add_generation_prompt=True
+            )
+            ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+            out.append({"prompt_token_ids": list(ids)})
+        return out
+
+    def generate(
+        self,
+        prompts: list[Messages],
+        max_new_tokens: int,
+        seed: int | None = None,
+        *,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        samples: int = 1,
+    ) -> list[str]:
+        """Completions for chat prompts, in order; greedy unless temperature > 0 (needs seed).
+
+        `samples` > 1: that many completions per prompt, prompt-major, one request each;
+        sample s of prompt i is seeded by `(seed, i, s)`, and sample 0 by `(seed, i)` as
+        with one sample, so `samples=1` is plain seeded sampling."""
+        if samples < 1:
+            raise ValueError(f"samples must be >= 1, not {samples}")
+        entries = [(i, s) for i in range(len(prompts)) for s in range(samples)]
+        streams = [_stream(seed, i, s) for i, s in entries]
+        served = self._master_adapter()
+        return self._generate_rows(
+            [i for i, _ in entries], prompts, streams, max_new_tokens,
+            temperature=temperature, top_p=top_p,
+            adapters=None if served is None else [served] * len(entries),
+        )
+
+    def _generate_rows(
+        self,
+        rows: list[int],
+        prompts: list[Messages],
+        streams: list[int | None],
+        max_new_tokens: int,
+        *,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        adapters: list[Any] | None = None,
+    ) -> list[str]:
+        """One `llm.generate` over the rows (indices into `prompts`), each with its own
+        stream seed (None: greedy is required) and LoRA request (None: the master)."""
+        from vllm import SamplingParams
+
+        temperature = self.temperature if temperature is None else temperature
+        top_p = self.top_p if top_p is None else top_p
+        if temperature > 0.0 and any(s is None for s in streams):
+            raise ValueError("sampling (temperature > 0) needs a seed to stay deterministic")
+        params = [
+            SamplingParams(
+                max_tokens=max_new_tokens,
+                temperature=temperature,
+                top_p=top_p if temperature > 0.0 else 1.0,
+                seed=stream,
+                detokenize=False,
+            )
+            for stream in streams
+        ]
+        tokens = self._token_prompts(prompts)
+        outputs = self.llm.generate(
+            [tokens[i] for i in rows], params, use_tqdm=False, lora_request=adapters
+        )
+        return [
+            self.tokenizer.decode(o.outputs[0].token_ids, skip_special_tokens=True)
+            for o in outputs
+        ]
+
+
+def _stream(seed: int | None, index: int, sample: int) -> int | None:
+    """vLLM's per-request seed for sample `sample` of prompt `index` (None: greedy)."""
+    return None if seed is None else prompt_stream_seed(seed, index, sample)

@@ -1,0 +1,92 @@
+"""Worker-side half of the vLLM backend: builds member weights where the model lives.
+
+vLLM loads this class into its worker (`worker_extension_cls`), so these methods run next
+to the model and are reached through `LLM.collective_rpc` with a key, a sign·σ scale and
+the fp32 master (by reference: the engine runs in-process); the perturbed weights are built here
+with replay's `perturb_`, never by subtracting noise. Low-rank members become LoRA
+adapters made here from their keys (`vllm_lora`), on top of the master loaded once. A
+LoRA run's master adapter is handed over once per `load_master` and kept here (a copy:
+the evaluator updates its master in place); its members' adapters are then made here
+from their keys and signs·σ alone, on top of the frozen base the engine loaded.
+
+Why `reload_weights` and not an in-place write: on CPU vLLM repacks every linear weight
+into a kernel layout at load time (oneDNN / sgl handles) and empties the parameter, so
+editing `parameters()` silently changes nothing. `reload_weights` takes checkpoint-named
+tensors, fuses them (q/k/v, gate/up) and repacks. The tied `lm_head` shares the embedding
+parameter, which the reload refreshes, but its own packed GEMM handle is not rebuilt, so
+it is re-dispatched here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+
+import torch
+
+from seedledger.engine.runtime.backends.vllm_lora import (
+    Target,
+    lora_adapters,
+    lowrank_adapters,
+    register,
+)
+from seedledger.replay import noise
+from seedledger.replay.adapter import LoraSpec
+
+Master = Mapping[str, torch.Tensor]
+
+
+def _perturbed(master: Master, key: int, scale: float) -> Iterator[tuple[str, torch.Tensor]]:
+    """`(name, cast(master + scale*eps))` one tensor at a time (peak memory: one tensor)."""
+    for name, src in master.items():
+        if scale == 0.0:
+            yield name, src
+            continue
+        out = torch.empty_like(src)
+        noise.perturb_(out, src, noise.tensor_key(key, name), scale)
+        yield name, out
+
+
+class SeedLedgerWorkerExtension:
+    """Mixed into vLLM's worker class; `self` is the worker (it has `model_runner`)."""
+
+    def seedledger_load(self, key: int, scale: float, master: Master) -> None:
+        """Load `cast(master + scale*eps(key))` (scale 0: the master itself) into the model.
+
+        `master` arrives by reference when the engine is in-process (the backend's mode).
+        """
+        with torch.no_grad():
+            self.reload_weights(weights_iterator=_perturbed(master, key, scale))  # type: ignore[attr-defined]
+            self._seedledger_redispatch_tied()
+
+    def seedledger_members(
+        self, ids: list[int], keys: list[int], scales: list[float], targets: list[Target], rank: int
+    ) -> None:
+        """Replace the engine's LoRA adapters by one per low-rank member (`vllm_lora`)."""
+        model = self.model_runner.get_model()  # type: ignore[attr-defined]
+        register(model, lowrank_adapters(ids, keys, scales, targets, rank), rank)
+
+    def seedledger_adapter_master(self, spec: LoraSpec, master: Master) -> None:
+        """Keep a LoRA run's fp32 master adapter (a copy) for the adapters made from it."""
+        self._seedledger_adapter = (spec, {n: t.detach().clone() for n, t in master.items()})
+
+    def seedledger_lora_members(self, ids: list[int], keys: list[int | None], scales: list[float]) -> None:
+        """Replace the engine's LoRA adapters by cast(master + scale·ε(key)) per id (key
+        None: the master adapter itself), from the master kept by `seedledger_adapter_master`."""
+        spec, master = self._seedledger_adapter
+        model = self.model_runner.get_model()  # type: ignore[attr-defined]
+        register(model, lora_adapters(master, spec, ids, keys, scales), spec.rank)
+
+    def _seedledger_redispatch_tied(self) -> None:
+        model = self.model_runner.get_model()  # type: ignore[attr-defined]
+        lm_head = getattr(model, "lm_head", None)
+        if lm_head is None or not hasattr(lm_head, "cpu_linear"):
+            return  # not CPU, or no separate output layer: nothing cached
+        from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm
+
+        dispatch_cpu_unquantized_gemm(lm_head, remove_weight=False)
+
+    def seedledger_probe(self, name: str) -> list[float]:
+        """First values of a model parameter (tests: did a reload reach the model?)."""
+        model = self.model_runner.get_model()  # type: ignore[attr-defined]
+        param = dict(model.named_parameters())[name]
+        return param.detach().reshape(-1)[:4].float().tolist()

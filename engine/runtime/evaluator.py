@@ -1,0 +1,264 @@
+"""One model replica: its fp32 master, optimizer state, backend and task.
+
+The local pool holds one of these in process; each Ray actor holds its own. Everything
+that changes the master goes through `apply`, which calls replay's update: training and
+replay share one code path (docs/design.md invariant 2).
+
+Decoding. Training follows `sampling`: greedy at temperature 0, else seeded sampling with
+the member's seed `member_key(run_key, generation, 1_000_000 + member)`, which the
+backend splits per prompt (batch position) and per sample. Held-out evaluation is always
+greedy, whatever `sampling` says, so its figures are deterministic and comparable.
+
+pass@k (`passk: {n, k}`): each prompt is sampled n times (sample s of prompt i seeded by
+(member seed, i, s); sample 0 is the plain sampling's draw), every sample is scored by
+the task, and a sample succeeds at reward >= the success threshold (`passk.threshold`,
+else `curriculum.threshold`, else 1.0). The member's reward is the mean over the batch's
+prompts of the unbiased pass@k estimate with c = that prompt's successes. Its components
+are each reward function's mean over all samples, plus `pass@k` (the reward itself) and
+`sample_reward` (the mean combined reward of a sample).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from seedledger.engine.config import TrainConfig
+from seedledger.engine.runtime.backends import make_backend
+from seedledger.engine.runtime.backends.base import Population, PopulationOutput
+from seedledger.ledger import Ledger, ReplayStep
+from seedledger.replay import update
+from seedledger.replay.adapter import start_fingerprint
+from seedledger.replay.fingerprint import fingerprint
+from seedledger.replay.noise import member_key
+from seedledger.replay.rebuild import rebuild
+from seedledger.trainers.es import Member
+from seedledger.trainers.rewards.curriculum import success_rate
+from seedledger.trainers.rewards.kl import sequence_kl
+from seedledger.trainers.rewards.passk import pass_at_k_rewards
+from seedledger.trainers.tasks import load_task
+
+
+@dataclass
+class MemberResult:
+    reward: float
+    components: dict[str, float | None]
+    samples: list[dict[str, Any]] | None = field(default=None)
+    seconds: dict[str, float] = field(default_factory=dict)
+    success: float = 0.0  # share of the batch's samples at reward >= the curriculum threshold
+    kl: float | None = None  # mean KL(member ‖ base) per completion, with the `kl` penalty
+    sample_rewards: list[float] | None = None  # per completion (a GA's speciation compares them)
+
+
+@dataclass
+class HeldOutScores:
+    """One model's greedy answers on held-out rows, row by row (`held_out_scores`)."""
+
+    questions: list[str]
+    completions: list[str]
+    rewards: list[float | None]
+    components: dict[str, list[float | None]]
+
+    def component_means(self) -> dict[str, float | None]:
+        return {name: _mean(values) for name, values in self.components.items()}
+
+
+def _mean(values: list[float | None]) -> float | None:
+    kept = [v for v in values if v is not None]
+    return sum(kept) / len(kept) if kept else None
+
+
+class Evaluator:
+    def __init__(self, cfg: TrainConfig, model_dir: Path):
+        self.cfg = cfg
+        self.backend = make_backend(cfg, model_dir)
+        self.task = load_task(cfg.task, seed=cfg.seed)
+        self.master = self.backend.master()
+        self.state = update.OptimizerState()
+        self.generation = 0
+        self._threshold = cfg.curriculum.threshold if cfg.curriculum else 1.0
+        self._passk_threshold = self._threshold
+        if cfg.passk is not None and cfg.passk.threshold is not None:
+            self._passk_threshold = cfg.passk.threshold
+
+    def base_fingerprint(self) -> str:
+        """Generation 0's fingerprint (call it before `restore`): the base model's, or an
+        adapter run's frozen base as loaded together with its initial adapter."""
+        return start_fingerprint(self.master, self.frozen)
+
+    @property
+    def frozen(self) -> str | None:
+        """An adapter run's frozen base fingerprint (None: the master is the whole model)."""
+        return getattr(self.backend, "frozen", None)
+
+    def restore(self, ledger: Ledger, run: str, generation: int, anchors_dir: Path | None) -> str:
+        """Bring the master to `run@generation` by replaying the ledger; returns its fingerprint."""
+        if generation > 0:
+            self.master, self.state = rebuild(
+                ledger, run, generation, self.master, verify="end", anchors_dir=anchors_dir,
+                frozen=self.frozen,
+            )
+        self.generation = generation
+        self.backend.load_master(self.master)
+        return fingerprint(self.master)
+
+    def score_population(
+        self,
+        members: list[Member],
+        sigma: float,
+        generation: int,
+        run_key: int,
+        level: int | None = None,
+        on_member: Callable[[MemberResult], None] | None = None,
+    ) -> list[MemberResult]:
+        """Evaluate `members` (a contiguous run of the generation's population, starting at
+        a group boundary) on the generation's batch, at the curriculum's `level` if any.
+
+        The batch is built once; the backend gets `members_per_forward` members at a time
+        (the run's stored group size, so a member's rows always share a forward with the
+        same rows whichever pool or worker evaluates it). Rewards are computed here, so
+        only numbers leave a worker; `on_member` hears each result as its group ends."""
+        if level is not None:
+            self.task.set_level(level)
+        indices, rows = self.task.train_batch(self.cfg.seed, generation, self.cfg.batch_size)
+        prompts = [self.task.prompt(row) for row in rows]
+        samples = self.cfg.passk.n if self.cfg.passk is not None else 1
+        sampled = self.cfg.sampling.temperature > 0
+        results = []
+        group = self.cfg.members_per_forward or 1  # stored with the run (engine.runtime.batching)
+        for start in range(0, len(members), group):
+            chunk = members[start : start + group]
+            population = Population(
+                keys=tuple(m.key for m in chunk),
+                signs=tuple(m.sign for m in chunk),
+                sigma=sigma,
+                seeds=tuple(
+                    member_key(run_key, generation, 1_000_000 + m.index) if sampled else None
+                    for m in chunk
+                ),
+                shrink=chunk[0].shrink,
+                paths=tuple(m.paths for m in chunk) if any(m.paths for m in chunk) else (),
+                state=self.state,
+            )
+            out = self._decode(population, prompts, samples)
+            likelihoods, seconds = self._likelihoods(population, prompts, rows)
+            seconds = {k: v / len(chunk) for k, v in {**out.seconds, **seconds}.items()}
+            for m, completions in enumerate(out.completions):
+                mine = {name: scores[m] for name, scores in likelihoods.items()}
+                results.append(self._result(prompts, rows, indices, completions, seconds, mine))
+                if out.logprobs is not None and self.cfg.kl is not None:
+                    kls = [sequence_kl(mine, base, self.cfg.kl.estimator) for mine, base in out.logprobs[m]]
+                    results[-1].kl = sum(kls) / len(kls)
+                if on_member is not None:
+                    on_member(results[-1])
+        return results
+
+    def _decode(self, population: Population, prompts: list, samples: int) -> PopulationOutput:
+        """The members' completions, or empty ones when every reward is a likelihood (no
+        decoding at all: the reward needs none)."""
+        if self.task.decodes:
+            return self.backend.evaluate(self.master, population, prompts, self.cfg.max_new_tokens, samples=samples)
+        return PopulationOutput([[""] * len(prompts) for _ in range(len(population))])
+
+    def _likelihoods(
+        self, population: Population, prompts: list, rows: list
+    ) -> tuple[dict[str, list[list[float]]], dict[str, float]]:
+        """Each likelihood reward's scores, per member and row (`trainers.rewards.loglik`)."""
+        out, seconds = {}, {}
+        for reward in self.task.likelihood_rewards:
+            scored = self.backend.loglik(self.master, population, prompts, reward.references(rows))
+            out[reward.name] = scored.scores
+            for k, v in scored.seconds.items():
+                seconds[k] = seconds.get(k, 0.0) + v
+        return out, seconds
+
+    def _result(
+        self, prompts: list, rows: list, indices: list[int], completions: list[str],
+        seconds: dict[str, float], likelihoods: dict[str, list[float]] | None = None,
+    ) -> MemberResult:
+        """One member's reward, components and (optionally) samples from its completions."""
+        passk = self.cfg.passk
+        if passk is not None:  # n samples per prompt, prompt-major
+            prompts = [p for p in prompts for _ in range(passk.n)]
+            rows = [r for r in rows for _ in range(passk.n)]
+            indices = [i for i in indices for _ in range(passk.n)]
+        rewards, components = self.task.reward(prompts, completions, rows, likelihoods)
+        scores = [0.0 if r is None else r for r in rewards]
+        samples = None
+        if self.cfg.keep_samples:
+            samples = [
+                {"row": i, "prompt": _prompt_text(p), "data": _public_columns(row, p),
+                 "completion": c, "reward": r}
+                for i, p, row, c, r in zip(indices, prompts, rows, completions, rewards, strict=True)
+            ]
+            if passk is not None:
+                for j, sample in enumerate(samples):
+                    sample["sample"] = j % passk.n
+        means = {name: _mean(vals) for name, vals in components.items()}
+        reward = _mean(rewards) or 0.0
+        if passk is not None:
+            per_prompt = pass_at_k_rewards(scores, passk.n, passk.k, self._passk_threshold)[:: passk.n]
+            means["sample_reward"] = reward
+            reward = sum(per_prompt) / len(per_prompt)
+            means[f"pass@{passk.k}"] = reward
+        return MemberResult(
+            reward=reward,
+            components=means,
+            samples=samples,
+            seconds=dict(seconds),
+            success=success_rate(scores, self._threshold),
+            sample_rewards=scores,
+        )
+
+    def apply(self, step: ReplayStep) -> str:
+        """Apply one committed-to-be generation record; returns the new fingerprint."""
+        update.apply_step(self.master, self.state, step)
+        self.generation = step.index
+        if self.backend.keeps_master:  # members ride on the loaded master: refresh it once
+            self.backend.load_master(self.master)
+        return fingerprint(self.master)
+
+    def held_out_reward(self, limit: int) -> float:
+        """Mean reward of the current master on the task's test split (greedy)."""
+        return _mean(self.held_out_rewards(limit)) or 0.0
+
+    def held_out_rewards(self, limit: int, skip: int = 0) -> list[float | None]:
+        """Per-row rewards of the current master on `limit` test rows after the first `skip`,
+        so two models can be compared row by row."""
+        return self.held_out_scores(limit, skip).rewards
+
+    def held_out_scores(self, limit: int, skip: int = 0) -> HeldOutScores:
+        """`held_out_rewards` with what `evaluate` prints beside them: each row's question,
+        completion and reward components. Always greedy (temperature 0), whatever the
+        training's `sampling`: held-out figures are deterministic and need no seed."""
+        rows = self.task.test_rows()[skip : skip + limit]
+        self.backend.load_master(self.master)
+        prompts = [self.task.prompt(row) for row in rows]
+        completions = self.backend.generate(
+            prompts, self.cfg.max_new_tokens, seed=None, temperature=0.0
+        )
+        rewards, components = self.task.held_out_reward(prompts, completions, rows)
+        return HeldOutScores([_prompt_text(p) for p in prompts], completions, rewards, components)
+
+
+def _prompt_text(prompt: Any) -> str:
+    """What the model was asked: the last message of a chat prompt (the question)."""
+    if isinstance(prompt, list) and prompt and isinstance(prompt[-1], dict):
+        return str(prompt[-1].get("content", ""))
+    return str(prompt)
+
+
+def _public_columns(row: dict[str, Any], prompt: Any) -> dict[str, Any]:
+    """The row's dataset columns a reward compares against (the expected answer, ...), as
+    JSON: internal `_` columns and the prompt's own text are left out."""
+    text = _prompt_text(prompt)
+    out = {}
+    for key, value in row.items():
+        if key.startswith("_") or value == text:
+            continue
+        if not isinstance(value, str | int | float | bool | type(None) | list):
+            value = str(value)
+        out[key] = value
+    return out

