@@ -238,7 +238,7 @@ def test_example_configs_ship_with_the_package(tmp_path):
     listed = cli.json("example")["examples"]
     assert {e["name"] for e in listed} >= {"quickstart", "demo"} and all(e["summary"] for e in listed)
     text = cli.run("example", "quickstart").stdout
-    assert text == (ROOT / "configs" / "quickstart.yaml").read_text()
+    assert text == (ROOT / "engine" / "configs" / "quickstart.yaml").read_text()
     assert yaml.safe_load(text)["model"] == "tiny"
     assert "did you mean 'quickstart'" in cli.bad("example", "quickstar")
     assert "engine = configs/*.yaml" in (ROOT / "setup.cfg").read_text(), "package data in wheels"

