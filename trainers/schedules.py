@@ -24,10 +24,15 @@ class Schedule(BaseModel):
         """A bare name is shorthand: `schedule.lr: cosine` means `{name: cosine}`."""
         return {"name": value} if isinstance(value, str) else value
 
-    name: Literal["constant", "linear_warmup", "cosine"] = "constant"
-    warmup: int = Field(0, ge=0, le=1 << 20)
-    total: int | None = Field(None, ge=1, le=1 << 20)
-    final_ratio: float = Field(0.0, ge=0.0, le=1.0)
+    name: Literal["constant", "linear_warmup", "cosine"] = Field("constant", description="The schedule's shape.")
+    warmup: int = Field(0, ge=0, le=1 << 20, description="Generations of linear warm-up from 0 to the base value.")
+    total: int | None = Field(
+        None, ge=1, le=1 << 20,
+        description="cosine: the generation at which the decay ends (default: the run's `generations`).",
+    )
+    final_ratio: float = Field(
+        0.0, ge=0.0, le=1.0, description="cosine: the value at `total`, as a fraction of the base value."
+    )
 
     def factor(self, generation: int, total_generations: int) -> float:
         """Multiplier of the base value at 1-based `generation`."""
