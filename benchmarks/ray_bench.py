@@ -32,15 +32,15 @@ def one_generation(pool, cfg, strategy: ES, key: int, generation: int) -> tuple[
     started = time.perf_counter()
     lr, sigma = hyperparameters(cfg, generation)
     members = strategy.ask(key, generation)
-    results = pool.evaluate(members, sigma, generation, key)
-    coefficients = strategy.tell(members, [r.reward for r in results], lr=lr, optimizer=cfg.optimizer)
+    results = pool.evaluate(members, sigma, generation, key, pool.batch(generation))
+    decision = strategy.decide(results, lr=lr, optimizer=cfg.optimizer)
     step = ReplayStep(
         run="bench",
         index=generation,
         keys=[m.key for m in members],
-        coefficients=coefficients,
+        coefficients=decision.coefficients,
         sigma=sigma,
-        optimizer=cfg.optimizer.record(lr),
+        optimizer=decision.optimizer,
     )
     fingerprint = pool.apply(step)
     return time.perf_counter() - started, fingerprint

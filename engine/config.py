@@ -45,6 +45,7 @@ from seedledger.trainers.cmaes import CMAESSpec
 from seedledger.trainers.ga import GASpec
 from seedledger.trainers.lmmaes import LMMAESSpec
 from seedledger.trainers.optim import OptimizerSpec
+from seedledger.trainers.policy import check_config
 from seedledger.trainers.tasks.registry import (
     UnknownTaskOption,
     absolute_paths,
@@ -129,9 +130,12 @@ class TrainConfig(Strict):
             raise ValueError(str(exc)) from None
         return task
     @model_validator(mode="after")
-    def _kl_needs_hf(self) -> TrainConfig:
-        if self.kl is not None and self.backend == "vllm":
-            raise ValueError("kl: the KL-to-base penalty needs backend: hf (it scores tokens under a frozen base model)")
+    def _fits(self) -> TrainConfig:
+        """What the algorithm, the KL penalty and σ adaptation need of the backend, pool,
+        perturbation kind and settings: declared on their classes, checked in one place."""
+        refusal = check_config(self)
+        if refusal is not None:
+            raise ValueError(refusal)
         return self
 
     def perturbation_spec(self) -> Perturbation:
@@ -159,68 +163,6 @@ class TrainConfig(Strict):
         return self
 
     @model_validator(mode="after")
-    def _algorithm_settings(self) -> TrainConfig:
-        if self.algorithm != "es" and self.optimizer.name != "sgd":
-            raise ValueError(f"algorithm {self.algorithm}: its update is applied as is, so optimizer must be sgd")
-        if self.algorithm == "ga":
-            if self.mirrored:
-                raise ValueError("algorithm ga: genomes are single mutations; set mirrored: false")
-            if (self.ga or GASpec()).parents > self.population:
-                raise ValueError("ga.parents: more parents than the population holds")
-            self._ga_survivors()
-        if self.ga is not None and self.algorithm != "ga":
-            raise ValueError("ga: settings given but algorithm is not ga")
-        if self.cmaes is not None and self.algorithm != "cmaes":
-            raise ValueError("cmaes: settings given but algorithm is not cmaes")
-        if self.algorithm == "cmaes" and self.cmaes and self.cmaes.mu and self.cmaes.mu > self.population:
-            raise ValueError("cmaes.mu: more parents than the population holds")
-        if self.lmmaes is not None and self.algorithm != "lmmaes":
-            raise ValueError("lmmaes: settings given but algorithm is not lmmaes")
-        if self.algorithm == "lmmaes":
-            self._lmmaes_settings()
-        return self
-
-    def _ga_survivors(self) -> None:
-        """Survivors beyond the master ride as offsets the size of the trained weights that
-        members are built from in the evaluating process: the in-process hf backend (full
-        rank: K − 1 fp32 copies of the model beside the master; low-rank noise has no
-        offsets)."""
-        spec = self.ga or GASpec()
-        survivors = spec.survivors
-        if survivors == 1:
-            return
-        if spec.parents != GASpec.model_fields["parents"].default:  # a stored config spells the default out
-            raise ValueError("ga.parents: with survivors > 1 the survivors are the parents; drop parents")
-        if self.train == "full" and self.perturbation != "full":
-            raise ValueError("ga.survivors: survivors are kept as full-size offsets; use perturbation: full "
-                             "or train an adapter (train: lora)")
-        if self.backend == "vllm" or self.workers.pool != "local":
-            raise ValueError("ga.survivors: members carry offset terms only the in-process hf backend builds; "
-                             "use backend: hf and workers.pool: local")
-        if survivors >= self.population:
-            raise ValueError(f"ga.survivors: {survivors} survivors leave no room for children in a population "
-                             f"of {self.population}")
-
-    def _lmmaes_settings(self) -> None:
-        """LM-MA-ES keeps m paths the size of the trained weights and builds members from
-        them in the evaluating process: adapter runs on the in-process hf backend."""
-        spec = self.lmmaes or LMMAESSpec()
-        if self.train == "full":
-            raise ValueError("algorithm lmmaes: its paths are m copies of the trained weights; "
-                             "train an adapter (train: lora)")
-        if self.backend == "vllm" or self.workers.pool != "local":
-            raise ValueError("algorithm lmmaes: members carry path terms only the in-process hf backend "
-                             "builds; use backend: hf and workers.pool: local")
-        if self.mirrored:
-            raise ValueError("algorithm lmmaes: its samples are independent; set mirrored: false")
-        if spec.mu and 2 * spec.mu >= self.population + 1:
-            raise ValueError(f"lmmaes.mu: {spec.mu} parents leave the last one a weight ln((λ+1)/2) − ln μ "
-                             f"that is not positive; use μ < (population + 1)/2 = {(self.population + 1) / 2:g}")
-        if spec.adapt_sigma and self.adaptation is not None:
-            raise ValueError("algorithm lmmaes: σ follows its path p_σ; drop `adaptation` "
-                             "(or set lmmaes.adapt_sigma: false)")
-
-    @model_validator(mode="after")
     def _adapters_and_quantization(self) -> TrainConfig:
         if self.train != "full" and self.perturbation != "full":
             raise ValueError("a LoRA adapter is perturbed with full-rank noise on its own tensors: "
@@ -231,18 +173,6 @@ class TrainConfig(Strict):
         if self.base_quantization != "none" and self.backend == "vllm":
             raise ValueError(f"base_quantization {self.base_quantization}: the vllm backend serves the "
                              "frozen base as stored; use backend: hf")
-        return self
-
-    @model_validator(mode="after")
-    def _mirrored_needs_pairs(self) -> TrainConfig:
-        if self.mirrored and self.population % 2:
-            raise ValueError(f"population must be even when mirrored (got {self.population})")
-        return self
-
-    @model_validator(mode="after")
-    def _adaptation_needs_pairs(self) -> TrainConfig:
-        if self.adaptation and self.adaptation.sigma and (not self.mirrored or self.population < 4):
-            raise ValueError("adaptation.sigma: needs mirrored pairs, at least two (population >= 4)")
         return self
 
     @model_validator(mode="after")

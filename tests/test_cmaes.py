@@ -14,7 +14,7 @@ from cmaes import SepCMA
 from seedledger.ledger import Ledger
 from seedledger.replay.noise import round_coefficient
 from seedledger.trainers.cmaes import CMAES, CMAESSpec, ranking, recombination_weights
-from seedledger.trainers.es import Member
+from seedledger.trainers.member import Member
 from seedledger.trainers.optim import OptimizerSpec
 from tests.test_ga import _cli, _config, _fingerprints
 
@@ -39,7 +39,7 @@ def test_mean_update_matches_sepcma_on_identical_samples(mirrored):
     rewards = [float(-np.sum((mean + sigma * zi) ** 2)) for zi in z]
     rewards[3] = rewards[5]  # a tie: broken by member index, as SepCMA's stable sort does
     _, s, _ = policy.hyperparameters(1)
-    coefs = policy.tell(members, rewards, lr=1.0, optimizer=OptimizerSpec())
+    coefs = policy.tell(members, rewards, lr=1.0, optimizer=OptimizerSpec()).coefficients
     ours = mean.copy()
     for m, c in zip(members, coefs, strict=True):
         ours += c * keys[m.index // 2 if mirrored else m.index]

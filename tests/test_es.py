@@ -49,7 +49,7 @@ def test_zscore_and_ranks():
 def test_tell_rounds_every_coefficient_and_folds_pairs():
     es = ES(4, mirrored=True)
     members = es.ask(1, 1)
-    coeffs = es.tell(members, [1.0, 0.0, 0.2, 0.7], lr=5e-4, optimizer=SGD)
+    coeffs = es.tell(members, [1.0, 0.0, 0.2, 0.7], lr=5e-4, optimizer=SGD).coefficients
     z = zscore([1.0, 0.0, 0.2, 0.7])
     assert coeffs[1] == 0.0 and coeffs[3] == 0.0
     assert coeffs[0] == round_coefficient(5e-4 / 4 * (z[0] - z[1]))
@@ -62,7 +62,7 @@ def test_tell_rounds_every_coefficient_and_folds_pairs():
 
 def test_tell_without_signal_gives_a_zero_update():
     es = ES(6, mirrored=False)
-    assert es.tell(es.ask(3, 2), [0.25] * 6, lr=1.0, optimizer=SGD) == [0.0] * 6
+    assert es.tell(es.ask(3, 2), [0.25] * 6, lr=1.0, optimizer=SGD).coefficients == [0.0] * 6
 
 
 def test_tell_checks_lengths():
@@ -77,11 +77,11 @@ def test_sgd_folds_the_learning_rate_and_momentum_and_adam_do_not():
     es = ES(6, mirrored=False)
     members, rewards = es.ask(5, 3), [0.1, 0.9, 0.4, 0.3, 0.8, 0.0]
     z = zscore(rewards)
-    assert es.tell(members, rewards, lr=0.25, optimizer=SGD) == [
+    assert es.tell(members, rewards, lr=0.25, optimizer=SGD).coefficients == [
         round_coefficient(0.25 / 6 * zi) for zi in z
     ]
     for rule in (MOMENTUM, ADAM):
-        assert es.tell(members, rewards, lr=0.25, optimizer=rule) == [
+        assert es.tell(members, rewards, lr=0.25, optimizer=rule).coefficients == [
             round_coefficient(1.0 / 6 * zi) for zi in z
         ]
 

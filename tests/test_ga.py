@@ -15,8 +15,8 @@ import yaml
 
 from seedledger.ledger import Ledger
 from seedledger.ledger.errors import SeedLedgerError
-from seedledger.trainers.es import Member
 from seedledger.trainers.ga import GA, GASpec, Sharing, select, shared_fitness, species
+from seedledger.trainers.member import Member
 from seedledger.trainers.optim import OptimizerSpec
 from tests.support.runs import cli as _cli
 from tests.support.runs import fingerprints as _fingerprints
@@ -98,7 +98,7 @@ def test_ga_on_a_toy_objective_improves():
         genomes = [master + s * m.sign * eps(m.key) for m in members]
         per_sample = [list(-((x - target) ** 2)) for x in genomes]
         rewards = [float(np.sum(v)) for v in per_sample]
-        coefs = ga.tell(members, rewards, lr=1.0, optimizer=OptimizerSpec(), sample_rewards=per_sample)
+        coefs = ga.tell(members, rewards, lr=1.0, optimizer=OptimizerSpec(), sample_rewards=per_sample).coefficients
         master = master + sum(c * eps(m.key) for m, c in zip(members, coefs, strict=True))
     assert loss(master) < 0.2 * start
 

@@ -107,15 +107,16 @@ def _toy_run(generations: int, spec: GASpec, population: int = 8, sigma: float =
             genomes.append(x)
         per_sample = [_objective(x) for x in genomes]
         rewards = [math.fsum(v) for v in per_sample]
-        coefs = ga.tell(members, rewards, lr=lr, optimizer=OptimizerSpec(), sample_rewards=per_sample)
+        decision = ga.tell(members, rewards, lr=lr, optimizer=OptimizerSpec(), sample_rewards=per_sample)
+        coefs = decision.coefficients
         start = (copy.deepcopy(master), copy.deepcopy(state))
         step = ReplayStep(run="toy", index=g, keys=[mb.key for mb in members], coefficients=coefs, sigma=sig,
-                          optimizer=ga.update_rule(lr))
+                          optimizer=decision.optimizer)
         apply_step(master, state, step)
-        record = SimpleNamespace(index=g, sigma=sig, optimizer=step.optimizer, extra=ga.told())
+        record = SimpleNamespace(index=g, sigma=sig, optimizer=step.optimizer, extra=decision.extra)
         ga.observe(record)
         yield SimpleNamespace(start=start, step=step, members=members, genomes=genomes, rewards=rewards,
-                              told=ga.told()["ga"], master=copy.deepcopy(master), state=copy.deepcopy(state),
+                              told=decision.extra["ga"], master=copy.deepcopy(master), state=copy.deepcopy(state),
                               record=record)
 
 
@@ -162,11 +163,12 @@ def test_a_winning_elite_leaves_the_master_bit_identical_negative_zeros_included
     master = {n: torch.full(s, -0.0) for n, s in SHAPES.items()}
     master["a"][0, 0] = 0.5
     before = copy.deepcopy(master)
-    coefs = ga.tell(members, [1.0, 0.0, 0.0, 0.0], lr=1.0, optimizer=OptimizerSpec())  # elite 0 wins
-    assert coefs == [0.0] * 4 and ga.told()["ga"]["survivors"][0] == 0
+    decision = ga.tell(members, [1.0, 0.0, 0.0, 0.0], lr=1.0, optimizer=OptimizerSpec())  # elite 0 wins
+    coefs = decision.coefficients
+    assert coefs == [0.0] * 4 and decision.extra["ga"]["survivors"][0] == 0
     state = OptimizerState()
     apply_step(master, state, ReplayStep(run="toy", index=1, keys=[m.key for m in members], coefficients=coefs,
-                                         sigma=0.125, optimizer=ga.update_rule(1.0)))
+                                         sigma=0.125, optimizer=decision.optimizer))
     assert fingerprint(master) == fingerprint(before)
     assert all(torch.equal(master[n].view(torch.int32), before[n].view(torch.int32)) for n in SHAPES)
 

@@ -105,13 +105,14 @@ def run_lmmaes(generations: int, *, population: int = 8, memory: int = 6, sigma:
             apply_member(x, step_of(g, members, [], sig, rule), m.key, m.sign, member=m.index, state=state)
             weights.append(x)
         rewards = [objective(flat(x)) for x in weights]
-        coefs = policy.tell(members, rewards, lr=lr, optimizer=SGD)
+        decision = policy.tell(members, rewards, lr=lr, optimizer=SGD)
+        coefs = decision.coefficients
         start = (copy.deepcopy(master), copy.deepcopy(state))
-        step = step_of(g, members, coefs, sig, policy.update_rule(lr))
+        step = step_of(g, members, coefs, sig, decision.optimizer)
         apply_step(master, state, step)
         policy.observe(SimpleNamespace(sigma=sig, index=g, optimizer=step.optimizer, extra={}))
         yield SimpleNamespace(start=start, members=members, weights=weights, rewards=rewards, sigma=sig,
-                              order=policy.told()["lmmaes"]["ranking"], master=copy.deepcopy(master),
+                              order=decision.extra["lmmaes"]["ranking"], master=copy.deepcopy(master),
                               state=copy.deepcopy(state),
                               step=step, fingerprint=fingerprint(master))
 

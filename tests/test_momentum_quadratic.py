@@ -51,7 +51,7 @@ def losses(rule: str, lr: float, dampening: float = 0.0) -> tuple[float, ...]:
         for m in members:
             w = master["w"] + m.sign * sigma * generate(tensor_key(m.key, "w"), DIM)
             rewards.append(-float(((w - target) ** 2).sum()) + rng.gauss(0.0, 0.5))
-        coefficients = es.tell(members, rewards, lr=lr, optimizer=optimizer)
+        coefficients = es.tell(members, rewards, lr=lr, optimizer=optimizer).coefficients
         step = ReplayStep("quadratic", g, [m.key for m in members], coefficients, sigma, optimizer.record(lr))
         update.apply_step(master, state, step)
         out.append(float(((master["w"] - target) ** 2).sum()))

@@ -35,6 +35,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from seedledger.replay.noise import round_coefficient
+from seedledger.trainers.requirements import Mirrored
+
+# What the `pairs` rule needs of a run (`trainers.policy.check_config`).
+REQUIRES = (Mirrored("adaptation.sigma", "needs mirrored pairs, at least two (population >= 4)", value=True, minimum=4),)
 
 
 class SigmaAdaptation(BaseModel):
@@ -128,4 +132,4 @@ class Hyperparameters:
         return lr, sigma, extra
 
 
-__all__ = ["AdaptationSpec", "Hyperparameters", "SigmaAdaptation", "next_sigma", "odd_share"]
+__all__ = ["REQUIRES", "AdaptationSpec", "Hyperparameters", "SigmaAdaptation", "next_sigma", "odd_share"]

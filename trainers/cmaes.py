@@ -29,13 +29,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from seedledger.replay.noise import member_key, round_coefficient
+from seedledger.replay.noise import round_coefficient
 from seedledger.trainers.adaptation import Hyperparameters
-from seedledger.trainers.es import Member
+from seedledger.trainers.member import Member
 from seedledger.trainers.optim import OptimizerSpec
+from seedledger.trainers.policy_base import Decision, Policy, scheduled
+from seedledger.trainers.requirements import Holds, Requirement
 
 
 class CMAESSpec(BaseModel):
@@ -62,8 +65,19 @@ def ranking(rewards: list[float]) -> list[int]:
     return sorted(range(len(rewards)), key=lambda i: (-rewards[i], i))
 
 
-class CMAES:
-    """The sep-CMA-ES policy (`trainers.policy.Policy`); see the module docstring."""
+class CMAES(Policy):
+    """The sep-CMA-ES policy; see the module docstring. Its `ask` is the base's."""
+
+    name = "cmaes"
+    label = "CMA-ES"
+    settings = "cmaes"
+    optimizers = frozenset({"sgd"})
+
+    @classmethod
+    def requirements(cls, cfg: Any) -> tuple[Requirement, ...]:
+        mu = cfg.cmaes.mu if cfg.cmaes else None
+        return (*cls.requires, Holds("cmaes.mu", "more parents than the population holds",
+                                     holds=not mu or mu <= cfg.population))
 
     def __init__(
         self, population: int, spec: CMAESSpec, mirrored: bool = False,
@@ -77,39 +91,23 @@ class CMAES:
         self.hyper = hyperparameters
         self.weights = recombination_weights(population, spec.mu)
         self._sigma = 0.0
-        self._told: dict = {}
 
-    def hyperparameters(self, generation: int) -> tuple[float, float, dict]:
-        if self.hyper is None:
-            raise ValueError("this CMA-ES policy was built without σ settings")
-        _, sigma, extra = self.hyper.at(generation)
-        self._sigma = sigma
-        return self.spec.cm, sigma, extra
+    @classmethod
+    def from_config(cls, cfg: Any) -> CMAES:
+        spec = getattr(cfg, "cmaes", None) or CMAESSpec()
+        return cls(cfg.population, spec, mirrored=cfg.mirrored, hyperparameters=scheduled(cfg))
 
-    def restore(self, history: list) -> None:
-        if self.hyper is not None:
-            self.hyper.restore(history)
-
-    def observe(self, record) -> None:
-        if self.hyper is not None:
-            self.hyper.observe(record)
-
-    def ask(self, run_key: int, generation: int) -> list[Member]:
-        if not self.mirrored:
-            return [Member(i, member_key(run_key, generation, i), 1) for i in range(self.population)]
-        members = []
-        for pair in range(self.population // 2):
-            key = member_key(run_key, generation, pair)
-            members += [Member(2 * pair, key, 1), Member(2 * pair + 1, key, -1)]
-        return members
+    def learning_rate(self, lr: float) -> float:
+        return self.spec.cm
 
     def tell(
         self, members: list[Member], rewards: list[float], *, lr: float, optimizer: OptimizerSpec,
         components: list[dict[str, float | None]] | None = None,
         objectives: Mapping[str, float] | None = None,
         sample_rewards: list[list[float] | None] | None = None,
-    ) -> list[float]:
-        """cᵢ = c_m·σ·w_rank(i)·signᵢ for the μ best (0 for the rest), rounded."""
+    ) -> Decision:
+        """cᵢ = c_m·σ·w_rank(i)·signᵢ for the μ best (0 for the rest), rounded; the ranking
+        goes to the record's `extra`."""
         if optimizer.name != "sgd":
             raise ValueError("algorithm cmaes: the mean update is applied as is, so optimizer must be sgd")
         if len(rewards) != len(members):
@@ -120,12 +118,8 @@ class CMAES:
             raw[i] = lr * self._sigma * w * members[i].sign
         if self.mirrored:  # one term per key: the pair's first member carries the sum
             raw = [raw[i] + raw[i + 1] if i % 2 == 0 else 0.0 for i in range(len(raw))]
-        self._told = {"cmaes": {"ranking": order, "mu": len(self.weights)}}
-        return [round_coefficient(c) for c in raw]
-
-    def told(self) -> dict:
-        """What the last `tell` decided, for the generation record's `extra`."""
-        return self._told
+        return Decision([round_coefficient(c) for c in raw], optimizer.record(lr),
+                        {"cmaes": {"ranking": order, "mu": len(self.weights)}})
 
 
 __all__ = ["CMAES", "CMAESSpec", "ranking", "recombination_weights"]

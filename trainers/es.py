@@ -7,35 +7,23 @@ estimate and the rule applies α. Mirrored pairs (ε, −ε) share one key and a
 one term on that key: the pair's first member carries the coefficient, the second 0.
 Every coefficient is rounded by `replay.noise.round_coefficient` before it leaves here,
 so what the ledger stores is exactly what is applied. The loop reaches this class through
-`trainers.policy.make_policy`, never by name.
+`trainers.policy.make_policy`, never by name; its `ask` is the base's (`trainers.policy_base`).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
-from seedledger.replay.noise import member_key, round_coefficient
+from seedledger.replay.noise import round_coefficient
 from seedledger.trainers.adaptation import Hyperparameters
+from seedledger.trainers.member import Member
 from seedledger.trainers.optim import OptimizerSpec
+from seedledger.trainers.policy_base import Components, Decision, Policy, scheduled
 from seedledger.trainers.shaping import FRONT, objective_vectors, pareto_shape
 
 Shaping = Literal["zscore", "centered_rank", "difference", "pareto"]
-Components = list[dict[str, float | None]]
-
-
-@dataclass(frozen=True)
-class Member:
-    """One member: weights master + round(sign·σ·shrink)·ε(key), plus Σⱼ pathsⱼ·Mⱼ along
-    the replay state's evolution paths (LM-MA-ES only; `replay.paths`)."""
-
-    index: int
-    key: int
-    sign: int
-    shrink: float = 1.0
-    paths: tuple[float, ...] = ()
 
 
 def zscore(rewards: list[float]) -> list[float]:
@@ -76,12 +64,15 @@ def centered_ranks(rewards: list[float]) -> list[float]:
     return [r / (n - 1) - 0.5 for r in ranks]
 
 
-class ES:
-    """The ES policy (`trainers.policy.Policy`): `ask(run_key, generation)` names the members,
-    `tell(members, rewards, lr=, optimizer=)` returns their rounded coefficients;
-    `hyperparameters(generation)` gives the lr and σ in force (schedules, and the optional
-    σ/lr adaptation of `trainers.adaptation`, whose state `restore` rebuilds from the
-    lineage's records and `observe` advances past each committed one)."""
+class ES(Policy):
+    """The ES policy: the shared `ask` (mirrored pairs or independent members), `tell` returns
+    the rounded coefficients; `hyperparameters(generation)` gives the lr and σ in force
+    (schedules, and the optional σ/lr adaptation of `trainers.adaptation`, whose state
+    `restore` rebuilds from the lineage's records and `observe` advances past each one)."""
+
+    name = "es"
+    label = "ES"
+    hyper_names = "lr/σ"
 
     def __init__(
         self, population: int, mirrored: bool = True, shaping: Shaping = "zscore",
@@ -95,32 +86,13 @@ class ES:
         self.mirrored = mirrored
         self.shaping = shaping
         self.hyper = hyperparameters
-        self._sigma: float | None = None  # the σ in force (`difference` shaping divides by it)
+        self._sigma = None  # the σ in force (`difference` shaping divides by it)
 
-    def hyperparameters(self, generation: int) -> tuple[float, float, dict]:
-        """(lr, σ, extra for the record) in force at `generation`."""
-        if self.hyper is None:
-            raise ValueError("this ES policy was built without lr/σ settings")
-        lr, sigma, extra = self.hyper.at(generation)
-        self._sigma = sigma
-        return lr, sigma, extra
-
-    def restore(self, history: list) -> None:
-        if self.hyper is not None:
-            self.hyper.restore(history)
-
-    def observe(self, record) -> None:
-        if self.hyper is not None:
-            self.hyper.observe(record)
-
-    def ask(self, run_key: int, generation: int) -> list[Member]:
-        if not self.mirrored:
-            return [Member(i, member_key(run_key, generation, i), 1) for i in range(self.population)]
-        members = []
-        for pair in range(self.population // 2):
-            key = member_key(run_key, generation, pair)
-            members += [Member(2 * pair, key, 1), Member(2 * pair + 1, key, -1)]
-        return members
+    @classmethod
+    def from_config(cls, cfg: Any) -> ES:
+        # the engine's TrainConfig has lr/σ; a bare namespace may omit the schedule
+        hyper = scheduled(cfg) if hasattr(cfg, "lr") else None
+        return cls(cfg.population, mirrored=cfg.mirrored, shaping=cfg.shaping, hyperparameters=hyper)
 
     def shape(
         self, rewards: list[float], components: Components | None = None,
@@ -150,15 +122,12 @@ class ES:
         self, members: list[Member], rewards: list[float], *, lr: float, optimizer: OptimizerSpec,
         components: Components | None = None, objectives: Mapping[str, float] | None = None,
         sample_rewards: list[list[float] | None] | None = None,
-    ) -> list[float]:
+    ) -> Decision:
         """Coefficients in member order: shaped rewards times α/N when the optimizer folds the
-        learning rate into the coefficients (SGD), times 1/N when its rule applies α itself."""
+        learning rate into the coefficients (SGD), times 1/N when its rule applies α itself.
+        ES records nothing beyond its coefficients and the configured optimizer."""
         scale = (lr if optimizer.folds_lr else 1.0) / len(members)
-        return self.coefficients(members, rewards, scale, components, objectives)
-
-    def told(self) -> dict:
-        """ES records nothing beyond its coefficients."""
-        return {}
+        return Decision(self.coefficients(members, rewards, scale, components, objectives), optimizer.record(lr))
 
     def coefficients(
         self, members: list[Member], rewards: list[float], scale: float,
@@ -175,3 +144,6 @@ class ES:
         for i in range(0, len(members), 2):
             coefficients += [round_coefficient(scale * (z[i] - z[i + 1])), 0.0]
         return coefficients
+
+
+__all__ = ["ES", "Member", "centered_ranks", "differences", "zscore"]

@@ -61,7 +61,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -69,8 +69,17 @@ from seedledger.replay.hashing import MASK64, mix
 from seedledger.replay.noise import member_key, round_coefficient
 from seedledger.replay.paths import NAME as PATHS
 from seedledger.trainers.adaptation import Hyperparameters
-from seedledger.trainers.es import Member
+from seedledger.trainers.member import Member
 from seedledger.trainers.optim import OptimizerSpec
+from seedledger.trainers.policy_base import Decision, Policy, scheduled
+from seedledger.trainers.requirements import (
+    MEMBER_TERMS,
+    Capability,
+    Holds,
+    Kinds,
+    Mirrored,
+    Requirement,
+)
 
 SELECTION_SLOT = 2_000_000  # the generation's selection/crossover key: member_key(run, g, slot)
 BREEDING_SLOT = 2_000_001  # which survivors each child of the generation descends from
@@ -177,8 +186,42 @@ def select(fitness: Sequence[float], spec: GASpec, key: int, count: int | None =
     return sorted(winners, key=position.__getitem__)
 
 
-class GA:
-    """The GA policy (`trainers.policy.Policy`); see the module docstring."""
+class GA(Policy):
+    """The GA policy; see the module docstring."""
+
+    name = "ga"
+    label = "GA"
+    settings = "ga"
+    optimizers = frozenset({"sgd"})  # the child replaces the master
+    requires = (
+        Mirrored("algorithm ga", "genomes are single mutations; set mirrored: false", value=False),
+    )
+    # Survivors beyond the master ride as offsets the size of the trained weights that
+    # members are built from in the evaluating process: the in-process hf backend (full
+    # rank: K − 1 fp32 copies of the model beside the master; low-rank noise has no offsets).
+    survivors_require = (
+        Kinds("ga.survivors", "survivors are kept as full-size offsets; use perturbation: full "
+              "or train an adapter (train: lora)", kinds=frozenset({"full", "lora"})),
+        Capability("ga.survivors", "members carry offset terms only the in-process hf backend builds; "
+                   "use backend: hf and workers.pool: local", capability=MEMBER_TERMS),
+    )
+
+    @classmethod
+    def requirements(cls, cfg: Any) -> tuple[Requirement, ...]:
+        spec = cfg.ga or GASpec()
+        needs = (*cls.requires, Holds("ga.parents", "more parents than the population holds",
+                                      holds=spec.parents <= cfg.population))
+        if spec.survivors == 1:
+            return needs
+        return (
+            *needs,
+            # a stored config spells the default out
+            Holds("ga.parents", "with survivors > 1 the survivors are the parents; drop parents",
+                  holds=spec.parents == GASpec.model_fields["parents"].default),
+            *cls.survivors_require,
+            Holds("ga.survivors", f"{spec.survivors} survivors leave no room for children in a population "
+                  f"of {cfg.population}", holds=spec.survivors < cfg.population),
+        )
 
     def __init__(self, population: int, spec: GASpec, hyperparameters: Hyperparameters | None = None):
         if population < 2:
@@ -193,24 +236,20 @@ class GA:
         self._sigma = 0.0
         self._kept = 1  # survivors the last record left: the master and kept − 1 offsets
         self._bred: list[dict[int, float] | None] = []  # per member: weights on survivors (None: elite)
-        self._rule: dict = {}
-        self._told: dict = {}
 
-    def hyperparameters(self, generation: int) -> tuple[float, float, dict]:
-        if self.hyper is None:
-            raise ValueError("this GA policy was built without σ settings")
-        lr, sigma, extra = self.hyper.at(generation)
-        self._sigma = sigma
-        return 1.0, sigma, extra  # lr 1: the coefficients move the master to the child exactly
+    @classmethod
+    def from_config(cls, cfg: Any) -> GA:
+        return cls(cfg.population, getattr(cfg, "ga", None) or GASpec(), hyperparameters=scheduled(cfg))
+
+    def learning_rate(self, lr: float) -> float:
+        return 1.0  # the coefficients move the master to the child exactly
 
     def restore(self, history: list) -> None:
-        if self.hyper is not None:
-            self.hyper.restore(history)
+        super().restore(history)
         self._kept = self._survivors_of(history[-1]) if history else 1
 
     def observe(self, record) -> None:
-        if self.hyper is not None:
-            self.hyper.observe(record)
+        super().observe(record)
         self._kept = self._survivors_of(record)
 
     def _survivors_of(self, record) -> int:
@@ -248,8 +287,9 @@ class GA:
         components: list[dict[str, float | None]] | None = None,
         objectives: Mapping[str, float] | None = None,
         sample_rewards: list[list[float] | None] | None = None,
-    ) -> list[float]:
-        """The coefficients that move the master to the next one (the module docstring)."""
+    ) -> Decision:
+        """The coefficients that move the master to the next one (the module docstring), the
+        rule the record stores (SGD, or with survivors the `paths` rule) and `extra["ga"]`."""
         if optimizer.name != "sgd":
             raise ValueError("algorithm ga: the child replaces the master, so optimizer must be sgd")
         if len(rewards) != len(members):
@@ -266,12 +306,10 @@ class GA:
             "species": species(fitness, vectors, sharing.radius) if sharing else None,
         }
         if self.spec.survivors > 1:
-            coefficients = self._survive(members, fitness, told)
+            coefficients, rule = self._survive(members, fitness, told)
         else:
-            coefficients = self._child(members, fitness, told)
-            self._rule = optimizer.record(lr)
-        self._told = {"ga": told}
-        return coefficients
+            coefficients, rule = self._child(members, fitness, told), optimizer.record(lr)
+        return Decision(coefficients, rule, {"ga": told})
 
     def _child(self, members: list[Member], fitness: list[float], told: dict) -> list[float]:
         """One survivor: the next master is the best parent or the crossover of the two best."""
@@ -290,7 +328,7 @@ class GA:
         told |= {"parents": parents, "child": [a] if b is None else [a, b], "weight": w}
         return coefficients
 
-    def _survive(self, members: list[Member], fitness: list[float], told: dict) -> list[float]:
+    def _survive(self, members: list[Member], fitness: list[float], told: dict) -> tuple[list[float], dict]:
         """K survivors: the master moves to the best, the others become offsets from it
         (the `paths` rule's mix/noise form; the module docstring)."""
         survivors = list(dict.fromkeys(select(fitness, self.spec, self._key, self.spec.survivors)))
@@ -304,20 +342,11 @@ class GA:
             mix[k] = [x - y for x, y in zip(members[s].paths, members[best].paths, strict=True)]
             noise[k][s] = scale[s]
             noise[k][best] -= scale[best]  # 0.0, not −0.0, for an elite
-        self._rule = {"name": PATHS, "move": list(members[best].paths), "mix": mix, "noise": noise,
-                      "shrink": 1.0, "members": [list(mb.paths) for mb in members]}
+        rule = {"name": PATHS, "move": list(members[best].paths), "mix": mix, "noise": noise,
+                "shrink": 1.0, "members": [list(mb.paths) for mb in members]}
         told |= {"parents": survivors, "child": [best], "weight": 1.0, "survivors": survivors,
                  "breeding": [None if bred is None else [[k, w] for k, w in bred.items()] for bred in self._bred]}
-        return coefficients
-
-    def update_rule(self, lr: float) -> dict:
-        """The optimizer dict the generation records: SGD, or with survivors the `paths` rule
-        (both decided by `tell`, which had the lr)."""
-        return dict(self._rule)
-
-    def told(self) -> dict:
-        """What the last `tell` decided, for the generation record's `extra`."""
-        return self._told
+        return coefficients, rule
 
 
 __all__ = ["GA", "GASpec", "Sharing", "breed", "select", "shared_fitness", "species", "uniform", "weight"]

@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -42,8 +42,17 @@ from seedledger.replay.noise import member_key, round_coefficient
 from seedledger.replay.paths import NAME as PATHS
 from seedledger.trainers.adaptation import Hyperparameters
 from seedledger.trainers.cmaes import ranking
-from seedledger.trainers.es import Member
+from seedledger.trainers.member import Member
 from seedledger.trainers.optim import OptimizerSpec
+from seedledger.trainers.policy_base import Decision, Policy, scheduled
+from seedledger.trainers.requirements import (
+    MEMBER_TERMS,
+    Capability,
+    Holds,
+    Kinds,
+    Mirrored,
+    Requirement,
+)
 
 
 class LMMAESSpec(BaseModel):
@@ -118,11 +127,36 @@ def transform(rates: Rates, projections: Sequence[float], gram: Sequence[Sequenc
     return alpha, beta
 
 
-class LMMAES:
-    """The LM-MA-ES policy (`trainers.policy.Policy`); see the module docstring.
+class LMMAES(Policy):
+    """The LM-MA-ES policy; see the module docstring. It declares `needs_state`: the loop
+    gives it the replay state (`attach`) before each generation."""
 
-    `attach(view)` gives it the replay state before each generation (the loop does so for
-    every policy that has `attach`)."""
+    name = "lmmaes"
+    label = "LM-MA-ES"
+    settings = "lmmaes"
+    optimizers = frozenset({"sgd"})  # the update is the paths rule
+    needs_state = True
+    # It keeps m paths the size of the trained weights and builds members from them in the
+    # evaluating process: adapter runs on the in-process hf backend.
+    requires = (
+        Kinds("algorithm lmmaes", "its paths are m copies of the trained weights; train an adapter (train: lora)",
+              kinds=frozenset({"lora"})),
+        Capability("algorithm lmmaes", "members carry path terms only the in-process hf backend builds; "
+                   "use backend: hf and workers.pool: local", capability=MEMBER_TERMS),
+        Mirrored("algorithm lmmaes", "its samples are independent; set mirrored: false", value=False),
+    )
+
+    @classmethod
+    def requirements(cls, cfg: Any) -> tuple[Requirement, ...]:
+        spec = cfg.lmmaes or LMMAESSpec()
+        return (
+            *cls.requires,
+            Holds("lmmaes.mu", f"{spec.mu} parents leave the last one a weight ln((λ+1)/2) − ln μ that is not "
+                  f"positive; use μ < (population + 1)/2 = {(cfg.population + 1) / 2:g}",
+                  holds=not spec.mu or 2 * spec.mu < cfg.population + 1),
+            Holds("algorithm lmmaes", "σ follows its path p_σ; drop `adaptation` (or set lmmaes.adapt_sigma: false)",
+                  holds=not (spec.adapt_sigma and cfg.adaptation is not None)),
+        )
 
     def __init__(self, population: int, spec: LMMAESSpec, hyperparameters: Hyperparameters | None = None):
         if population < 2:
@@ -143,8 +177,10 @@ class LMMAES:
         self._scale = 0.0  # round(σ·α): every member's factor on its own noise
         self._alpha = 1.0
         self._paths: list[list[float]] = []  # per member: rounded σ·βᵢⱼ
-        self._rule: dict = {}
-        self._told: dict = {}
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> LMMAES:
+        return cls(cfg.population, getattr(cfg, "lmmaes", None) or LMMAESSpec(), hyperparameters=scheduled(cfg))
 
     def attach(self, view: PathView) -> None:
         """The replay state before a generation: its Gram matrix (paths and p_σ) is taken
@@ -176,9 +212,7 @@ class LMMAES:
         return self._view, self.rates
 
     def hyperparameters(self, generation: int) -> tuple[float, float, dict]:
-        if self.hyper is None:
-            raise ValueError("this LM-MA-ES policy was built without σ settings")
-        _, sigma, extra = self.hyper.at(generation)
+        _, sigma, extra = self._scheduled(generation)
         if self.spec.adapt_sigma and self._last_sigma is not None:
             _, rates = self._need()
             norm2 = self._gram[rates.memory][rates.memory]  # ‖p_σ‖²
@@ -191,8 +225,7 @@ class LMMAES:
         return self.spec.cm, sigma, extra
 
     def restore(self, history: list) -> None:
-        if self.hyper is not None:
-            self.hyper.restore(history)
+        super().restore(history)
         self._last_sigma, self._layout, self._foreign = None, None, False
         if history:
             self.observe(history[-1])
@@ -200,8 +233,7 @@ class LMMAES:
     def observe(self, record) -> None:
         """σ and the paths' layout carry over from an LM-MA-ES record only (a fork of an ES run
         starts at `sigma`, with fresh paths)."""
-        if self.hyper is not None:
-            self.hyper.observe(record)
+        super().observe(record)
         optimizer = record.optimizer or {}
         # the recombining form of the rule holds another policy's vectors (a GA's survivors)
         self._foreign = optimizer.get("name") == PATHS and "mix" in optimizer
@@ -236,9 +268,9 @@ class LMMAES:
         components: list[dict[str, float | None]] | None = None,
         objectives: Mapping[str, float] | None = None,
         sample_rewards: list[list[float] | None] | None = None,
-    ) -> list[float]:
+    ) -> Decision:
         """cᵢ = c_m·wᵢ·round(σα)·signᵢ for the μ best (0 for the rest); the paths' numbers
-        go to `update_rule`."""
+        are the rule the record stores."""
         if optimizer.name != "sgd":
             raise ValueError("algorithm lmmaes: the update is the paths rule, so optimizer must be sgd")
         if len(rewards) != len(members) or len(members) != len(self._paths):
@@ -255,23 +287,16 @@ class LMMAES:
         # √(μ_w c (2 − c))·Σ wᵢ zᵢ for each path, p_σ last.
         rates_c = list(rates.cc) + ([rates.csigma] if self.spec.adapt_sigma else [])
         unit = lr * self._scale
-        self._rule = {
+        rule = {
             "name": PATHS,
             "decay": [1.0 - c for c in rates_c],
             "gain": [math.sqrt(self.mu_w * c * (2.0 - c)) / unit for c in rates_c],
             "move": [round_coefficient(v) for v in move] + ([0.0] if self.spec.adapt_sigma else []),
             **self.member_rule(),
         }
-        self._told = {"lmmaes": {"ranking": order, "mu": len(self.weights), "memory": rates.memory,
-                                 "applied": min(self._need()[0].steps, rates.memory), **self._sigma_told}}
-        return coefficients
-
-    def update_rule(self, lr: float) -> dict:
-        """The optimizer dict the generation records: the `paths` rule's numbers."""
-        return dict(self._rule)
-
-    def told(self) -> dict:
-        return self._told
+        told = {"lmmaes": {"ranking": order, "mu": len(self.weights), "memory": rates.memory,
+                           "applied": min(self._need()[0].steps, rates.memory), **self._sigma_told}}
+        return Decision(coefficients, rule, told)
 
 
 __all__ = ["LMMAES", "LMMAESSpec", "PathView", "Rates", "transform", "weights"]

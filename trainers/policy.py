@@ -1,117 +1,36 @@
-"""The policy surface the generation loop talks to: ask for members, tell their rewards.
+"""The algorithms the config can select, and the one check of what each needs of a run.
 
-A policy (ES today; GA, CMA-ES or low-rank ES later) owns everything algorithm-specific:
-which members a generation evaluates and how their rewards become the coefficients that
-replay applies (θ ← rule(θ, Σᵢ cᵢ·εᵢ)). The loop stays algorithm-agnostic: it asks,
-evaluates, tells, records and applies, and never scales a reward itself.
+A policy (ES, GA, CMA-ES, LM-MA-ES) subclasses `trainers.policy_base.Policy`: `ask`, one
+`tell` that returns a `Decision`, `hyperparameters`, `restore`, `observe`, and the replay
+state hook `attach` for a class that declares `needs_state`. This module maps the config's
+`algorithm` to its class (`ALGORITHMS`), builds it (`make_policy`) and checks a config
+against every class's declarations (`check_config`, called by `engine.config`), so the
+loop and the config name no algorithm.
 
-    policy = make_policy(cfg)
-    policy.restore(history)                            # the lineage's records so far
-    lr, sigma, extra = policy.hyperparameters(generation)   # extra commits with the record
-    members = policy.ask(run_key, generation)          # list[Member], member order
-    coeffs = policy.tell(members, rewards, lr=lr, optimizer=cfg.optimizer,
-                         components=components, objectives=task.objectives())
-    # coeffs: one per member, already rounded by replay.noise.round_coefficient
-    extra |= policy.told()                             # what tell decided, for the record
-    policy.observe(record)                             # after the record commits
-
-Two optional methods: `attach(view)` hears the replay state (`replay.paths.StateView`)
-before each generation's `hyperparameters` (LM-MA-ES builds members from dot products with
-its paths), and `update_rule(lr)` gives the optimizer dict the record stores instead of the
-config's optimizer (the `paths` rule's numbers: LM-MA-ES, a GA with survivors).
-
-State that spans generations (ES's adapted σ/lr, later CMA-ES's covariance or a GA's
-elite) is a pure function of the ledger's records: `restore` rebuilds it from the
-lineage's records and `observe` advances it past each committed one, so `resume` and
-`fork`, which build a fresh policy, reach the same bits as an uninterrupted run.
+Adding an algorithm: a module with its `Policy` subclass (its `from_config`, `tell` and
+declarations), its entry in `ALGORITHMS`, and its name (and settings section, if any) in
+the config's schema.
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from seedledger.ledger.errors import SeedLedgerError
-from seedledger.trainers.adaptation import Hyperparameters
-from seedledger.trainers.cmaes import CMAES, CMAESSpec
-from seedledger.trainers.es import ES, Member
-from seedledger.trainers.ga import GA, GASpec
-from seedledger.trainers.lmmaes import LMMAES, LMMAESSpec
-from seedledger.trainers.optim import OptimizerSpec
+from seedledger.trainers.adaptation import REQUIRES as ADAPTATION_REQUIRES
+from seedledger.trainers.cmaes import CMAES
+from seedledger.trainers.es import ES
+from seedledger.trainers.ga import GA
+from seedledger.trainers.lmmaes import LMMAES
+from seedledger.trainers.member import Member
+from seedledger.trainers.policy_base import Decision, Policy
+from seedledger.trainers.requirements import Holds, first_unmet
+from seedledger.trainers.rewards.kl import REQUIRES as KL_REQUIRES
 
-__all__ = ["ALGORITHMS", "Member", "Policy", "make_policy"]
+__all__ = ["ALGORITHMS", "Decision", "Member", "Policy", "check_config", "make_policy"]
 
-
-@runtime_checkable
-class Policy(Protocol):
-    def ask(self, run_key: int, generation: int) -> list[Member]:
-        """The generation's members (noise key and sign), in member order."""
-        ...
-
-    def tell(
-        self, members: list[Member], rewards: list[float], *, lr: float, optimizer: OptimizerSpec,
-        components: list[dict[str, float | None]] | None = None,
-        objectives: dict[str, float] | None = None,
-        sample_rewards: list[list[float] | None] | None = None,
-    ) -> list[float]:
-        """The coefficients to record and apply, in member order, each already rounded.
-
-        `lr` is the learning rate in force; `optimizer` says whether the update rule applies
-        it (momentum, Adam) or the coefficients must carry it (`optimizer.folds_lr`, SGD).
-        `components` are the members' reward components and `objectives` the task's reward
-        weights (`Task.objectives`), for shapings that rank components (ES's `pareto`); such
-        a shaping may add what it derived to the components dicts (`pareto_front`), and
-        the loop records the dicts as they are after `tell`. `sample_rewards` are each
-        member's per-sample rewards (a GA's speciation compares them)."""
-        ...
-
-    def told(self) -> dict:
-        """What the last `tell` decided that the generation's record should carry in its
-        `extra` (a GA's parents and crossover key); {} when nothing."""
-        ...
-
-    def hyperparameters(self, generation: int) -> tuple[float, float, dict]:
-        """(lr, σ, extra): the values in force (what the record stores and replay uses) and
-        what the generation's record carries about the policy's state."""
-        ...
-
-    def restore(self, history: list) -> None:
-        """Rebuild the state from the lineage's records up to the starting generation."""
-        ...
-
-    def observe(self, record) -> None:
-        """Advance the state past one committed record."""
-        ...
-
-
-def _es(cfg: Any) -> ES:
-    hyper = None
-    if hasattr(cfg, "lr"):  # the engine's TrainConfig (a bare namespace may omit the schedule)
-        hyper = Hyperparameters(
-            cfg.lr, cfg.sigma, cfg.schedule, cfg.generations, getattr(cfg, "adaptation", None)
-        )
-    return ES(cfg.population, mirrored=cfg.mirrored, shaping=cfg.shaping, hyperparameters=hyper)
-
-
-def _hyper(cfg: Any) -> Hyperparameters:
-    return Hyperparameters(cfg.lr, cfg.sigma, cfg.schedule, cfg.generations, getattr(cfg, "adaptation", None))
-
-
-def _ga(cfg: Any) -> GA:
-    return GA(cfg.population, getattr(cfg, "ga", None) or GASpec(), hyperparameters=_hyper(cfg))
-
-
-def _cmaes(cfg: Any) -> CMAES:
-    spec = getattr(cfg, "cmaes", None) or CMAESSpec()
-    return CMAES(cfg.population, spec, mirrored=cfg.mirrored, hyperparameters=_hyper(cfg))
-
-
-def _lmmaes(cfg: Any) -> LMMAES:
-    return LMMAES(cfg.population, getattr(cfg, "lmmaes", None) or LMMAESSpec(), hyperparameters=_hyper(cfg))
-
-
-# algorithm name -> factory(cfg). A new algorithm adds an entry here and a value to the
-# config's `algorithm` field; the loop does not change.
-ALGORITHMS = {"es": _es, "ga": _ga, "cmaes": _cmaes, "lmmaes": _lmmaes}
+# algorithm name -> its Policy class, in the order the config's refusals are checked
+ALGORITHMS: dict[str, type[Policy]] = {cls.name: cls for cls in (ES, GA, CMAES, LMMAES)}
 
 
 def make_policy(cfg: Any) -> Policy:
@@ -122,7 +41,32 @@ def make_policy(cfg: Any) -> Policy:
     recorded so far was trained with."""
     name = getattr(cfg, "algorithm", "es")
     try:
-        factory = ALGORITHMS[name]
+        cls = ALGORITHMS[name]
     except KeyError:
         raise SeedLedgerError(f"algorithm: unknown algorithm {name!r} (known: {', '.join(sorted(ALGORITHMS))})") from None
-    return factory(cfg)
+    return cls.from_config(cfg)
+
+
+def check_config(cfg: Any) -> str | None:
+    """The first thing `cfg` asks that its algorithm, rewards or backend cannot do, as the
+    one-line refusal the config reports (None: the combination is sound). Order: the KL
+    penalty's backend, the algorithm's optimizer, each algorithm's requirements (or its
+    settings given for another algorithm), mirrored pairs, σ adaptation."""
+    selected = ALGORITHMS[cfg.algorithm]
+    optimizers = selected.optimizers
+    checks = [
+        *(KL_REQUIRES if cfg.kl is not None else ()),
+        Holds(f"algorithm {selected.name}", "its update is applied as is, so optimizer must be "
+              f"{' or '.join(sorted(optimizers or ()))}", holds=optimizers is None or cfg.optimizer.name in optimizers),
+    ]
+    for cls in ALGORITHMS.values():
+        if cls is selected:
+            checks += cls.requirements(cfg)
+        elif cls.settings is not None:
+            checks.append(Holds(cls.settings, f"settings given but algorithm is not {cls.name}",
+                                holds=getattr(cfg, cls.settings) is None))
+    checks.append(Holds("", f"population must be even when mirrored (got {cfg.population})",
+                        holds=not (cfg.mirrored and cfg.population % 2)))
+    if cfg.adaptation and cfg.adaptation.sigma:
+        checks += ADAPTATION_REQUIRES
+    return first_unmet(checks, cfg)

@@ -21,7 +21,7 @@ are each reward function's mean over all samples, plus `pass@k` (the reward itse
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,22 +34,21 @@ from seedledger.replay.adapter import start_fingerprint
 from seedledger.replay.fingerprint import fingerprint
 from seedledger.replay.noise import member_key
 from seedledger.replay.rebuild import rebuild
-from seedledger.trainers.es import Member
+from seedledger.trainers.member import Member
 from seedledger.trainers.rewards.curriculum import success_rate
 from seedledger.trainers.rewards.kl import sequence_kl
 from seedledger.trainers.rewards.passk import pass_at_k_rewards
 from seedledger.trainers.tasks import load_task
 
 
-@dataclass
-class MemberResult:
-    reward: float
-    components: dict[str, float | None]
-    samples: list[dict[str, Any]] | None = field(default=None)
-    seconds: dict[str, float] = field(default_factory=dict)
-    success: float = 0.0  # share of the batch's samples at reward >= the curriculum threshold
-    kl: float | None = None  # mean KL(member ‖ base) per completion, with the `kl` penalty
-    sample_rewards: list[float] | None = None  # per completion (a GA's speciation compares them)
+@dataclass(frozen=True)
+class Batch:
+    """The generation's training rows at the curriculum's level: built once per generation
+    (`Evaluator.batch`, the pool's `batch`), scored by every member, recorded by index."""
+
+    indices: list[int]
+    rows: list[Any]
+    level: int | None = None
 
 
 @dataclass
@@ -104,6 +103,12 @@ class Evaluator:
         self.backend.load_master(self.master)
         return fingerprint(self.master)
 
+    def batch(self, generation: int, level: int | None = None) -> Batch:
+        """The generation's deterministic batch, at the curriculum's `level` if any."""
+        if level is not None:
+            self.task.set_level(level)
+        return Batch(*self.task.train_batch(self.cfg.seed, generation, self.cfg.batch_size), level)
+
     def score_population(
         self,
         members: list[Member],
@@ -111,22 +116,25 @@ class Evaluator:
         generation: int,
         run_key: int,
         level: int | None = None,
-        on_member: Callable[[MemberResult], None] | None = None,
-    ) -> list[MemberResult]:
-        """Evaluate `members` (a contiguous run of the generation's population, starting at
-        a group boundary) on the generation's batch, at the curriculum's `level` if any.
+        on_member: Callable[[Member], None] | None = None,
+        batch: Batch | None = None,
+    ) -> list[Member]:
+        """`members` (a contiguous run of the generation's population, starting at a group
+        boundary) scored on the generation's `batch` (built here when not given, at `level`).
 
-        The batch is built once; the backend gets `members_per_forward` members at a time
-        (the run's stored group size, so a member's rows always share a forward with the
-        same rows whichever pool or worker evaluates it). Rewards are computed here, so
-        only numbers leave a worker; `on_member` hears each result as its group ends."""
-        if level is not None:
-            self.task.set_level(level)
-        indices, rows = self.task.train_batch(self.cfg.seed, generation, self.cfg.batch_size)
+        The backend gets `members_per_forward` members at a time (the run's stored group
+        size, so a member's rows always share a forward with the same rows whichever pool or
+        worker evaluates it). Rewards are computed here, so only numbers leave a worker;
+        `on_member` hears each scored member as its group ends."""
+        if batch is None:
+            batch = self.batch(generation, level)
+        elif batch.level is not None:
+            self.task.set_level(batch.level)
+        indices, rows = batch.indices, batch.rows
         prompts = [self.task.prompt(row) for row in rows]
         samples = self.cfg.passk.n if self.cfg.passk is not None else 1
         sampled = self.cfg.sampling.temperature > 0
-        results = []
+        scored = []
         group = self.cfg.members_per_forward or 1  # stored with the run (engine.runtime.batching)
         for start in range(0, len(members), group):
             chunk = members[start : start + group]
@@ -147,13 +155,14 @@ class Evaluator:
             seconds = {k: v / len(chunk) for k, v in {**out.seconds, **seconds}.items()}
             for m, completions in enumerate(out.completions):
                 mine = {name: scores[m] for name, scores in likelihoods.items()}
-                results.append(self._result(prompts, rows, indices, completions, seconds, mine))
+                kl = None
                 if out.logprobs is not None and self.cfg.kl is not None:
                     kls = [sequence_kl(mine, base, self.cfg.kl.estimator) for mine, base in out.logprobs[m]]
-                    results[-1].kl = sum(kls) / len(kls)
+                    kl = sum(kls) / len(kls)
+                scored.append(self._score(chunk[m], prompts, rows, indices, completions, seconds, mine, kl))
                 if on_member is not None:
-                    on_member(results[-1])
-        return results
+                    on_member(scored[-1])
+        return scored
 
     def _decode(self, population: Population, prompts: list, samples: int) -> PopulationOutput:
         """The members' completions, or empty ones when every reward is a likelihood (no
@@ -174,11 +183,11 @@ class Evaluator:
                 seconds[k] = seconds.get(k, 0.0) + v
         return out, seconds
 
-    def _result(
-        self, prompts: list, rows: list, indices: list[int], completions: list[str],
-        seconds: dict[str, float], likelihoods: dict[str, list[float]] | None = None,
-    ) -> MemberResult:
-        """One member's reward, components and (optionally) samples from its completions."""
+    def _score(
+        self, member: Member, prompts: list, rows: list, indices: list[int], completions: list[str],
+        seconds: dict[str, float], likelihoods: dict[str, list[float]] | None = None, kl: float | None = None,
+    ) -> Member:
+        """`member` scored: reward, components and (optionally) samples from its completions."""
         passk = self.cfg.passk
         if passk is not None:  # n samples per prompt, prompt-major
             prompts = [p for p in prompts for _ in range(passk.n)]
@@ -203,12 +212,13 @@ class Evaluator:
             means["sample_reward"] = reward
             reward = sum(per_prompt) / len(per_prompt)
             means[f"pass@{passk.k}"] = reward
-        return MemberResult(
+        return member.scored(
             reward=reward,
             components=means,
             samples=samples,
             seconds=dict(seconds),
             success=success_rate(scores, self._threshold),
+            kl=kl,
             sample_rewards=scores,
         )
 

@@ -25,9 +25,9 @@ def check_policy(ledger: Ledger, parent: str, generation: int, cfg: TrainConfig,
     try:
         policy = make_policy(cfg)
         policy.restore(ledger.records(parent, upto=generation))
-        if pool is not None and hasattr(policy, "attach"):
+        if pool is not None and policy.needs_state:
             policy.attach(StateView(*pool.state(), trained))
-        elif hasattr(policy, "check_parent"):
+        else:
             policy.check_parent()
     except ValueError as exc:
         raise SeedLedgerError(f"cannot fork {parent}@{generation}: {exc}") from None

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from seedledger.engine.runtime.evaluator import MemberResult
     from seedledger.ledger import GenerationRecord
+    from seedledger.trainers.member import Member
 
 
 @dataclass
@@ -17,7 +17,7 @@ class Hooks:
     """Progress callbacks; the CLI draws a progress bar from them, tests ignore them."""
 
     on_generation_start: Callable[[int, int], None] = lambda generation, members: None
-    on_member: Callable[[MemberResult], None] = lambda result: None
+    on_member: Callable[[Member], None] = lambda member: None  # a scored member (`Member.reward`)
     on_generation_end: Callable[[GenerationRecord, float], None] = lambda record, seconds: None
     on_notice: Callable[[str, str], None] = lambda level, message: None  # level: note | warning
     # asked after each committed generation: True ends the session there (a pruned trial)

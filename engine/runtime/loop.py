@@ -1,11 +1,13 @@
 """The generation loop: the ledger's one writer.
 
 Per generation: the schedule's lr and σ; the policy (`trainers.policy`, chosen by the
-config: ES, GA or CMA-ES) names the members; the pool scores every member on the generation's
-deterministic batch; the policy turns rewards into coefficients; the generation record
-is built; *that record* is applied through replay's update (the function `rebuild` and
-`verify` use) and the fingerprint of the result taken; the record, fingerprint included,
-commits in one transaction. The loop knows no algorithm: it never scales a reward.
+config: ES, GA, CMA-ES or LM-MA-ES) names the members; the pool builds the generation's
+deterministic batch once and scores every member on it; the rewards' state (KL's β, the
+curriculum's level: `trainers.rewards.generation`) settles the rewards; the policy decides
+the coefficients and the update rule; the generation record is built; *that record* is
+applied through replay's update (the function `rebuild` and `verify` use) and the
+fingerprint of the result taken; the record, fingerprint included, commits in one
+transaction. A member is one `trainers.member.Member` from `ask` to `Member.record`. The loop knows no algorithm: it never scales a reward.
 
 Why apply before commit (the founding design, docs/design.md "Decisions that changed", says "commits a record, then applies that record"):
 the record carries the fingerprint after its update, so the update has to run first to
@@ -32,19 +34,143 @@ from collections.abc import Callable
 from pathlib import Path
 
 from seedledger.engine.config import TrainConfig
-from seedledger.engine.runtime.evaluator import MemberResult
+from seedledger.engine.runtime.evaluator import Batch
 from seedledger.engine.runtime.failpoints import failpoint
 from seedledger.engine.runtime.hooks import Hooks
 from seedledger.engine.runtime.interrupts import raise_pending
 from seedledger.engine.runtime.signal_advice import advice
-from seedledger.ledger import GenerationRecord, Ledger, MemberRecord, ReplayStep, RunInfo
+from seedledger.ledger import GenerationRecord, Ledger, ReplayStep, RunInfo
 from seedledger.replay.anchors import save_anchor
 from seedledger.replay.noise import round_coefficient
 from seedledger.replay.paths import StateView
 from seedledger.replay.perturbation import Perturbation
-from seedledger.trainers.policy import make_policy
-from seedledger.trainers.rewards.curriculum import Curriculum
-from seedledger.trainers.rewards.kl import next_beta
+from seedledger.trainers.member import Member
+from seedledger.trainers.policy import Decision, make_policy
+from seedledger.trainers.rewards.generation import GenerationState
+
+
+def train(
+    ledger: Ledger,
+    run: RunInfo,
+    cfg: TrainConfig,
+    pool,
+    generations: int,
+    *,
+    anchors_dir: Path | None = None,
+    loggers=None,
+    hooks: Hooks | None = None,
+    heartbeat: Callable[[], None] | None = None,
+) -> list[GenerationRecord]:
+    """Train `generations` more generations of `run`; the pool must hold `run`'s latest."""
+    hooks = hooks or Hooks()
+    policy = make_policy(cfg)
+    trained = Perturbation.from_run(run.noise_spec, run.param_selection).trained
+    start = ledger.latest_generation(run.name)
+    history = ledger.records(run.name, upto=start)
+    policy.restore(history)  # state across generations is a pure function of the records
+    rewards = GenerationState.restore(cfg, pool.task, history)  # KL's β, the curriculum's level
+    streak = no_signal_streak(history)  # generations in a row without signal, resume included
+    if generations and (note := sigma_note(cfg)):
+        hooks.on_notice("note", note)
+    committed: list[GenerationRecord] = []
+    previous_commit: float | None = None  # seconds the last commit of this session took
+    for generation in range(start + 1, start + generations + 1):
+        started = time.perf_counter()
+        if policy.needs_state:  # members built from dot products with LM-MA-ES's paths
+            policy.attach(StateView(*pool.state(), trained))
+        lr, sigma, policy_extra = policy.hyperparameters(generation)
+        members = policy.ask(run.run_key, generation)
+        hooks.on_generation_start(generation, len(members))
+        raise_pending()  # an interrupt a finalizer swallowed still stops the session
+        batch = pool.batch(generation, rewards.level)
+        members = pool.evaluate(members, sigma, generation, run.run_key, batch,
+                                on_member=member_heard(hooks, heartbeat, generation), heartbeat=heartbeat)
+        failpoint("evaluated", generation)
+        evaluated = time.perf_counter()
+        members, objectives, extra = rewards.settle(generation, members)
+        decision = policy.decide(members, lr=lr, optimizer=cfg.optimizer, objectives=objectives)
+        record = generation_record(generation, lr, sigma, batch, members, decision, policy_extra | extra)
+        record.fingerprint = pool.apply(record_to_step(run, record))
+        applied = time.perf_counter()
+        failpoint("applied", generation)
+        record.timings = timings(started, evaluated, applied, members, previous_commit)
+        failpoint("commit", generation)
+        committing = time.perf_counter()
+        ledger.commit_generation(run.name, record)
+        done = time.perf_counter()
+        failpoint("committed", generation)
+        policy.observe(record)
+        previous_commit = done - committing
+        committed.append(record)
+
+        if cfg.anchor_every and anchors_dir and generation % cfg.anchor_every == 0:
+            save_anchor(ledger, run.name, generation, *pool.state(), anchors_dir)
+        if loggers is not None:
+            loggers.log_generation(generation, generation_metrics(record, done - started, previous_commit))
+        hooks.on_generation_end(record, done - started)
+        streak = streak + 1 if no_signal(record) else 0
+        if streak:
+            message, payload = no_signal_warning(record, streak, cfg)
+            ledger.log_event(run.name, "no-signal", payload)
+            hooks.on_notice("warning", message)
+        if hooks.should_stop():
+            break
+    return committed
+
+
+def sigma_note(cfg: TrainConfig) -> str | None:
+    """The notice for a σ that is applied rounded (None when it is exact)."""
+    applied = round_coefficient(cfg.sigma)
+    if applied == cfg.sigma:
+        return None
+    return (f"sigma {cfg.sigma:g} is applied as {applied:.6g}: rounded to 12 significant bits so "
+            "that every σ·ε is exact in fp32 (`log` and `show` print the applied value)")
+
+
+def member_heard(hooks: Hooks, heartbeat: Callable[[], None] | None, generation: int) -> Callable[[Member], None]:
+    """What runs as each scored member comes back: interrupts, progress, the writer lease."""
+
+    def on_member(member: Member) -> None:
+        raise_pending()
+        hooks.on_member(member)
+        if heartbeat is not None:
+            heartbeat()  # keep the writer lease while a long generation evaluates
+        failpoint("member", generation)
+
+    return on_member
+
+
+def generation_record(
+    generation: int, lr: float, sigma: float, batch: Batch, members: list[Member], decision: Decision, extra: dict,
+) -> GenerationRecord:
+    """The record to apply and commit (fingerprint and timings filled in afterwards)."""
+    return GenerationRecord(
+        index=generation,
+        lr=lr,
+        sigma=sigma,
+        population=len(members),
+        optimizer=decision.optimizer,
+        schedule_step=generation,
+        batch_indices=batch.indices,
+        members=[m.record(c) for m, c in zip(members, decision.coefficients, strict=True)],
+        fingerprint="",
+        timings={},
+        extra=extra | decision.extra,  # e.g. the adapted lr/σ, KL's β, a GA's parents
+    )
+
+
+def timings(started: float, evaluated: float, applied: float, members: list[Member],
+            previous_commit: float | None) -> dict[str, float]:
+    """The record's timings (the module docstring)."""
+    out = {
+        "evaluate": evaluated - started,
+        "load_member": sum(m.seconds.get("load_member", 0.0) for m in members),
+        "update": applied - evaluated,
+        "wall": applied - started,  # the generation up to its commit (the parts above overlap)
+    }
+    if previous_commit is not None:
+        out["previous_commit"] = previous_commit
+    return out
 
 
 def no_signal(record: GenerationRecord) -> bool:
@@ -99,188 +225,6 @@ def record_to_step(run: RunInfo, record: GenerationRecord) -> ReplayStep:
         noise_spec=run.noise_spec,
         param_selection=run.param_selection,
     )
-
-
-def train(
-    ledger: Ledger,
-    run: RunInfo,
-    cfg: TrainConfig,
-    pool,
-    generations: int,
-    *,
-    anchors_dir: Path | None = None,
-    loggers=None,
-    hooks: Hooks | None = None,
-    heartbeat: Callable[[], None] | None = None,
-) -> list[GenerationRecord]:
-    """Train `generations` more generations of `run`; the pool must hold `run`'s latest."""
-    hooks = hooks or Hooks()
-    policy = make_policy(cfg)
-    perturbation = Perturbation.from_run(run.noise_spec, run.param_selection)
-    start = ledger.latest_generation(run.name)
-    history = ledger.records(run.name, upto=start)
-    policy.restore(history)  # state across generations is a pure function of the records
-    curriculum = restore_curriculum(cfg, pool.task, history)
-    streak = no_signal_streak(history)  # generations in a row without signal, resume included
-    applied = round_coefficient(cfg.sigma)
-    if generations and applied != cfg.sigma:
-        hooks.on_notice(
-            "note",
-            f"sigma {cfg.sigma:g} is applied as {applied:.6g}: rounded to 12 significant bits so "
-            "that every σ·ε is exact in fp32 (`log` and `show` print the applied value)",
-        )
-    kl_beta = restore_kl_beta(cfg, history)
-    committed = []
-    previous_commit: float | None = None  # seconds the last commit of this session took
-    for generation in range(start + 1, start + generations + 1):
-        started = time.perf_counter()
-        if hasattr(policy, "attach"):  # members built from dot products with LM-MA-ES's paths
-            policy.attach(StateView(*pool.state(), perturbation.trained))
-        lr, sigma, policy_extra = policy.hyperparameters(generation)
-        members = policy.ask(run.run_key, generation)
-        hooks.on_generation_start(generation, len(members))
-
-        raise_pending()  # an interrupt a finalizer swallowed still stops the session
-
-        def on_member(result: MemberResult, generation: int = generation) -> None:
-            raise_pending()
-            hooks.on_member(result)
-            if heartbeat is not None:
-                heartbeat()  # keep the writer lease while a long generation evaluates
-            failpoint("member", generation)
-
-        level = curriculum.level if curriculum else None
-        results = pool.evaluate(
-            members, sigma, generation, run.run_key, on_member, level, heartbeat=heartbeat
-        )
-        failpoint("evaluated", generation)
-        evaluated = time.perf_counter()
-
-        objectives = dict(pool.task.objectives())
-        extra = dict(policy_extra)  # e.g. the adapted lr/σ in force (trainers.adaptation)
-        if cfg.kl is not None:
-            extra["kl"] = penalise_kl(results, kl_beta)
-            objectives["kl"] = -kl_beta  # Pareto shaping: a smaller KL is better
-            completions = len(results) * cfg.batch_size * (cfg.passk.n if cfg.passk else 1)
-            k = cfg.kl
-            kl_beta = next_beta(kl_beta, extra["kl"]["mean"], k.target, completions, k.horizon)
-        rewards = [r.reward for r in results]
-        coefficients = policy.tell(members, rewards, lr=lr, optimizer=cfg.optimizer,
-                                   components=[r.components for r in results],
-                                   objectives=objectives,
-                                   sample_rewards=[r.sample_rewards for r in results])
-        extra |= policy.told()  # e.g. a GA's parents, crossover key and species
-        batch_indices, _ = pool_batch(pool, cfg, generation, level)
-        if curriculum:
-            rate = sum(r.success for r in results) / len(results)
-            extra |= {"level": level, "success_rate": rate}
-            change = curriculum.observe(generation, rate)
-            if change:
-                extra["curriculum"] = change  # commits with the generation: the level's audit trail
-        record = GenerationRecord(
-            index=generation,
-            lr=lr,
-            sigma=sigma,
-            population=len(members),
-            optimizer=policy.update_rule(lr) if hasattr(policy, "update_rule") else cfg.optimizer.record(lr),
-            schedule_step=generation,
-            batch_indices=batch_indices,
-            members=[
-                MemberRecord(
-                    index=m.index,
-                    key=m.key,
-                    sign=m.sign,
-                    reward=r.reward,
-                    coefficient=c,
-                    components=r.components,
-                    samples=r.samples,
-                )
-                for m, r, c in zip(members, results, coefficients, strict=True)
-            ],
-            fingerprint="",
-            timings={},
-            extra=extra,
-        )
-        record.fingerprint = pool.apply(record_to_step(run, record))
-        applied = time.perf_counter()
-        failpoint("applied", generation)
-        record.timings = {
-            "evaluate": evaluated - started,
-            "load_member": sum(r.seconds.get("load_member", 0.0) for r in results),
-            "update": applied - evaluated,
-            "wall": applied - started,  # the generation up to its commit (the parts above overlap)
-        }
-        if previous_commit is not None:
-            record.timings["previous_commit"] = previous_commit
-        failpoint("commit", generation)
-        committing = time.perf_counter()
-        ledger.commit_generation(run.name, record)
-        done = time.perf_counter()
-        failpoint("committed", generation)
-        policy.observe(record)
-        previous_commit = done - committing
-        committed.append(record)
-        seconds = done - started
-
-        if cfg.anchor_every and anchors_dir and generation % cfg.anchor_every == 0:
-            master, state = pool.state()
-            save_anchor(ledger, run.name, generation, master, state, anchors_dir)
-        if loggers is not None:
-            loggers.log_generation(generation, generation_metrics(record, seconds, previous_commit))
-        hooks.on_generation_end(record, seconds)
-        streak = streak + 1 if no_signal(record) else 0
-        if streak:
-            message, payload = no_signal_warning(record, streak, cfg)
-            ledger.log_event(run.name, "no-signal", payload)
-            hooks.on_notice("warning", message)
-        if hooks.should_stop():
-            break
-    return committed
-
-
-def pool_batch(pool, cfg: TrainConfig, generation: int, level: int | None) -> tuple[list[int], list]:
-    """The generation's batch indices, from the same deterministic function workers use."""
-    if level is not None:
-        pool.task.set_level(level)
-    return pool.task.train_batch(cfg.seed, generation, cfg.batch_size)
-
-
-def penalise_kl(results: list[MemberResult], beta: float) -> dict[str, float]:
-    """reward − β·KL for every member, in place: the penalised reward is what the policy
-    ranks and the ledger records; the task's own reward and the KL stay as components."""
-    for r in results:
-        r.components = {**r.components, "task_reward": r.reward, "kl": r.kl}
-        r.reward = r.reward - beta * r.kl
-    return {"beta": beta, "mean": sum(r.kl for r in results) / len(results)}
-
-
-def restore_kl_beta(cfg: TrainConfig, history: list[GenerationRecord]) -> float:
-    """The β in force for the next generation: `kl.beta` when fixed; with a `kl.target`,
-    the controller's next step from the last recorded (β, mean KL), so a resumed or
-    forked run continues where it left off."""
-    if cfg.kl is None:
-        return 0.0
-    last = next((r for r in reversed(history) if "kl" in r.extra), None)
-    if cfg.kl.target is None or last is None:
-        return cfg.kl.beta
-    k = cfg.kl
-    completions = last.population * len(last.batch_indices) * (cfg.passk.n if cfg.passk else 1)
-    return next_beta(last.extra["kl"]["beta"], last.extra["kl"]["mean"], k.target, completions, k.horizon)
-
-
-def restore_curriculum(cfg: TrainConfig, task, history: list[GenerationRecord]) -> Curriculum | None:
-    """The curriculum as of the end of `history`: it is a pure function of the success rates
-    recorded there, so a resumed or forked run continues at the level it left."""
-    if cfg.curriculum is None:
-        return None
-    c = cfg.curriculum
-    curriculum = Curriculum(
-        task.levels, task.level, c.window, raise_above=c.raise_above, lower_below=c.lower_below
-    )
-    for record in history:
-        if "success_rate" in record.extra:
-            curriculum.observe(record.index, record.extra["success_rate"])
-    return curriculum
 
 
 def generation_metrics(

@@ -11,18 +11,12 @@ zero), more rows per generation, sampling instead of greedy decoding, and the de
 from __future__ import annotations
 
 from seedledger.engine.config import MAX_BATCH, TrainConfig
+from seedledger.trainers.requirements import perturbation_kind
 from seedledger.trainers.tasks.registry import uses_loglik
 
 USUAL_SIGMA = {"full": 1e-3, "lowrank": 1e-3, "lora": 1e-2}
 """The σ each perturbation kind usually trains with (README: the paper's 1e-3; LoRA 1e-2)."""
 SAMPLING_TEMPERATURE = 0.7
-
-
-def perturbation_kind(cfg: TrainConfig) -> str:
-    """`lora` for an adapter run, else the noise's kind (`full` or `lowrank`)."""
-    if cfg.train != "full":
-        return "lora"
-    return "full" if cfg.perturbation == "full" else "lowrank"
 
 
 def suggested_sigma(kind: str, sigma: float) -> float:

@@ -17,6 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from seedledger.trainers.member import Member
+
 
 def success_rate(rewards: Sequence[float], threshold: float = 1.0) -> float:
     """Fraction of rewards ``>= threshold`` (0.0 for none)."""
@@ -69,6 +71,27 @@ class Curriculum:
         self.level = new
         self._rates.clear()
         return record
+
+    @classmethod
+    def restore(cls, spec: Any, levels: int, level: int, history: list) -> Curriculum:
+        """The curriculum (`curriculum` config, read by attribute) as of the end of
+        `history`: a pure function of the success rates recorded there, so a resumed or
+        forked run continues at the level it left; `level` is the task's starting level."""
+        curriculum = cls(levels, level, spec.window, raise_above=spec.raise_above, lower_below=spec.lower_below)
+        for record in history:
+            if "success_rate" in record.extra:
+                curriculum.observe(record.index, record.extra["success_rate"])
+        return curriculum
+
+    def settle(self, generation: int, members: list[Member]) -> dict[str, Any]:
+        """Feed one generation's mean success rate; what its record's `extra` carries: the
+        level it was scored at, the rate, and the change (`curriculum`) if the level moves."""
+        rate = sum(m.success for m in members) / len(members)
+        extra: dict[str, Any] = {"level": self.level, "success_rate": rate}
+        change = self.observe(generation, rate)
+        if change:
+            extra["curriculum"] = change  # commits with the generation: the level's audit trail
+        return extra
 
     def describe(self) -> dict[str, Any]:
         return {

@@ -21,9 +21,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Literal
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from seedledger.trainers.member import Member
+from seedledger.trainers.requirements import BASE_LOGPROBS, Capability
 
 Estimator = Literal["k1", "k3"]
+
+# What the penalty needs of a run (`trainers.policy.check_config`): the members' tokens
+# scored under the frozen base model.
+REQUIRES = (Capability("kl", "the KL-to-base penalty needs backend: hf (it scores tokens under a frozen base model)",
+                       capability=BASE_LOGPROBS),)
 
 
 def sequence_kl(member: Sequence[float], base: Sequence[float], estimator: Estimator = "k3") -> float:
@@ -46,3 +55,41 @@ def next_beta(beta: float, kl: float, target: float | None, completions: int, ho
         return beta
     error = min(max(kl / target - 1.0, -0.2), 0.2)
     return beta * (1.0 + error * completions / horizon)
+
+
+@dataclass
+class KLPenalty:
+    """The penalty's state across generations: the β in force (`kl` config, read by
+    attribute: `beta`, `target`, `horizon`), and how many completions a member scores
+    (`batch_size` × pass@k's samples per prompt), which the controller's step scales with."""
+
+    spec: Any
+    beta: float
+    batch_size: int
+    samples: int = 1
+
+    @classmethod
+    def restore(cls, spec: Any, batch_size: int, samples: int, history: list) -> KLPenalty:
+        """The β in force for the next generation: `kl.beta` when fixed; with a `kl.target`,
+        the controller's next step from the last recorded (β, mean KL), so a resumed or
+        forked run continues where it left off."""
+        last = next((r for r in reversed(history) if "kl" in r.extra), None)
+        beta = spec.beta
+        if spec.target is not None and last is not None:
+            completions = last.population * len(last.batch_indices) * samples
+            beta = next_beta(last.extra["kl"]["beta"], last.extra["kl"]["mean"], spec.target, completions,
+                             spec.horizon)
+        return cls(spec, beta, batch_size, samples)
+
+    def penalise(self, members: list[Member]) -> tuple[list[Member], dict[str, float]]:
+        """reward − β·KL for every member: the penalised reward is what the policy ranks and
+        the ledger records; the task's own reward and the KL stay as components. Returns the
+        members and the record's `extra["kl"]` (β in force, mean KL), and moves β on."""
+        penalised = [
+            m.scored(reward=m.reward - self.beta * m.kl, components={**m.components, "task_reward": m.reward, "kl": m.kl})
+            for m in members
+        ]
+        told = {"beta": self.beta, "mean": sum(m.kl for m in members) / len(members)}
+        completions = len(members) * self.batch_size * self.samples
+        self.beta = next_beta(self.beta, told["mean"], self.spec.target, completions, self.spec.horizon)
+        return penalised, told

@@ -14,6 +14,12 @@ mean over prompts, recorded with the components ``pass@k`` and ``sample_reward``
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
+
+
+def samples_per_prompt(spec: Any) -> int:
+    """How many completions each prompt gets: pass@k's n (`passk` config), else 1."""
+    return spec.n if spec is not None else 1
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

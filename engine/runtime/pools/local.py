@@ -6,10 +6,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from seedledger.engine.config import TrainConfig
-from seedledger.engine.runtime.evaluator import Evaluator, MemberResult
+from seedledger.engine.runtime.evaluator import Batch, Evaluator
 from seedledger.engine.runtime.failpoints import failpoint
 from seedledger.ledger import Ledger, ReplayStep
-from seedledger.trainers.es import Member
+from seedledger.trainers.member import Member
 
 
 class LocalPool:
@@ -31,19 +31,23 @@ class LocalPool:
         self._fingerprint = self.replica.restore(ledger, run, generation, anchors_dir)
         return self._fingerprint
 
+    def batch(self, generation: int, level: int | None = None) -> Batch:
+        """The generation's batch, built once: the loop records its indices, members score it."""
+        return self.replica.batch(generation, level)
+
     def evaluate(
         self,
         members: list[Member],
         sigma: float,
         generation: int,
         run_key: int,
-        on_member: Callable[[MemberResult], None] | None = None,
-        level: int | None = None,
+        batch: Batch,
+        on_member: Callable[[Member], None] | None = None,
         heartbeat: Callable[[], None] | None = None,
-    ) -> list[MemberResult]:
-        """The whole population on the one replica, group after group, in member order
-        (`on_member` after each group renews the lease; `heartbeat` is not needed here)."""
-        return self.replica.score_population(members, sigma, generation, run_key, level, on_member)
+    ) -> list[Member]:
+        """The whole population scored on the one replica, group after group, in member
+        order (`on_member` after each group renews the lease; `heartbeat` is not needed here)."""
+        return self.replica.score_population(members, sigma, generation, run_key, on_member=on_member, batch=batch)
 
     def apply(self, step: ReplayStep) -> str:
         failpoint("update", step.index)

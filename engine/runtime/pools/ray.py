@@ -39,14 +39,14 @@ from pathlib import Path
 from typing import Any
 
 from seedledger.engine.config import TrainConfig
-from seedledger.engine.runtime.evaluator import MemberResult
+from seedledger.engine.runtime.evaluator import Batch
 from seedledger.engine.runtime.pools import PoolFailure, ReplicaMismatch
-from seedledger.engine.runtime.pools.ray_worker import ReplicaActor, step_to_wire
+from seedledger.engine.runtime.pools.ray_worker import ReplicaActor
 from seedledger.ledger import Ledger, ReplayStep
 from seedledger.ledger.db import to_url
 from seedledger.ledger.errors import SeedLedgerError
 from seedledger.ledger.extras import require
-from seedledger.trainers.es import Member
+from seedledger.trainers.member import Member
 from seedledger.trainers.tasks import load_task
 
 FEATURE = "workers.pool: ray"
@@ -218,7 +218,7 @@ class RayPool:
                         f"worker {worker} died at generation {target}, and generations "
                         f"{committed + 1}..{target} are neither committed nor held by the pool"
                     ) from why
-                fp = get(actor.apply.remote(step_to_wire(step)))
+                fp = get(actor.apply.remote(step))
         logging.getLogger(__name__).warning(
             "worker %d died (%s); replaced and rebuilt to generation %d",
             worker, type(why).__name__, target,
@@ -273,27 +273,34 @@ class RayPool:
         self._fingerprint = check_agreement(self._collect(refs), generation)
         return self._fingerprint
 
+    def batch(self, generation: int, level: int | None = None) -> Batch:
+        """The generation's batch, built once on the driver: its rows go to every worker
+        (a few kilobytes of text), its indices to the record."""
+        if level is not None:
+            self.task.set_level(level)
+        return Batch(*self.task.train_batch(self.cfg.seed, generation, self.cfg.batch_size), level)
+
     def evaluate(
         self,
         members: list[Member],
         sigma: float,
         generation: int,
         run_key: int,
-        on_member: Callable[[MemberResult], None] | None = None,
-        level: int | None = None,
+        batch: Batch,
+        on_member: Callable[[Member], None] | None = None,
         heartbeat: Callable[[], None] | None = None,
-    ) -> list[MemberResult]:
-        """Score every worker's contiguous chunk of members; results in member order
-        (`on_member` hears a chunk's results as it arrives; `heartbeat` is called while
-        waiting, so a long chunk does not let the writer lease lapse)."""
-        results: list[MemberResult | None] = [None] * len(members)
+    ) -> list[Member]:
+        """Every worker's contiguous chunk of members scored on `batch`; the scored members
+        in member order (`on_member` hears a chunk's members as it arrives; `heartbeat` is
+        called while waiting, so a long chunk does not let the writer lease lapse)."""
+        scored: list[Member | None] = [None] * len(members)
         plan = assign(len(members), len(self._actors), self.cfg.members_per_forward or 1)
         pending: dict[Any, int] = {}  # ref -> worker
 
         def submit(worker: int) -> None:
             if plan[worker]:
-                chunk = [(m.index, m.key, m.sign) for m in members[plan[worker].start : plan[worker].stop]]
-                ref = self._actors[worker].score_population.remote(chunk, sigma, generation, run_key, level)
+                chunk = members[plan[worker].start : plan[worker].stop]
+                ref = self._actors[worker].score_population.remote(chunk, sigma, generation, run_key, batch)
                 pending[ref] = worker
 
         for worker in range(len(self._actors)):
@@ -322,17 +329,16 @@ class RayPool:
                     ) from exc
                 submit(worker)  # the whole chunk again: scoring is deterministic
                 continue
-            for pos, out in zip(plan[worker], outs, strict=True):
-                results[pos] = MemberResult(**out)
+            for pos, member in zip(plan[worker], outs, strict=True):
+                scored[pos] = member
                 if on_member:
-                    on_member(results[pos])
-        return results  # type: ignore[return-value]
+                    on_member(member)
+        return scored  # type: ignore[return-value]
 
     def apply(self, step: ReplayStep) -> str:
         """Every worker applies the record; they must agree on the fingerprint."""
         self._last_step, self.generation = step, step.index
-        wire = step_to_wire(step)
-        refs = [a.apply.remote(wire) for a in self._actors]
+        refs = [a.apply.remote(step) for a in self._actors]
         self._fingerprint = check_agreement(self._collect(refs), step.index)
         return self._fingerprint
 

@@ -1,8 +1,9 @@
 """The Ray actor behind `RayPool`: one model replica in its own process.
 
-Arguments and results are plain numbers, strings and dicts (member keys and signs, σ,
-generation, coefficients, rewards, fingerprints), so the cost of a call does not grow
-with the model: the weights stay in the actor, which replays every record itself.
+Arguments and results are small records of numbers and strings (members, the batch's
+rows, σ, generation, replay steps, fingerprints), so the cost of a call does not grow with
+the model: the weights stay in the actor, which replays every record itself. A member
+crosses as the `Member` it is, and comes back scored.
 Only `state()` returns tensors (anchors, not per generation).
 """
 
@@ -10,31 +11,16 @@ from __future__ import annotations
 
 import os
 import socket
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from seedledger.engine.config import TrainConfig
-from seedledger.engine.runtime.evaluator import Evaluator
+from seedledger.engine.runtime.evaluator import Batch, Evaluator
 from seedledger.engine.runtime.models import quiet_hf_env
 from seedledger.ledger import Ledger, ReplayStep
 from seedledger.ledger.db import display_location
 from seedledger.ledger.errors import SeedLedgerError
-from seedledger.trainers.es import Member
-
-
-def step_to_wire(step: ReplayStep) -> dict[str, Any]:
-    """A replay step as plain data (what crosses the process boundary)."""
-    return {
-        "run": step.run,
-        "index": step.index,
-        "keys": list(step.keys),
-        "coefficients": list(step.coefficients),
-        "sigma": step.sigma,
-        "optimizer": dict(step.optimizer),
-        "noise_spec": step.noise_spec,
-        "param_selection": step.param_selection,
-    }
+from seedledger.trainers.member import Member
 
 
 class ReplicaActor:
@@ -121,28 +107,22 @@ class ReplicaActor:
             ledger.close()
 
     def score_population(
-        self,
-        members: list[tuple[int, int, int]],
-        sigma: float,
-        generation: int,
-        run_key: int,
-        level: int | None = None,
-    ) -> list[dict[str, Any]]:
-        """Score a contiguous chunk of (index, key, sign) members; plain dicts back."""
+        self, members: list[Member], sigma: float, generation: int, run_key: int, batch: Batch,
+    ) -> list[Member]:
+        """Score a contiguous chunk of members on the driver's batch; the same members back,
+        scored (numbers and short texts: the weights never leave the actor)."""
         self._ready()
         if self.stall_at == generation:
             import time
 
             while True:  # a test kills this process here
                 time.sleep(60)
-        chunk = [Member(index, key, sign) for index, key, sign in members]
-        results = self.replica.score_population(chunk, sigma, generation, run_key, level)
-        return [asdict(r) for r in results]
+        return self.replica.score_population(members, sigma, generation, run_key, batch=batch)
 
-    def apply(self, step: dict[str, Any]) -> str:
+    def apply(self, step: ReplayStep) -> str:
         self._ready()
-        fp = self.replica.apply(ReplayStep(**step))
-        if self.diverge_at == step["index"]:
+        fp = self.replica.apply(step)
+        if self.diverge_at == step.index:
             import torch
 
             from seedledger.replay.fingerprint import fingerprint

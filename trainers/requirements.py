@@ -1,0 +1,113 @@
+"""What an algorithm or a reward needs of a run, as data, and the one check that reads it.
+
+A policy class declares its `requires` (`trainers.policy_base.Policy.requirements`): plain
+records such as "no mirrored pairs", "an adapter run", "members built by
+a backend and pool that support path terms". Backends and pools declare what they support
+in `SUPPORTS` below. `first_unmet` walks a list of requirements against a run's config and
+returns the first refusal, `{subject}: {why}`: the one-line message `engine.config` raises.
+
+Why data: which algorithm goes with which backend, perturbation kind and settings was
+string comparisons spread over the config's validators; here adding an algorithm adds its
+declarations on its class, and adding a backend adds one row to `SUPPORTS`.
+
+The config is read by attribute (trainers cannot import engine): `mirrored`, `population`, `train`, `perturbation`, `backend`, `workers.pool`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+# What each backend and pool can do, by config name. `auto` is resolved when the run is
+# created (engine.runtime.backend_choice) and is refused nothing here, as before.
+# The backends (engine/runtime/backends/*) should own their row: a `supports` ClassVar each.
+MEMBER_TERMS = "member_terms"  # members carry terms along replay-state vectors (paths, offsets)
+BASE_LOGPROBS = "base_logprobs"  # token log-probabilities under the frozen base (the KL penalty)
+SUPPORTS: dict[str, dict[str, frozenset[str]]] = {
+    "backend": {
+        "auto": frozenset({MEMBER_TERMS, BASE_LOGPROBS}),
+        "hf": frozenset({MEMBER_TERMS, BASE_LOGPROBS}),
+        "vllm": frozenset(),
+    },
+    "pool": {
+        "local": frozenset({MEMBER_TERMS, BASE_LOGPROBS}),
+        "ray": frozenset({BASE_LOGPROBS}),  # only keys and numbers reach a worker's replica
+    },
+}
+
+
+def perturbation_kind(cfg: Any) -> str:
+    """`lora` for an adapter run, else the noise's kind (`full` or `lowrank`)."""
+    if getattr(cfg, "train", "full") != "full":
+        return "lora"
+    return "full" if getattr(cfg, "perturbation", "full") == "full" else "lowrank"
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """One need; `subject` and `why` make its refusal, `{subject}: {why}` (`why` alone
+    without a subject)."""
+
+    subject: str
+    why: str
+
+    def met(self, cfg: Any) -> bool:  # pragma: no cover - every kind overrides it
+        raise NotImplementedError
+
+    def refusal(self) -> str:
+        return f"{self.subject}: {self.why}" if self.subject else self.why
+
+
+@dataclass(frozen=True)
+class Mirrored(Requirement):
+    """Mirrored pairs on (`value` True, at least `minimum` members) or off (False)."""
+
+    value: bool = True
+    minimum: int = 0
+
+    def met(self, cfg: Any) -> bool:
+        return cfg.mirrored == self.value and cfg.population >= self.minimum
+
+
+@dataclass(frozen=True)
+class Kinds(Requirement):
+    """The perturbation kinds (`perturbation_kind`) the algorithm can train."""
+
+    kinds: frozenset[str] = frozenset()
+
+    def met(self, cfg: Any) -> bool:
+        return perturbation_kind(cfg) in self.kinds
+
+
+@dataclass(frozen=True)
+class Capability(Requirement):
+    """Something the run's backend and pool must both support (`SUPPORTS`)."""
+
+    capability: str = ""
+
+    def met(self, cfg: Any) -> bool:
+        backend = SUPPORTS["backend"].get(cfg.backend, frozenset())
+        pool = SUPPORTS["pool"].get(cfg.workers.pool, frozenset())
+        return self.capability in backend and self.capability in pool
+
+
+@dataclass(frozen=True)
+class Holds(Requirement):
+    """A condition on the algorithm's own settings, decided when the list is built."""
+
+    holds: bool = True
+
+    def met(self, cfg: Any) -> bool:
+        return self.holds
+
+
+def first_unmet(requirements: Iterable[Requirement], cfg: Any) -> str | None:
+    """The refusal of the first requirement `cfg` does not meet, in declared order."""
+    return next((r.refusal() for r in requirements if not r.met(cfg)), None)
+
+
+__all__ = [
+    "BASE_LOGPROBS", "MEMBER_TERMS", "SUPPORTS", "Capability", "Holds", "Kinds", "Mirrored", "Requirement",
+    "first_unmet", "perturbation_kind",
+]
