@@ -10,7 +10,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from seedledger.ledger.seedfile import MAX_GENERATIONS
 from seedledger.replay.adapter import LoraSpec
-from seedledger.replay.perturbation import DEFAULT_TARGETS
+from seedledger.replay.kinds import DEFAULT_TARGETS, Adapter, PerturbationKind
+from seedledger.replay.kinds import LowRank as LowRankKind
 from seedledger.trainers.schedules import Schedule
 
 # Bounds (issue 13 item 7): every number finite, and limits that cohere with what the
@@ -116,6 +117,15 @@ class LowRank(Strict):
         description="suffixes of the linear layers perturbed and trained (`<suffix>.weight`)",
     )
 
+    def perturbation_kind(self) -> PerturbationKind:
+        """The replay-side kind this section names (replay.kinds.lowrank)."""
+        return LowRankKind.of(self.rank, self.targets)
+
+
+# The sections that name a perturbation kind besides "full" (engine.config's `perturbation`):
+# each builds its replay kind with `perturbation_kind()`; a new kind adds its section here.
+PerturbationSection = LowRank
+
 
 class LoraTrain(Strict):
     """Train a LoRA adapter on the frozen base instead of every weight (replay.adapter).
@@ -145,6 +155,10 @@ class LoraTrain(Strict):
             raise ValueError("an adapter run's train block is resolved when the run is created")
         init = f"seed:{self.init_seed}" if self.init is None else f"peft:{self.init_fingerprint}"
         return LoraSpec(self.rank, self.alpha, tuple(self.target_modules), init, self.essa)
+
+    def perturbation_kind(self) -> PerturbationKind:
+        """The replay-side kind this section names (replay.kinds.adapter; resolved fields only)."""
+        return Adapter(self.spec())
 
 
 def shorthand(kinds: tuple[str, str]):

@@ -24,8 +24,7 @@ from . import paths
 from .adapter import start_fingerprint
 from .anchors import AnchorError, load_anchor, max_anchor_bytes
 from .fingerprint import fingerprint
-from .noise import round_coefficient
-from .perturbation import Perturbation, check_spec, step_perturbation
+from .kinds import PerturbationKind, from_run, member_scale, step_kind
 from .update import OptimizerState, apply_step
 
 Progress = Callable[[int, int], None]  # (generations done, generations to do)
@@ -124,18 +123,18 @@ def rebuild(
     kinds = {}
     for info in lineage:
         try:
-            kinds[info.name] = check_spec(info.noise_spec, info.param_selection)
+            kinds[info.name] = from_run(info.noise_spec, info.param_selection)
         except SeedLedgerError as exc:
             raise SeedLedgerError(f"run {info.name!r}: {exc}") from None
     adapter = lineage_adapter(lineage, kinds)
-    if (adapter is None) != (frozen is None):
+    if kinds[lineage[-1].name].frozen_base != (frozen is not None):
         raise ValueError(f"run {run!r}: pass `frozen` (the frozen base's fingerprint) exactly when it "
                          "trains an adapter")
     base_fp = lineage[0].base_fingerprint
     steps = ledger.replay_history(run, upto=g)  # also validates g
     for s in steps:  # each step carries its own kind (its run's, or its own when imported)
         try:
-            kind = check_spec(s.noise_spec, s.param_selection)
+            kind = from_run(s.noise_spec, s.param_selection)
         except SeedLedgerError as exc:
             raise SeedLedgerError(f"run {s.run!r} generation {s.index}: {exc}") from None
         if kind.adapter != adapter:
@@ -162,7 +161,7 @@ def rebuild(
     return replay_steps(master, todo, state, expected=expected, progress=progress)
 
 
-def lineage_adapter(lineage: list[RunInfo], kinds: Mapping[str, Perturbation]):
+def lineage_adapter(lineage: list[RunInfo], kinds: Mapping[str, PerturbationKind]):
     """The LoRA spec every run of ``lineage`` trains (None: the whole model); a lineage
     whose runs train different parameters is refused (its masters are not comparable)."""
     adapters = {kinds[info.name].adapter for info in lineage}
@@ -205,12 +204,12 @@ def apply_member(master: dict[str, torch.Tensor], step: Any, key: int, sign: int
             raise SeedLedgerError(f"generation {step.index}: a member of a paths generation needs its index and the replay state")
         paths.settings(step.optimizer, step.index, len(step.keys))  # the whole rule, not just this row
         shrink, terms = paths.member_settings(step.optimizer, step.index, member)
-    scale = round_coefficient(sign * round_coefficient(step.sigma * shrink))
+    scale = member_scale(sign, step.sigma, shrink)
     if scale != 0.0:
         one = dataclasses.replace(step, keys=[key], coefficients=[scale], optimizer={"name": "sgd", "lr": 1.0})
         apply_step(master, OptimizerState(), one)
     if terms:
-        pert = step_perturbation(step)
+        pert = step_kind(step)
         for name, theta in master.items():
             if pert.trained(name, theta.shape):
                 paths.member_(theta, name, state, terms)

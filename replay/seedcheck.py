@@ -27,8 +27,8 @@ from seedledger.ledger.seedio import check_member_file
 from seedledger.replay.task_settings import check_task_settings
 
 from . import paths
+from .kinds import from_run
 from .noise import _MAX_COEF, _MIN_COEF, SIG_BITS, check_coefficient
-from .perturbation import check_spec
 from .update import RULES
 
 FINGERPRINT = re.compile(r"[0-9a-f]{32}")
@@ -43,12 +43,12 @@ def check_seedfile(sf: SeedFile) -> None:
         kind = (s.noise_spec, s.param_selection)
         if kind not in seen:
             try:
-                check_spec(*kind)
+                from_run(*kind)
             except SeedLedgerError as exc:
                 raise SeedLedgerError(f"segment {s.run!r} (generation {s.index}): {exc}") from None
             seen.add(kind)
     try:
-        check_spec(sf.noise_spec, sf.header["param_selection"])  # what a resume would use
+        from_run(sf.noise_spec, sf.header["param_selection"])  # what a resume would use
     except SeedLedgerError as exc:
         raise SeedLedgerError(f"run {sf.header['run']!r}: {exc}") from None
     _fingerprint(sf.base_fingerprint, "base fingerprint")
@@ -81,10 +81,10 @@ def _member(sf: SeedFile) -> None:
     m = sf.member
     what = f"member {m.index} of generation {m.generation}"
     try:
-        kind = check_spec(m.noise_spec, m.param_selection)
+        kind = from_run(m.noise_spec, m.param_selection)
     except SeedLedgerError as exc:
         raise SeedLedgerError(f"{what}: {exc}") from None
-    trains = check_spec(sf.noise_spec, sf.header["param_selection"]).adapter
+    trains = from_run(sf.noise_spec, sf.header["param_selection"]).adapter
     if kind.adapter != trains:
         raise SeedLedgerError(f"{what} perturbs other parameters ({m.param_selection}) than its lineage trains")
     _sigma(m.sigma, what)

@@ -15,8 +15,9 @@ Adam are not identities on such a generation: v·β (resp. m·β1, v·β2) still
 state and θ moves by the carried v·lr (resp. m/(√v·s + eps)·lr/bc1); with all-zero state
 (a first step) the move is +0.0, which turns a −0.0 weight into +0.0.
 
-Lowrank steps (``replay.lowrank``) replace g by Σ_i (c_i/√R)·A_i·B_iᵀ on their trained
-tensors only, with the same rules.
+Each kind (``replay.kinds``) builds g on its trained tensors only: full and adapter kinds
+from ε (the fused kernels of ``replay.kinds.full``), low-rank steps (``replay.lowrank``) as
+Σ_i (c_i/√R)·A_i·B_iᵀ; the rules are the same.
 
 Rules (spec v1; defaults apply when the recorded optimizer dict omits a key):
   sgd:      θ = θ + g                                  (lr folded into c_i)
@@ -41,12 +42,12 @@ import torch
 
 from seedledger.ledger.errors import SeedLedgerError
 
-from . import _reference as ref
-from . import lowrank, paths
+from . import paths
 from .hashing import MASK64
-from .noise import _use_fast, _use_triton, check_coefficient, noise_xkey, tensor_key
-from .perturbation import Perturbation, step_perturbation
-from .table import TABLE_NP
+from .kinds import PerturbationKind, step_kind
+from .kinds.full import apply_fast as _apply_fast  # noqa: F401  (tests and benchmarks time it)
+from .kinds.full import kernel
+from .noise import check_coefficient, tensor_key
 
 RULES = {"sgd": 0, "momentum": 1, "adam": 2}
 BUFFERS = {"sgd": (), "momentum": ("momentum",), "adam": ("exp_avg", "exp_avg_sq"), paths.NAME: ()}
@@ -113,15 +114,16 @@ def _scalars(name: str, opt: Mapping[str, Any], t: int) -> list[float]:
 
 
 def apply_step(master: dict[str, torch.Tensor], state: OptimizerState, step: Any,
-               perturbation: Perturbation | None = None) -> None:
+               perturbation: PerturbationKind | None = None) -> None:
     """Apply one generation (a ReplayStep or GenerationRecord) to ``master`` in place.
 
     The kind comes from the step's own ``noise_spec``/``param_selection`` (a fork may change
-    it), unless ``perturbation`` is given (a record that does not carry them). A lowrank
-    step touches only its trained tensors, which alone get optimizer state.
+    it), unless ``perturbation`` is given (a record that does not carry them). The kind
+    updates its trained tensors only (``PerturbationKind.apply``), which alone get
+    optimizer state.
     """
     try:
-        pert = perturbation or step_perturbation(step)
+        pert = perturbation or step_kind(step)
     except SeedLedgerError as exc:
         raise SeedLedgerError(f"generation {step.index}: {exc}") from None
     every_key, coefs, opt = _step_inputs(step)
@@ -133,7 +135,7 @@ def apply_step(master: dict[str, torch.Tensor], state: OptimizerState, step: Any
         if theta.dtype != torch.float32 or not theta.is_contiguous():
             raise SeedLedgerError(f"master tensor {tname!r} must be contiguous fp32")
     if name == paths.NAME:
-        if pert.kind == "lowrank":
+        if not pert.keeps_paths:
             raise SeedLedgerError(f"generation {step.index}: optimizer paths needs full or adapter perturbations")
         path_rule = paths.settings(opt, step.index, len(every_key))
     if state.name != name:
@@ -144,39 +146,17 @@ def apply_step(master: dict[str, torch.Tensor], state: OptimizerState, step: Any
         paths.apply(items, state, path_rule,
                     lambda tname, theta, c: _delta(theta, tname, *((keys, coefs) if c is None else _nonzero(every_key, c))))
         return
-    scal = _scalars(name, opt, state.step)
-    rule = RULES[name]
     kinds = BUFFERS[name]
-    if pert.kind == "lowrank":
-        items = [(tname, theta, [state.buffer(b, tname, theta) for b in kinds])
-                 for tname, theta in master.items() if pert.trained(tname, theta.shape)]
-        lowrank.apply(items, keys, coefs, rule, scal, pert.rank)
-        return
-    groups: dict[tuple[Any, torch.device], list] = {}  # one call per kernel and device
-    for tname, theta in master.items():
-        if not pert.trained(tname, theta.shape):  # an ESSA run's fixed basis
-            continue
-        bufs = [state.buffer(kind, tname, theta) for kind in kinds]
-        tkeys = [tensor_key(k, tname) for k in keys]
-        groups.setdefault((_kernel(theta.device), theta.device), []).append((theta, tkeys, bufs))
-    for (kernel, _), items in groups.items():
-        kernel(items, coefs, rule, scal)
-
-
-def _kernel(device: torch.device, reference: bool = False):
-    """The fused update for tensors on `device`: numba (CPU), Triton (CUDA) or the reference."""
-    if not reference and _use_fast(device):
-        return _apply_fast
-    if not reference and _use_triton(device):
-        return _apply_triton
-    return _apply_reference
+    pert.apply([(tname, theta, [state.buffer(b, tname, theta) for b in kinds])
+                for tname, theta in master.items() if pert.trained(tname, theta.shape)],
+               keys, coefs, RULES[name], _scalars(name, opt, state.step))
 
 
 def _delta(theta: torch.Tensor, name: str, keys: Sequence[int], coefs: Sequence[float]) -> torch.Tensor:
     """g = −0.0 + Σ c_i·ε_i for tensor `name` (the SGD kernel onto −0.0, as SGD sums): θ + g
     is then SGD's θ bit for bit, −0.0 weights included when no coefficient is non-zero."""
     g = torch.full_like(theta, -0.0)
-    _kernel(g.device)([(g, [tensor_key(k, name) for k in keys], [])], coefs, RULES["sgd"], [])
+    kernel(g.device)([(g, [tensor_key(k, name) for k in keys], [])], coefs, RULES["sgd"], [])
     return g
 
 
@@ -184,41 +164,6 @@ def _nonzero(keys: Sequence[int], coefs: Sequence[float]) -> tuple[list[int], li
     """Drop members whose coefficient is exactly 0 (they contribute nothing to g)."""
     kept = [(k, c) for k, c in zip(keys, coefs, strict=True) if c != 0.0]
     return [k for k, _ in kept], [c for _, c in kept]
-
-
-def _apply_triton(items: list, coefs: Sequence[float], rule: int, scal: Sequence[float]) -> None:
-    """All tensors of one device through the Triton kernel (one launch per tensor)."""
-    from . import _triton_kernels as tk
-
-    kxs = [[noise_xkey(x) for x in tk_] for _, tk_, _ in items]
-    tk.apply_many([(theta, bufs) for theta, _, bufs in items], [tk_ for _, tk_, _ in items], kxs,
-                  list(coefs), rule, list(scal))
-
-
-def _apply_fast(items: list, coefs: Sequence[float], rule: int, scal: Sequence[float]) -> None:
-    """All CPU tensors of one generation in a single parallel numba call."""
-    from . import _cpu_kernels as k
-
-    thetas = [theta.detach().view(-1).numpy() for theta, _, _ in items]
-    bufs = [[b.detach().view(-1).numpy() for b in bs] for _, _, bs in items]
-    buf1s = [b[0] if b else t for b, t in zip(bufs, thetas, strict=True)]  # unused when rule has none
-    buf2s = [b[1] if len(b) > 1 else t for b, t in zip(bufs, thetas, strict=True)]
-    keys = np.array([tk for _, tk, _ in items], dtype=np.uint64).reshape(len(items), len(coefs))
-    kxs = np.array([[noise_xkey(x) for x in tk] for _, tk, _ in items], dtype=np.uint64).reshape(keys.shape)
-    work_t, work_s = k.work_items([t.shape[0] for t in thetas])
-    if work_t.shape[0] == 0:
-        return
-    k.apply_many(
-        k.typed_list(thetas), keys, kxs, np.array(coefs, dtype=np.float32), TABLE_NP, rule,
-        np.array(scal or [0.0], dtype=np.float32), k.typed_list(buf1s), k.typed_list(buf2s), work_t, work_s,
-    )
-
-
-def _apply_reference(items: list, coefs: Sequence[float], rule: int, scal: Sequence[float]) -> None:
-    """The torch reference (the oracle), one tensor at a time."""
-    for theta, tkeys, bufs in items:
-        g = ref.delta_ref(list(tkeys), list(coefs), theta.numel(), theta.device).view(theta.shape)
-        ref.apply_rule_ref(theta, g, rule, list(scal), *(list(bufs) + [None, None])[:2])
 
 
 def apply_tensor(
@@ -230,4 +175,4 @@ def apply_tensor(
     ``fast=False`` forces the reference (the oracle); None picks by device.
     """
     tkeys, coefs = _nonzero(tkeys, coefs)
-    _kernel(theta.device, reference=fast is False)([(theta, list(tkeys), list(bufs))], coefs, rule, scal)
+    kernel(theta.device, reference=fast is False)([(theta, list(tkeys), list(bufs))], coefs, rule, scal)

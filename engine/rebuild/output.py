@@ -93,7 +93,7 @@ def merged_weights(start: Start, master: dict[str, torch.Tensor]) -> dict[str, t
     """Every weight of the model `master` stands for: itself for a full run; for an adapter
     run the base with the adapter merged in (an int8 base dequantized first, since
     re-quantizing would round the adapter away)."""
-    if start.adapter is None:
+    if not start.kind.frozen_base:
         return master
     from seedledger.engine.runtime import adapters
 
@@ -123,7 +123,7 @@ def write_output(start: Start, master: dict[str, torch.Tensor], output: Path, me
     adapter directory (`merge`: the base with the adapter merged in, fp32; an int8 base
     is dequantized first, since re-quantizing would round the adapter away). Returns
     what the report adds."""
-    if start.adapter is None:
+    if not start.kind.frozen_base:
         if merge:
             raise SeedLedgerError(f"{meta['run']} trains every weight: there is no adapter to --merge")
         write_model_dir(start.model_dir, master, output, meta, force, keep)

@@ -28,14 +28,14 @@ from seedledger.ledger.db import sqlite_path, to_url
 from seedledger.ledger.errors import NotVerified, SeedLedgerError, VerifyMismatch
 from seedledger.ledger.records import missing_fingerprint
 from seedledger.replay.fingerprint import fingerprint
-from seedledger.replay.perturbation import check_spec
+from seedledger.replay.kinds import from_run
 from seedledger.replay.rebuild import rebuild
 
 
 def _fits(what: str, base: str, noise_spec: str, param_selection: str, steps: list) -> None:
     """Refuse, before the base is loaded, a replay of `steps` that needs more memory than
     the bound (`engine.rebuild.memory`): a planted file's paths each cost a copy of the model."""
-    adapter = check_spec(noise_spec, param_selection).adapter
+    adapter = from_run(noise_spec, param_selection).adapter  # None: the model's own weights are trained
     check_rebuild_memory(what, resolve_model(base), [s.optimizer for s in steps], adapter)
 
 

@@ -5,7 +5,7 @@ SOURCE to one of them and builds every kind the same way."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +18,8 @@ from seedledger.ledger import Ledger, RunInfo
 from seedledger.ledger.db import sqlite_path, to_url
 from seedledger.ledger.errors import SeedLedgerError, VerifyMismatch
 from seedledger.replay.adapter import LoraSpec, start_fingerprint
+from seedledger.replay.kinds import Full, PerturbationKind, from_run
 from seedledger.replay.noise import member_key
-from seedledger.replay.perturbation import check_spec
 from seedledger.replay.rebuild import apply_member, rebuild, replay_steps
 from seedledger.replay.update import OptimizerState
 
@@ -58,6 +58,7 @@ class Start:
     frozen: str | None = None  # the frozen base's fingerprint, as loaded
     model: Any = None  # the frozen base as loaded (merging needs its weights)
     quantization: str = "none"
+    kind: PerturbationKind = field(default_factory=Full)  # what the run's strings name
 
     @property
     def fingerprint(self) -> str:
@@ -73,14 +74,15 @@ def load_start(base: str, config: dict, noise_spec: str, param_selection: str, d
     from seedledger.engine.runtime.models import load_causal_lm
 
     model_dir = resolve_model(base)
-    spec = check_spec(noise_spec, param_selection).adapter
-    if spec is None:
-        return Start(model_dir, load_base_master(model_dir, device))
+    kind = from_run(noise_spec, param_selection)
+    if not kind.frozen_base:
+        return Start(model_dir, load_base_master(model_dir, device), kind=kind)
+    spec = kind.adapter
     cfg = validate(config, "the run's config")
     model = load_causal_lm(model_dir, device=device, quantization=cfg.base_quantization)
     init = cfg.train.init if cfg.train != "full" else None
     return Start(model_dir, adapters.initial_adapter(model, spec, init), spec,
-                 adapters.frozen_fingerprint(model), model, cfg.base_quantization)
+                 adapters.frozen_fingerprint(model), model, cfg.base_quantization, kind)
 
 
 @dataclass
@@ -150,9 +152,9 @@ class RunSource(Source):
         if not self.base_fingerprint or start.fingerprint == self.base_fingerprint:
             return
         what = "base"
-        if start.adapter is not None:
+        if start.kind.frozen_base:
             what = f"base (loaded with base_quantization {start.quantization}, with the initial adapter)"
-        if start.adapter is not None and start.adapter.essa:
+        if start.kind.frozen_base and start.adapter.essa:
             raise SeedLedgerError(
                 f"{self.run}: the frozen base with the ESSA basis factored here from {self.config['train']['init']} "
                 "does not have the run's fingerprint: another base, or a LAPACK build that factors B·A "

@@ -5,8 +5,9 @@ logits in their last bits and, rarely, flip a greedy near-tie; so the group size
 of a run's stored config, never a decision taken at run time from free memory or load.
 `resolve` fills it in when a run is created (an explicit `members_per_forward` wins):
 
-- full-rank runs: 1 (every member has its own weights; its prompts decode alone);
-- low-rank and adapter runs (members ride on the loaded master or frozen base), on CPU: as many members as fit `CPU_ROWS` rows (prompts × samples each). On
+- kinds whose members have weights of their own (full-rank runs): 1 (its prompts decode alone);
+- kinds that keep the master (`PerturbationKind.keeps_master`: low-rank and adapter runs,
+  whose members ride on the loaded master or frozen base), on CPU: as many members as fit `CPU_ROWS` rows (prompts × samples each). On
   this project's 2-core reference machine, HF throughput grows from 53 tok/s at 16 rows
   to 81 at 64 and 88 at 128, so more rows buy little and cost memory;
 - low-rank on CUDA: as many rows as half the free device memory holds as KV cache for the
@@ -31,7 +32,7 @@ def resolve(cfg, model_dir: Path) -> int:
     """The run's `members_per_forward` (see the module docstring for the rule)."""
     if cfg.members_per_forward is not None:
         return cfg.members_per_forward
-    if cfg.perturbation == "full" and cfg.train == "full":
+    if not cfg.perturbation_spec().keeps_master:  # every member has weights of its own
         return 1
     rows = CPU_ROWS
     if str(cfg.device).startswith("cuda"):

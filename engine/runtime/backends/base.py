@@ -4,11 +4,15 @@ The evaluator hands a backend one *group* of members at a time (their keys, sign
 sampling seeds, the shared σ) with the generation's prompts; the backend returns every
 member's completions. How it batches is its business:
 
-- full-rank runs: each member's weights `cast(master + sign·σ·ε)` are built from the fp32
-  master (never undone by subtraction) and its prompts decoded (`evaluate_one_by_one`);
-- low-rank runs: the model keeps the master and every member's rank-r term rides on its
-  own rows of one batched forward (HF: per-row factors on the targeted linears; vLLM: one
-  LoRA slot per member).
+- kinds whose members have weights of their own (full-rank runs): each member's weights
+  `cast(master + sign·σ·ε)` are built from the fp32 master (never undone by subtraction)
+  and its prompts decoded (`evaluate_one_by_one`);
+- kinds that keep the master (`PerturbationKind.keeps_master`: low-rank, adapters): the
+  model keeps the master and every member's rank-r term, which the kind builds, rides on
+  its own rows of one batched forward (HF: `row_terms` on the linears `row_linear` picks;
+  vLLM: one LoRA slot per member, `lora_members`).
+
+Every member's scale is `replay.kinds.member_scale(sign, σ, shrink)`, as replay's.
 
 Groups are fixed by the run's stored `members_per_forward`, never by free memory or load
 at run time, so a member's rows always share a forward with the same other rows and its
@@ -74,9 +78,10 @@ class LikelihoodOutput:
 class Backend(Protocol):
     """Holds one model; member weights always derive from the fp32 master.
 
-    `keeps_master`: the backend evaluates members *on top of* the master loaded in the
-    model (low-rank, adapters), so whoever changes the master must `load_master` it
-    again; backends that rebuild every member's weights from the master say False.
+    `keeps_master` (the kind's): the backend evaluates members *on top of* the master
+    loaded in the model (low-rank, adapters), so whoever changes the master must
+    `load_master` it again; backends that rebuild every member's weights from the master
+    say False.
     """
 
     keeps_master: bool

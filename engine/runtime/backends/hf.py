@@ -42,7 +42,7 @@ from seedledger.engine.runtime.models import load_causal_lm
 from seedledger.replay import noise
 from seedledger.replay import paths as replay_paths
 from seedledger.replay.hashing import MASK64, splitmix64
-from seedledger.replay.perturbation import Perturbation
+from seedledger.replay.kinds import Full, PerturbationKind, member_scale
 
 
 def prompt_stream_seed(seed: int, index: int, sample: int = 0) -> int:
@@ -103,13 +103,13 @@ class HFBackend:
         batch_size: int = 16,
         temperature: float = 0.0,
         top_p: float = 1.0,
-        perturbation: Perturbation | None = None,
+        perturbation: PerturbationKind | None = None,
         base_quantization: str = "none",
         adapter_init: str | os.PathLike[str] | None = None,
         kl_reference: bool = False,
     ) -> None:
-        """`perturbation.adapter` set: the model is a frozen base (`base_quantization`) and
-        the master a LoRA adapter, seeded or read from `adapter_init` (a PEFT directory)."""
+        """A `frozen_base` kind (an adapter): the model is a frozen base (`base_quantization`)
+        and the master a LoRA adapter, seeded or read from `adapter_init` (a PEFT directory)."""
         from transformers import AutoTokenizer
 
         self.model_dir = Path(model_dir)
@@ -118,9 +118,8 @@ class HFBackend:
         self.batch_size = batch_size
         self.temperature = temperature
         self.top_p = top_p
-        self.perturbation = perturbation or Perturbation()
-        self.adapter = self.perturbation.adapter
-        if self.adapter is None and base_quantization != "none":
+        self.perturbation = kind = perturbation or Full()
+        if not kind.frozen_base and base_quantization != "none":
             raise ValueError("only an adapter run's frozen base may be quantized")
         model = load_causal_lm(self.model_dir, device=self.device, dtype=torch.float32,
                                quantization=base_quantization)
@@ -129,39 +128,31 @@ class HFBackend:
         self._base: dict[str, torch.Tensor] | None = None
         self.frozen: str | None = None  # an adapter run's frozen base, as loaded
         self._initial: dict[str, torch.Tensor] | None = None
-        if self.adapter is not None:
+        if kind.frozen_base:
             from seedledger.engine.runtime import adapters
 
             self.frozen = adapters.frozen_fingerprint(model)
-            self._initial = adapters.initial_adapter(model, self.adapter, adapter_init)
+            self._initial = adapters.initial_adapter(model, kind.adapter, adapter_init)
         elif dtype != torch.float32:
             self._base = {n: p.detach().clone() for n, p in model.named_parameters()}
         if dtype != torch.float32:
             model.to(dtype)
         self.model = model
-        # what load_member/load_master write: every weight, unless an adapter is trained
-        self._params = {} if self.adapter else dict(model.named_parameters())  # tied weights once
+        # what load_member/load_master write: every weight, unless the base is frozen
+        self._params = {} if kind.frozen_base else dict(model.named_parameters())  # tied weights once
         tok = AutoTokenizer.from_pretrained(str(self.model_dir), local_files_only=True)
         tok.padding_side = "left"
         if tok.pad_token is None:
             tok.pad_token = tok.eos_token
         self.tokenizer = tok
-        self.keeps_master = self.perturbation.kind != "full" or self.adapter is not None
+        self.keeps_master = kind.keeps_master
         self._rows = None
-        if self.adapter is not None:
+        if kind.keeps_master:  # members ride on the master as per-row terms the kind builds
             from seedledger.engine.runtime.backends.hf_lowrank import RowTerms
 
-            spec = self.adapter
-            self._rows = RowTerms(model, lambda name, _m: spec.matches(name), f"LoRA targets {spec.targets}")
-            self._rows.set_adapter(spec, self._initial)
-        elif self.keeps_master:
-            from seedledger.engine.runtime.backends.hf_lowrank import RowTerms
-
-            p = self.perturbation
-            self._rows = RowTerms(
-                model, lambda name, m: p.trained(f"{name}.weight", tuple(m.weight.shape)),
-                f"low-rank targets {p.targets}",
-            )
+            self._rows = RowTerms.of(model, kind)
+            if kind.frozen_base:
+                self._rows.set_resident(kind, self._initial)
         self._reference = None  # the frozen base model, for the KL-to-base penalty
         if kl_reference:
             self._reference = load_causal_lm(self.model_dir, device=self.device, dtype=torch.float32)
@@ -184,13 +175,13 @@ class HFBackend:
         `cast((master + sign*sigma*eps(key)) + Σⱼ pathsⱼ·Mⱼ)`, the sum in fp32 one tensor at a
         time (memory: a few fp32 temporaries the size of one tensor beside the model).
 
-        The scale goes through `noise.round_coefficient` (idempotent for an already-rounded
-        sigma) so that the product with eps is exact in fp32 on every device. A zero scale
+        The scale is `replay.kinds.member_scale` (idempotent for an already-rounded sigma),
+        so that the product with eps is exact in fp32 on every device. A zero scale
         copies the master, so the result is bit-identical to it (negative zeros included).
         """
-        if self.adapter is not None:
+        if self.perturbation.frozen_base:
             raise ValueError("adapter members are evaluated together: use evaluate()")
-        scale = noise.round_coefficient(float(sign) * float(sigma))
+        scale = member_scale(sign, sigma)
         if any(b != 0.0 for b in paths):
             for name, param in self._params.items():
                 src = master[name].to(param.device)
@@ -207,8 +198,8 @@ class HFBackend:
     def load_master(self, master: dict[str, torch.Tensor]) -> None:
         """Write the master into the model (a cast for low-precision models); an adapter
         becomes the term every row gets while no member is in flight."""
-        if self.adapter is not None:
-            self._rows.set_adapter(self.adapter, master)
+        if self.perturbation.frozen_base:
+            self._rows.set_resident(self.perturbation, master)
             return
         for name, param in self._params.items():
             param.data.copy_(master[name])
@@ -283,12 +274,8 @@ class HFBackend:
         with its `paths` terms along `state`, `Population`)."""
         if self._rows is None:
             raise ValueError("full-rank members have weights of their own: use load_member")
-        if self.adapter is not None:
-            return self._rows.active(self._rows.adapters(self.adapter, master, keys, signs, sigma,
-                                                         shrink=shrink, paths=paths, state=state))
-        if paths:
-            raise ValueError("path terms (LM-MA-ES, GA survivors) need an adapter run")
-        return self._rows.active(self._rows.lowrank(self.perturbation, keys, signs, sigma))
+        scales = [member_scale(s, sigma, shrink) for s in signs]
+        return self._rows.active(self._rows.terms(self.perturbation, master, keys, scales, paths=paths, state=state))
 
     def _token_logprobs(
         self, model, rows: list[Messages], completions: list[list[int]],

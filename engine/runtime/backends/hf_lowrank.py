@@ -1,7 +1,8 @@
 """Per-row rank-r terms on a transformers model's targeted linears: one batched forward for
 a whole group of members, low-rank ES and LoRA adapters alike.
 
-Both kinds add a rank-r term to a targeted linear's output, per member:
+Both kinds add a rank-r term to a targeted linear's output, per member (the kind builds
+it: `PerturbationKind.row_terms`; this module only carries it through the forward):
 
     y = x·Wᵀ + (x·D_m)·U_m · p         D_m: [in, r] "down", U_m: [r, out] "up"
 
@@ -34,9 +35,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from seedledger.replay import noise
-from seedledger.replay.adapter import LoraSpec, member_adapter, tensor_names
-from seedledger.replay.perturbation import Perturbation, stacked_factors
+from seedledger.replay.adapter import LoraSpec
+from seedledger.replay.kinds import Adapter, PerturbationKind, member_scale
 
 
 @dataclass
@@ -48,6 +48,11 @@ class Term:
 
 class RowTerms:
     """Forward hooks on the linears `select(module_name, module)` picks."""
+
+    @classmethod
+    def of(cls, model: nn.Module, kind: PerturbationKind) -> RowTerms:
+        """The linears `kind` puts a per-member term on (`PerturbationKind.row_linear`)."""
+        return cls(model, lambda name, module: kind.row_linear(name, tuple(module.weight.shape)), kind.targets_label)
 
     def __init__(self, model: nn.Module, select: Callable[[str, nn.Linear], bool], what: str):
         self.targets: dict[str, nn.Linear] = {
@@ -106,44 +111,31 @@ class RowTerms:
         finally:
             self._rows = None
 
-    # ------------------------------------------------------------------ low-rank ES
+    # ------------------------------------------------------------------ members
 
-    def lowrank(self, p: Perturbation, keys: Sequence[int], signs: Sequence[int], sigma: float) -> dict[str, Term]:
-        """Every member's E = A·Bᵀ/√r term (mirrored pairs share their factors)."""
-        device, dtype = self._like.device, self.dtype
-        distinct = list(dict.fromkeys(keys))
-        where = torch.tensor([distinct.index(k) for k in keys], device=device)
-        scale = torch.tensor([float(s) * sigma * p.inv_sqrt_rank for s in signs], dtype=torch.float32,
-                             device=device).view(-1, 1, 1)
-        terms = {}
-        for name, module in self.targets.items():
-            a, b = stacked_factors(distinct, f"{name}.weight", tuple(module.weight.shape), p.rank, device=device)
-            terms[name] = Term((b[where] * scale).to(dtype), a.to(dtype)[where].transpose(1, 2))
-        return terms
+    def terms(self, kind: PerturbationKind, master: dict[str, torch.Tensor], keys: Sequence[int | None],
+              scales: Sequence[float], *, paths: Sequence[Sequence[float]] = (), state: Any = None,
+              ) -> dict[str, Term]:
+        """Every member's term on the targeted linears, as the kind builds it
+        (`PerturbationKind.row_terms`; `scales` are `member_scale`'s)."""
+        linears = {name: tuple(module.weight.shape) for name, module in self.targets.items()}
+        made = kind.row_terms(linears, master, keys, scales, device=self._like.device, dtype=self.dtype,
+                              paths=paths, state=state)
+        return {name: Term(*term) for name, term in made.items()}
 
-    # ------------------------------------------------------------------ LoRA adapters
+    def set_resident(self, kind: PerturbationKind, master: dict[str, torch.Tensor]) -> None:
+        """Make `master` (a frozen-base kind's adapter) resident: what the model is between members."""
+        self._resident = self.terms(kind, master, [None], [member_scale(1, 0.0)])
 
-    def set_adapter(self, spec: LoraSpec, master: dict[str, torch.Tensor]) -> None:
-        """Make `master` (the adapter) resident: what the model is between members."""
-        self._resident = self.adapters(spec, master, [None], [1], 0.0)
+    # the historic entry points, one per kind
+
+    def lowrank(self, p: PerturbationKind, keys: Sequence[int], signs: Sequence[int], sigma: float) -> dict[str, Term]:
+        """Every low-rank member's E = A·Bᵀ/√r term (mirrored pairs share their factors)."""
+        return self.terms(p, {}, keys, [member_scale(s, sigma) for s in signs])
 
     def adapters(self, spec: LoraSpec, master: dict[str, torch.Tensor], keys: Sequence[int | None],
                  signs: Sequence[int], sigma: float, *, shrink: float = 1.0,
                  paths: Sequence[Sequence[float]] = (), state: Any = None) -> dict[str, Term]:
-        """Member m's adapter (`replay.adapter.member_adapter`: cast(master + sign_m·σ·ε(key_m))
-        on the trained tensors, plus an LM-MA-ES member's path terms; key None: the master
-        itself) as its term. σ·sign is rounded as for full-rank members, so each adapter is
-        bit-identical to what `perturb_` builds on any device."""
-        dtype = self.dtype
-        unit = noise.round_coefficient(float(sigma) * shrink)
-        scales = [noise.round_coefficient(float(s) * unit) for s in signs]
-        rows = paths or [()] * len(keys)
-        members = [member_adapter(spec, master, key, scale, row, state)
-                   for key, scale, row in zip(keys, scales, rows, strict=True)]
-        terms = {}
-        for name in self.targets:
-            a_name, b_name = tensor_names(name)
-            down = torch.stack([m[a_name] for m in members]).transpose(1, 2)  # [M, in, r]
-            up = torch.stack([m[b_name] for m in members]).transpose(1, 2)  # [M, r, out]
-            terms[name] = Term(down.to(dtype), up.to(dtype), post=spec.scale)
-        return terms
+        """Member m's adapter cast(master + member_scale(sign_m, σ, shrink)·ε(key_m)) as its term."""
+        return self.terms(Adapter(spec), master, keys, [member_scale(s, sigma, shrink) for s in signs],
+                          paths=paths, state=state)

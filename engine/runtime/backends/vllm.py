@@ -59,9 +59,8 @@ from seedledger.engine.runtime.backends.base import (
 from seedledger.engine.runtime.backends.hf import prompt_stream_seed
 from seedledger.engine.runtime.backends.vllm_lora import NO_PATH, engine_kwargs
 from seedledger.ledger.errors import SeedLedgerError
-from seedledger.replay import noise
 from seedledger.replay.fingerprint import fingerprint
-from seedledger.replay.perturbation import Perturbation
+from seedledger.replay.kinds import Full, PerturbationKind, member_scale
 
 _EXTENSION = "seedledger.engine.runtime.backends.vllm_worker.SeedLedgerWorkerExtension"
 
@@ -141,7 +140,7 @@ class VLLMBackend:
         top_p: float = 1.0,
         batch_size: int | None = None,
         max_model_len: int = 2048,
-        perturbation: Perturbation | None = None,
+        perturbation: PerturbationKind | None = None,
         members_per_forward: int = 32,
         base_quantization: str = "none",
         adapter_init: str | os.PathLike[str] | None = None,
@@ -149,11 +148,10 @@ class VLLMBackend:
     ) -> None:
         """`members_per_forward` (low-rank and LoRA runs): the LoRA slots, so the most
         members one `evaluate` takes; rows decoded together default to that many ×
-        `batch_size`. `perturbation.adapter` set: a LoRA run on the frozen base, its
-        master seeded or read from `adapter_init` (a PEFT directory)."""
-        self.perturbation = perturbation or Perturbation()
-        self.adapter = self.perturbation.adapter
-        self.keeps_master = self.perturbation.kind != "full" or self.adapter is not None
+        `batch_size`. A `frozen_base` kind: a LoRA run on the frozen base, its master
+        seeded or read from `adapter_init` (a PEFT directory)."""
+        self.perturbation = kind = perturbation or Full()
+        self.keeps_master = kind.keeps_master
         self.members_per_forward = members_per_forward
         if base_quantization != "none":
             raise SeedLedgerError(f"base_quantization {base_quantization}: the vllm backend serves "
@@ -172,24 +170,24 @@ class VLLMBackend:
         self.temperature = temperature
         self.top_p = top_p
         self.frozen: str | None = None  # a LoRA run's frozen base, as loaded
-        if self.adapter is not None:
+        if kind.frozen_base:
             from seedledger.engine.runtime.adapters import adapter_for_shapes, linear_shapes
 
             self.frozen = fingerprint(read_master(self.model_dir))  # the base: then dropped
-            shapes = linear_shapes(_meta_model(self.model_dir), self.adapter)
-            self._master = adapter_for_shapes(shapes, self.adapter, adapter_init)
+            shapes = linear_shapes(_meta_model(self.model_dir), kind.adapter)
+            self._master = adapter_for_shapes(shapes, kind.adapter, adapter_init)
         else:
             self._master = read_master(self.model_dir)
-        self._targets = [
-            (n, tuple(t.shape)) for n, t in self._master.items()
-            if self.perturbation.kind == "lowrank" and self.perturbation.trained(n, tuple(t.shape))
-        ]
+        # the model's linears that carry a member term (a frozen-base kind's adapter names none)
+        self._linears = {
+            n.removesuffix(".weight"): tuple(t.shape) for n, t in self._master.items()
+            if n.endswith(".weight") and kind.row_linear(n.removesuffix(".weight"), tuple(t.shape))
+        }
         if batch_size is not None:  # the HF backend's knob: sequences decoded together
             rows = batch_size * (members_per_forward if self.keeps_master else 1)
             llm_kwargs.setdefault("max_num_seqs", rows)
-        if self.keeps_master:  # LoRA slots of the adapter's rank, or the low-rank members'
-            slots = self.adapter if self.adapter is not None else self.perturbation
-            llm_kwargs = {**engine_kwargs(slots.rank, slots.targets, members_per_forward), **llm_kwargs}
+        if self.keeps_master:  # one LoRA slot per member, of the kind's rank and targets
+            llm_kwargs = {**engine_kwargs(kind.lora_rank, kind.lora_targets, members_per_forward), **llm_kwargs}
         _guard_llvmlite_dunders()
         self.llm = LLM(
             model=str(self.model_dir),
@@ -205,7 +203,7 @@ class VLLMBackend:
         self.tokenizer = AutoTokenizer.from_pretrained(str(self.model_dir), local_files_only=True)
         self._next_adapter = 1  # adapter ids are never reused (see vllm_lora)
         self._served: Any = None  # a LoRA run's master adapter request, while registered
-        if self.adapter is not None:
+        if kind.frozen_base:
             self.load_master(self._master)
 
     # ------------------------------------------------------------------ weights
@@ -217,17 +215,17 @@ class VLLMBackend:
 
     def load_member(self, master: dict[str, torch.Tensor], key: int, sign: int, sigma: float) -> None:
         """Set the engine's weights to `cast(master + sign*sigma*eps(key))` (built on the worker)."""
-        if self.adapter is not None:
+        if self.perturbation.frozen_base:
             raise ValueError("adapter members are evaluated together: use evaluate()")
-        scale = noise.round_coefficient(float(sign) * float(sigma))
+        scale = member_scale(sign, sigma)
         self.llm.collective_rpc("seedledger_load", args=(key, scale, master))
         self.llm.reset_prefix_cache()
 
     def load_master(self, master: dict[str, torch.Tensor]) -> None:
         """Write the master itself into the engine (this drops every LoRA adapter); a LoRA
         run's adapter goes to the worker instead, which serves it between members."""
-        if self.adapter is not None:
-            self.llm.collective_rpc("seedledger_adapter_master", args=(self.adapter, master))
+        if self.perturbation.frozen_base:
+            self.llm.collective_rpc("seedledger_keep_master", args=(master,))
             self._served = None  # registered again, under a fresh id, when next served
             return
         self.llm.collective_rpc("seedledger_load", args=(0, 0.0, master))
@@ -296,32 +294,29 @@ class VLLMBackend:
         return ids
 
     def _register_members(self, population: Population) -> list[Any]:
-        """One adapter per member, made in the worker from keys and signs·σ (`vllm_lora`);
-        their `LoRARequest`s, in member order."""
+        """One adapter per member, made in the worker by the kind from keys and
+        `member_scale`s (`PerturbationKind.lora_members`); their `LoRARequest`s, in member order."""
         from vllm.lora.request import LoRARequest
 
         ids = self._fresh_ids(len(population))
-        keys, signs = list(population.keys), population.signs
-        if self.adapter is not None:
-            scales = [noise.round_coefficient(float(s) * float(population.sigma)) for s in signs]
-            self.llm.collective_rpc("seedledger_lora_members", args=(ids, keys, scales))
-            self._served = None  # the members replaced the master adapter
-        else:
-            p = self.perturbation
-            scales = [float(s) * population.sigma * p.inv_sqrt_rank for s in signs]
-            self.llm.collective_rpc("seedledger_members", args=(ids, keys, scales, self._targets, p.rank))
+        scales = [member_scale(s, population.sigma) for s in population.signs]
+        self._register(ids, list(population.keys), scales)
+        self._served = None  # the members replaced a served master adapter
         return [LoRARequest(f"seedledger-member-{i}", i, NO_PATH) for i in ids]
+
+    def _register(self, ids: list[int], keys: list[int | None], scales: list[float]) -> None:
+        self.llm.collective_rpc("seedledger_members", args=(self.perturbation, ids, keys, scales, self._linears))
 
     def _master_adapter(self) -> Any:
         """A LoRA run's master adapter as a `LoRARequest` (None for other runs), registered
         under a fresh id if members or a `load_master` replaced it since it was last served."""
-        if self.adapter is None:
+        if not self.perturbation.frozen_base:
             return None
         if self._served is None:
             from vllm.lora.request import LoRARequest
 
             (lora_id,) = self._fresh_ids(1)
-            self.llm.collective_rpc("seedledger_lora_members", args=([lora_id], [None], [0.0]))
+            self._register([lora_id], [None], [member_scale(1, 0.0)])
             self._served = LoRARequest(f"seedledger-master-{lora_id}", lora_id, NO_PATH)
         return self._served
 

@@ -1,9 +1,10 @@
 """Members as vLLM LoRA adapters, written from memory into vLLM's LoRA manager.
 
 Two kinds of run put one adapter per member into a LoRA slot, and one shape of code
-(`register`) writes both; they differ only in how a member's (lora_A, lora_B) is made:
+(`register`) writes both; they differ only in how a member's (lora_A, lora_B) is made,
+which the kind does (`PerturbationKind.lora_members`, in the worker):
 
-- low-rank ES (`lowrank_adapters`). Member m perturbs a targeted weight W by s_m·E_m,
+- low-rank ES (`replay.kinds.lowrank`). Member m perturbs a targeted weight W by s_m·E_m,
   E_m = A_m·B_mᵀ/√r, s_m = sign_m·σ, so
 
       x·(W + s_m·E_m)ᵀ = x·Wᵀ + (x·B_m)·((s_m/√r)·A_m)ᵀ,
@@ -12,7 +13,7 @@ Two kinds of run put one adapter per member into a LoRA slot, and one shape of c
   the factors themselves, exactly: A's entries come from the noise table (≤ 12
   significant bits), σ is rounded to 12 bits and 1/√r is a power of two, so
   (s_m/√r)·A_m is exact in fp32. The engine holds the master (the full model).
-- LoRA runs, `train: lora` (`lora_adapters`). The engine holds the frozen base; the
+- LoRA runs, `train: lora` (`replay.kinds.adapter`). The engine holds the frozen base; the
   master is the fp32 adapter, and member m's adapter is cast(master + s_m·ε) on both
   tensors (`noise.perturb_` under `tensor_key(key_m, name)`, what `hf_lowrank` builds
   and replay updates), key None: the master itself (held-out scoring, plain generation).
@@ -61,13 +62,13 @@ from typing import Any
 import torch
 
 from seedledger.ledger.errors import SeedLedgerError
-from seedledger.replay.adapter import PREFIX, LoraSpec, member_adapter, tensor_names
-from seedledger.replay.perturbation import factors
+from seedledger.replay.adapter import LoraSpec
+from seedledger.replay.kinds import Adapter as AdapterKind
+from seedledger.replay.kinds.adapter import adapter_modules as adapter_modules  # its historic home
 
 NO_PATH = "/nonexistent/seedledger-in-memory-adapter"  # never read: see the docstring
 _SLOT_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # vllm.config.lora.MaxLoRARanks
 
-Target = tuple[str, tuple[int, ...]]  # HF parameter name, [out, in]
 
 
 def engine_kwargs(rank: int, targets: Sequence[str], members: int) -> dict[str, Any]:
@@ -113,37 +114,13 @@ def register(model: Any, adapters: Iterable[tuple[int, Adapter]], rank: int) -> 
         manager.add_adapter(LoRAModel(lora_id, rank, loras))
 
 
-def lowrank_adapters(
-    ids: Sequence[int], keys: Sequence[int], scales: Sequence[float], targets: Sequence[Target], rank: int,
-) -> Iterator[tuple[int, Adapter]]:
-    """Low-rank members: lora_A = Bᵀ, lora_B = scale·A, `scales` being sign·σ/√r."""
-    made: dict[int, dict[str, tuple]] = {}  # mirrored pairs share a key: factors once
-    for lora_id, key, scale in zip(ids, keys, scales, strict=True):
-        if key not in made:
-            made[key] = {name: factors(key, name, shape, rank) for name, shape in targets}
-        yield lora_id, {
-            name.removesuffix(".weight"): (b.T, a * scale) for name, (a, b) in made[key].items()
-        }
-
-
 def lora_adapters(
     master: Mapping[str, torch.Tensor], spec: LoraSpec, ids: Sequence[int],
     keys: Sequence[int | None], scales: Sequence[float],
 ) -> Iterator[tuple[int, Adapter]]:
-    """A LoRA run's members (`replay.adapter.member_adapter`: cast(master + scale·ε(key)) on
-    its trained tensors, an ESSA master expanded to B = U·diag(s), A = Vᵀ), lora_B times
-    alpha/r into a fresh tensor (see above).
-    `scales` are sign·σ rounded by `noise.round_coefficient`, as `hf_lowrank` rounds them."""
-    for lora_id, key, scale in zip(ids, keys, scales, strict=True):
-        plain = member_adapter(spec, master, key, scale)
-        yield lora_id, {module: (plain[a], plain[b] * spec.scale)  # a new tensor: the master is never scaled
-                        for module in adapter_modules(plain) for a, b in [tensor_names(module)]}
-
-
-def adapter_modules(master: Mapping[str, torch.Tensor]) -> list[str]:
-    """HF module names of an adapter master's targeted linears, in the master's order."""
-    suffix = ".lora_A.weight"
-    return [n[len(PREFIX) : -len(suffix)] for n in master if n.startswith(PREFIX) and n.endswith(suffix)]
+    """A LoRA run's members as (id, adapter) pairs (`replay.kinds.Adapter.lora_members`;
+    `scales` are `member_scale`'s, as `hf_lowrank` takes them)."""
+    return zip(ids, AdapterKind(spec).lora_members(master, {}, keys, scales), strict=True)
 
 
 def _check_covered(manager: Any, adapter: Adapter) -> None:

@@ -23,14 +23,10 @@ from collections.abc import Iterator, Mapping
 
 import torch
 
-from seedledger.engine.runtime.backends.vllm_lora import (
-    Target,
-    lora_adapters,
-    lowrank_adapters,
-    register,
-)
+from seedledger.engine.runtime.backends.vllm_lora import register
 from seedledger.replay import noise
-from seedledger.replay.adapter import LoraSpec
+from seedledger.replay.kinds import PerturbationKind
+from seedledger.replay.kinds.base import Shape
 
 Master = Mapping[str, torch.Tensor]
 
@@ -58,23 +54,19 @@ class SeedLedgerWorkerExtension:
             self.reload_weights(weights_iterator=_perturbed(master, key, scale))  # type: ignore[attr-defined]
             self._seedledger_redispatch_tied()
 
-    def seedledger_members(
-        self, ids: list[int], keys: list[int], scales: list[float], targets: list[Target], rank: int
-    ) -> None:
-        """Replace the engine's LoRA adapters by one per low-rank member (`vllm_lora`)."""
+    def seedledger_members(self, kind: PerturbationKind, ids: list[int], keys: list[int | None],
+                           scales: list[float], linears: dict[str, Shape]) -> None:
+        """Replace the engine's LoRA adapters by one per member, as `kind` makes them
+        (`PerturbationKind.lora_members`: a low-rank member's factors on `linears`; an
+        adapter run's cast(master + scale·ε(key)), key None: the master adapter itself,
+        from the master kept by `seedledger_keep_master`)."""
         model = self.model_runner.get_model()  # type: ignore[attr-defined]
-        register(model, lowrank_adapters(ids, keys, scales, targets, rank), rank)
+        master = getattr(self, "_seedledger_master", None)
+        register(model, zip(ids, kind.lora_members(master, linears, keys, scales), strict=True), kind.lora_rank)
 
-    def seedledger_adapter_master(self, spec: LoraSpec, master: Master) -> None:
-        """Keep a LoRA run's fp32 master adapter (a copy) for the adapters made from it."""
-        self._seedledger_adapter = (spec, {n: t.detach().clone() for n, t in master.items()})
-
-    def seedledger_lora_members(self, ids: list[int], keys: list[int | None], scales: list[float]) -> None:
-        """Replace the engine's LoRA adapters by cast(master + scale·ε(key)) per id (key
-        None: the master adapter itself), from the master kept by `seedledger_adapter_master`."""
-        spec, master = self._seedledger_adapter
-        model = self.model_runner.get_model()  # type: ignore[attr-defined]
-        register(model, lora_adapters(master, spec, ids, keys, scales), spec.rank)
+    def seedledger_keep_master(self, master: Master) -> None:
+        """Keep a frozen-base run's fp32 master adapter (a copy) for the adapters made from it."""
+        self._seedledger_master = {n: t.detach().clone() for n, t in master.items()}
 
     def _seedledger_redispatch_tied(self) -> None:
         model = self.model_runner.get_model()  # type: ignore[attr-defined]

@@ -1,0 +1,124 @@
+"""The protocol every perturbation kind implements, and the member scale they all share.
+
+A kind is what a run's two stored strings (``noise_spec``, ``param_selection``) name: which
+tensors are trained, how replay applies a generation's coefficients to them, and what the
+evaluation backends need to build a member (its scale, the linears that carry a per-member
+term when members ride on a loaded master, the LoRA slots vLLM serves them in). Consumers
+call these methods; none of them asks which kind it holds.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, ClassVar
+
+import torch
+
+from ..noise import round_coefficient
+
+Item = tuple[str, torch.Tensor, list[torch.Tensor]]  # (name, θ, optimizer buffers) replay updates
+Shape = tuple[int, ...]
+RowTerm = tuple[torch.Tensor, torch.Tensor, float | None]  # down [M, in, r], up [M, r, out], post scale
+LoraPair = tuple[torch.Tensor, torch.Tensor]  # lora_A [r, in], lora_B [out, r], every scale folded in
+
+
+def short(x: object) -> str:
+    """repr of untrusted text, cut to one short line."""
+    text = repr(x)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def member_scale(sign: float, sigma: float, shrink: float = 1.0) -> float:
+    """The coefficient of a member's noise: round(sign·round(σ·shrink)), exact with ε in fp32.
+
+    The one rule every backend and ``replay.rebuild.apply_member`` use (shrink: LM-MA-ES's
+    α, 1 otherwise); idempotent for an already-rounded σ."""
+    return round_coefficient(float(sign) * round_coefficient(float(sigma) * shrink))
+
+
+class PerturbationKind(ABC):
+    """One perturbation kind. Subclasses are frozen dataclasses (equal when they print the
+    same strings) registered in ``replay.kinds.KINDS``."""
+
+    name: ClassVar[str]  # "full", "lowrank", "adapter"
+    known_specs: ClassVar[tuple[str, ...]]  # the noise specs this kind may store
+    keeps_master: ClassVar[bool] = False  # members ride on the master loaded in the model
+    frozen_base: ClassVar[bool] = False  # the model is a frozen base; the master a term on it
+    keeps_paths: ClassVar[bool] = True  # an optimizer `paths` rule (LM-MA-ES, GA survivors) applies
+
+    # --- the stored strings -------------------------------------------------------------
+
+    @classmethod
+    @abstractmethod
+    def claims(cls, noise_spec: str, param_selection: str) -> bool:
+        """Are these strings this kind's to parse (or to refuse with its own message)?"""
+
+    @classmethod
+    @abstractmethod
+    def parse(cls, noise_spec: str, param_selection: str) -> PerturbationKind:
+        """The kind these (claimed) strings name; one-line SeedLedgerError unless canonical."""
+
+    @property
+    @abstractmethod
+    def noise_spec(self) -> str: ...
+
+    @property
+    @abstractmethod
+    def param_selection(self) -> str: ...
+
+    # --- replay ---------------------------------------------------------------------------
+
+    @abstractmethod
+    def trained(self, name: str, shape: Sequence[int]) -> bool:
+        """Does this kind perturb and update tensor ``name``?"""
+
+    @abstractmethod
+    def apply(self, items: Sequence[Item], keys: Sequence[int], coefs: Sequence[float], rule: int,
+              scal: Sequence[float]) -> None:
+        """One generation's update rule on the trained tensors ``items`` (``replay.update``):
+        g = Σ c_i·(member i's noise) over the members with c_i ≠ 0, then the rule, in place."""
+
+    # --- evaluation (the backends) --------------------------------------------------------
+
+    @property
+    def adapter(self) -> Any:
+        """The LoRA spec a frozen-base kind trains (``replay.adapter.LoraSpec``), else None."""
+        return None
+
+    @property
+    def kind(self) -> str:
+        """The historic name: "lowrank", or "full" (an adapter is a full kind on its tensors)."""
+        return "full"
+
+    def row_linear(self, module: str, shape: Shape) -> bool:
+        """Does linear ``module`` (weight ``shape``) carry a per-member term (``keeps_master``)?"""
+        return False
+
+    @property
+    def targets_label(self) -> str:
+        """How messages name the linears ``row_linear`` picks."""
+        return "targets"
+
+    def row_terms(self, linears: Mapping[str, Shape], master: Mapping[str, torch.Tensor],
+                  keys: Sequence[int | None], scales: Sequence[float], *, device: torch.device,
+                  dtype: torch.dtype, paths: Sequence[Sequence[float]] = (), state: Any = None,
+                  ) -> dict[str, RowTerm]:
+        """Each member's term on every linear (member-major stacks), for the HF backend's
+        batched forward: y = x·Wᵀ + ((x·down)·up)·post. ``scales`` are ``member_scale``'s."""
+        raise ValueError(f"{self.name} members have weights of their own: load each member")
+
+    @property
+    def lora_rank(self) -> int:
+        """The rank of the LoRA slots members are served in (vLLM)."""
+        raise ValueError(f"{self.name} members have weights of their own: no LoRA slots")
+
+    @property
+    def lora_targets(self) -> tuple[str, ...]:
+        """The linear-module suffixes those slots cover (vLLM's ``lora_target_modules``)."""
+        raise ValueError(f"{self.name} members have weights of their own: no LoRA slots")
+
+    def lora_members(self, master: Mapping[str, torch.Tensor] | None, linears: Mapping[str, Shape],
+                     keys: Sequence[int | None], scales: Sequence[float]) -> Iterator[dict[str, LoraPair]]:
+        """Each member's LoRA adapter by HF module name, made one at a time (vLLM's worker)."""
+        raise ValueError(f"{self.name} members have weights of their own: no LoRA slots")
