@@ -119,18 +119,21 @@ def resume(
     ledger: LedgerArg = None,
     take_over: bool = False,
     trust_code: bool = False,
+    accept_changed_inputs: bool = False,
     hooks: Hooks | None = None,
     progress: bool = False,
 ) -> SessionResult:
     """Continue `run` from its last committed generation (`seedledger resume`): towards its
     config's `generations` by default (no records when it is there), or `generations` more.
     `take_over` takes the writer lease from a session on another host that is gone;
-    `trust_code` allows the reward code its stored config names to be imported."""
+    `trust_code` allows the reward code its stored config names to be imported. Inputs
+    (data, reward code, scoring libraries, tokenizer) that differ from the last session's
+    are refused (`InputsChanged`) unless `accept_changed_inputs`, which is recorded."""
     from seedledger.engine.runtime import session
 
     with _opened(ledger) as led:
         return _after(led, session.resume(led, run, generations, _hooks(hooks, progress), take_over,
-                                          trust_code=trust_code))
+                                          trust_code=trust_code, accept_changed_inputs=accept_changed_inputs))
 
 
 def fork(
@@ -141,17 +144,19 @@ def fork(
     generations: int | None = None,
     ledger: LedgerArg = None,
     trust_code: bool = False,
+    accept_changed_inputs: bool = False,
     hooks: Hooks | None = None,
     progress: bool = False,
 ) -> SessionResult:
     """Start the child run `run` at `ref` (RUN@G), with `overrides` changing its settings,
     and train it (`seedledger fork`). The child replays its parent up to G, then trains
-    on its own; the parent is untouched."""
+    on its own; the parent is untouched. Inputs that differ from those that trained `ref`
+    are refused unless `accept_changed_inputs` (as for `resume`)."""
     from seedledger.engine.runtime import session
 
     with _opened(ledger) as led:
         return _after(led, session.fork(led, ref, run, list(overrides), generations, _hooks(hooks, progress),
-                                        trust_code=trust_code))
+                                        trust_code=trust_code, accept_changed_inputs=accept_changed_inputs))
 
 
 def evaluate(
@@ -286,11 +291,17 @@ def verify(ref: str, *, ledger: LedgerArg = None, device: str = "cpu", quick: bo
     """Replay `ref` from its base and compare every generation's fingerprint, or with
     `quick` only recompute the rows' hash chain (no model). Returns the report (`ok`, the
     first bad generation, `error`); a mismatch is reported, not raised. Recorded as a
-    `verify` event."""
+    `verify` event. A full verify's report adds `inputs`: whether the generations were
+    trained on unchanged inputs (ledger.provenance.verdict: `status` unchanged, changed
+    at `generation` (`what`), or not recorded; `text` in words)."""
     from seedledger.engine.rebuild import rebuilding
+    from seedledger.ledger.provenance import input_ranges, verdict
 
     with _opened(ledger) as led:
-        return rebuilding.quick_report(led, ref) if quick else rebuilding.verify_ref(led, ref, device)
+        if quick:
+            return rebuilding.quick_report(led, ref)
+        report = rebuilding.verify_ref(led, ref, device)
+        return report | {"inputs": verdict(input_ranges(led, report["run"], report["generation"]))}
 
 
 def export(ref: str, path: str | os.PathLike[str], *, ledger: LedgerArg = None,

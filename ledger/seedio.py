@@ -15,6 +15,7 @@ from seedledger.ledger.durable import write_file_durably
 from seedledger.ledger.errors import SeedLedgerError
 from seedledger.ledger.ledger import Ledger
 from seedledger.ledger.names import RUN_NAME_RULE, printable, valid_run_name
+from seedledger.ledger.provenance import INPUTS_EVENT, base_provenance, exported_inputs
 from seedledger.ledger.records import (
     GenerationRecord,
     MemberRecord,
@@ -55,7 +56,9 @@ def export_seedfile(
     upto = g if member is None else g - 1
     segments = ledger.ancestors(run, upto)
     segment_runs = {name: ledger.get_run(name) for name, _a, _b in segments}
-    header, data = encode(info, upto, segments, segment_runs, ledger.records(run, upto), key_fn, entry)
+    header, data = encode(info, upto, segments, segment_runs, ledger.records(run, upto), key_fn, entry,
+                          base_provenance=base_provenance(ledger, run),
+                          inputs=exported_inputs(ledger, run, upto))
     write_file_durably(Path(path), data, force)
     return header
 
@@ -165,4 +168,7 @@ def import_seedfile(
     )
     source = f"{h['run']}@{h['generation']}"
     event = {"file": str(path), "digest": sf.digest, "source": source, **unverified}
-    return ledger.import_run(name, records, spec, event=event)
+    if sf.base_provenance is not None:  # what the base is travels on (ledger.provenance.base_provenance)
+        event["base_provenance"] = sf.base_provenance
+    trail = [(INPUTS_EVENT, {**e, "imported_from": sf.digest}) for e in sf.inputs]  # show/log/verify read them
+    return ledger.import_run(name, records, spec, event=event, trail=trail)

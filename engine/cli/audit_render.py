@@ -80,15 +80,49 @@ def run_log_view(data: dict[str, Any]) -> RenderableType:
         parts.append(_elided("earlier generations", len(gens) - MAX_ROWS))
     if not data["generations"]:
         parts.append(Text("no generations committed yet"))
+    parts += _input_ranges_view(data.get("inputs") or [])
     if data["events"]:
         ev = Table(title="events", title_justify="left", show_header=False, box=None)
         for e in data["events"]:
             payload = ", ".join(f"{k}={v}" for k, v in e["payload"].items())
             if e["kind"] == "evaluation":  # the figures, not every component
                 payload = _evaluation_line(e["payload"])
+            elif e["kind"] in _EVENT_LINES:  # a summary; `show` and --json give the whole record
+                payload = _EVENT_LINES[e["kind"]](e["payload"])
             ev.add_row(e["at"][:19].replace("T", " "), e["kind"], payload)
         parts.append(ev)
     return Group(*parts)
+
+
+def _inputs_line(p: dict[str, Any]) -> str:
+    """An `inputs` event in `log`: which session, from where, the digest and the counts."""
+    return (f"{p.get('session')} from generation {p.get('from_generation')}: digest {_fp(p.get('digest'))}, "
+            f"{len(p.get('files') or {})} files, {len(p.get('tokenizer') or {})} tokenizer files")
+
+
+def _accepted_line(p: dict[str, Any]) -> str:
+    """An `inputs-accepted` event in `log`: the changes the session accepted."""
+    from seedledger.ledger.provenance import short
+
+    changes = [c for c in p.get("changes") or [] if isinstance(c, dict)]
+    return f"{p.get('session')} from generation {p.get('generation')}: " + "; ".join(
+        f"{c.get('what')} {c.get('name')}: {short(c.get('before'))} -> {short(c.get('after'))}" for c in changes)
+
+
+_EVENT_LINES = {"inputs": _inputs_line, "inputs-accepted": _accepted_line}
+
+
+def _input_ranges_view(ranges: list[dict[str, Any]]) -> list[RenderableType]:
+    """Below `log RUN`: the generation ranges trained on other inputs than the range before
+    (ledger.provenance.input_ranges), and those whose sessions recorded none."""
+    lines = []
+    for i, r in enumerate(ranges):
+        span = f"generations {r['first']}..{r['last']}"
+        if r["digest"] is None:
+            lines.append(f"{span}: inputs not recorded")
+        elif i and r["changes"]:
+            lines.append(f"{span} trained on changed inputs ({_fp(r['digest'])}): {'; '.join(r['changes'])}")
+    return [Text(line, style="bold") if "changed" in line else Text(line, style="dim") for line in lines]
 
 
 def graph_view(roots: list[dict[str, Any]]) -> RenderableType:
@@ -134,6 +168,7 @@ def show_view(data: dict[str, Any]) -> RenderableType:
                  f"min {_f(rw['min'])}  max {_f(rw['max'])}")
     head.add_row("timings", "  ".join(f"{k} {v:.2f}s" for k, v in data["timings"].items()) or "–")
     head.add_row("committed", data["committed_at"] or "–")
+    _provenance_rows(head, data.get("base_model"), data.get("inputs"))
 
     comps = sorted({c for m in data["members"] for c in m["components"]})
     t = Table(title="members", title_justify="left")
@@ -152,6 +187,25 @@ def show_view(data: dict[str, Any]) -> RenderableType:
     if data.get("evaluations"):
         parts.append(_evaluations_view(data["run"], data["evaluations"]))
     return Group(*parts)
+
+
+def _provenance_rows(head: Table, base: dict[str, Any] | None, inputs: dict[str, Any] | None) -> None:
+    """`show RUN@G`: what the base model is, and the inputs the generation was trained on."""
+    if base is not None:
+        head.add_row("base model", f"{base['model']} ({_fp(base['fingerprint'])}): {base['description']}")
+    if inputs is None:
+        head.add_row("inputs", "inputs not recorded")
+        return
+    head.add_row("inputs", f"{_fp(inputs.get('digest'))} (recorded by {inputs.get('session')} "
+                 f"from generation {inputs.get('from_generation')})")
+    for label, key in (("file", "files"), ("tokenizer", "tokenizer")):
+        for name, sha in (inputs.get(key) or {}).items():
+            head.add_row(f"  {label}", f"{name}  sha256 {_fp(sha)}")
+    head.add_row("  chat template", f"sha256 {_fp(inputs.get('chat_template'))}")
+    libs = inputs.get("libraries") or {}
+    head.add_row("  libraries", ", ".join(f"{k} {v or 'absent'}" for k, v in libs.items()) or "–")
+    sandbox = inputs.get("sandbox") or {}
+    head.add_row("  sandbox", ", ".join(f"{k}={v}" for k, v in sandbox.items()) or "–")
 
 
 def _evaluation_line(p: dict[str, Any]) -> str:

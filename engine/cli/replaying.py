@@ -56,7 +56,8 @@ def verify(
         emit(report, as_json)  # the JSON report says which generation; stderr the one line
         raise (NotVerified if "not_verified" in report else VerifyMismatch)(report["error"])
     emit(report, as_json, f"verified {report['run']}@{report['generation']}: "
-         f"{report['generations_checked']} fingerprints match ({report['fingerprint']})")
+         f"{report['generations_checked']} fingerprints match ({report['fingerprint']})\n"
+         f"weights match; inputs: {report['inputs']['text']}")
 
 
 class VerifyWhen(StrEnum):

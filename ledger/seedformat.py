@@ -1,0 +1,127 @@
+"""The seed-file format's constants and parsed form, shared by its writer
+(ledger.seedfile) and its reader (ledger.seedread). The layout and the limits are
+described in ledger.seedfile's docstring."""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from dataclasses import dataclass, field
+from typing import Any
+
+from seedledger.ledger.records import ReplayStep
+
+MAGIC = b"SLSEEDS\x00"
+FORMAT_VERSION = 3  # 3: an optional `member` entry (RUN@G#M); written only when there is one
+PLAIN_VERSION = 2  # a file without a member: every segment names its own perturbation
+READABLE_VERSIONS = (1, 2, 3)  # 1: one perturbation for the whole file
+PREFIX = struct.Struct("<8sHHQQ")
+DIGEST_SIZE = 32
+MAX_POPULATION = 1 << 16  # members per generation (the paper: 30)
+MAX_MEMBERS = 1 << 21  # members in all (e.g. 10,000 generations x 200)
+MAX_GENERATIONS = 1 << 20
+MAX_HEADER = 16 << 20  # header JSON (~70 bytes per generation)
+MAX_MEMBER_BYTES = 1 + 8 + 8  # sign, raw key, f64 coefficient: the widest encoding
+MAX_BODY = MAX_HEADER + 4 + MAX_MEMBERS * MAX_MEMBER_BYTES  # ~52 MB
+MAX_FILE = MAX_BODY + (1 << 20)  # zstd never expands by more than a little
+MAX_RATIO = 1024  # body size / compressed size (zstd reaches ~32,000x on a bomb)
+RATIO_FLOOR = 8 << 20  # bodies up to this size may compress as well as they like
+I32 = 1 << 31
+# longest strings the SQL columns take (ledger.schema) / that a sane header holds
+MAX_NAME = 200
+MAX_FINGERPRINT = 64
+MAX_NOISE_SPEC = 32
+MAX_DTYPE_POLICY = 64
+LEDGER_BYTES_PER_MEMBER = 70  # what an imported member costs a SQLite ledger, measured
+MAX_INPUT_SESSIONS = 1 << 12  # sessions' input records a header may list
+
+@dataclass(frozen=True)
+class SeedMember:
+    """Member `index` of generation `generation`, which a version-3 file names on top of
+    its lineage (1..generation-1): `RUN@G-1` plus sign·σ·ε(key) in the perturbation kind
+    (`noise_spec`, `param_selection`) of the run that recorded generation G (`run`)."""
+
+    generation: int
+    index: int
+    key: int
+    sign: int
+    sigma: float
+    run: str
+    noise_spec: str
+    param_selection: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"generation": self.generation, "index": self.index, "key": str(self.key),
+                "sign": self.sign, "sigma": self.sigma, "run": self.run,
+                "noise_spec": self.noise_spec, "param_selection": self.param_selection}
+
+    def step(self) -> ReplayStep:
+        """Generation G's step as `replay.rebuild.apply_member` takes it: this member's key,
+        σ and perturbation kind (the coefficient and optimizer are the member's to set)."""
+        return ReplayStep(self.run, self.generation, [self.key], [0.0], self.sigma, {"name": "sgd"},
+                          noise_spec=self.noise_spec, param_selection=self.param_selection)
+
+
+@dataclass
+class SeedFile:
+    """A parsed seed file: the header and one ReplayStep per generation (oldest first)."""
+
+    header: dict[str, Any]
+    steps: list[ReplayStep]
+    signs: list[list[int]]
+    fingerprints: list[str | None]
+    lrs: list[float]
+    schedule_steps: list[int]
+    digest: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+    member: SeedMember | None = None  # version 3: the file names this member of generation+1
+
+    @property
+    def generation(self) -> int:
+        """The last generation of the lineage (a member file: the member's parent)."""
+        return self.header["generation"]
+
+    @property
+    def ref(self) -> str:
+        """What the file names: `RUN@G`, or `RUN@G#M` for a member."""
+        if self.member is None:
+            return f"{self.header['run']}@{self.generation}"
+        return f"{self.header['run']}@{self.member.generation}#{self.member.index}"
+
+    @property
+    def base_model(self) -> str:
+        return self.header["base"]["model"]
+
+    @property
+    def base_revision(self) -> str | None:
+        return self.header["base"]["revision"]
+
+    @property
+    def base_fingerprint(self) -> str | None:
+        return self.header["base"]["fingerprint"]
+
+    @property
+    def base_provenance(self) -> dict[str, Any] | None:
+        """What the base model is (engine.runtime.model_provenance), when the file says."""
+        return self.header["base"].get("provenance")
+
+    @property
+    def inputs(self) -> list[dict[str, Any]]:
+        """The lineage's sessions' input fingerprints (ledger.provenance), oldest first."""
+        return self.header.get("inputs") or []
+
+    @property
+    def noise_spec(self) -> str:
+        return self.header["noise_spec"]
+
+    @property
+    def final_fingerprint(self) -> str | None:
+        return self.header["final_fingerprint"]
+
+
+def _digest(data: bytes | memoryview) -> bytes:
+    return hashlib.blake2b(data, digest_size=DIGEST_SIZE).digest()
+
+
+def _ratio_ok(rawlen: int, zlen: int) -> bool:
+    return rawlen <= max(RATIO_FLOOR, MAX_RATIO * zlen)
