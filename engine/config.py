@@ -30,6 +30,7 @@ from seedledger.engine.config_sections import (
     LoraTrain,
     LowRank,
     PassKConfig,
+    PerturbationSection,
     Sampling,
     Schedules,
     Strict,
@@ -38,7 +39,7 @@ from seedledger.engine.config_sections import (
 )
 from seedledger.ledger.errors import SeedLedgerError
 from seedledger.ledger.seedfile import MAX_GENERATIONS, MAX_MEMBERS, MAX_POPULATION
-from seedledger.replay.perturbation import Perturbation
+from seedledger.replay.kinds import Full, PerturbationKind
 from seedledger.replay.task_settings import check_task_settings
 from seedledger.trainers.adaptation import AdaptationSpec
 from seedledger.trainers.cmaes import CMAESSpec
@@ -98,7 +99,7 @@ class TrainConfig(Strict):
     evaluation: Evaluation = Evaluation()
     curriculum: CurriculumConfig | None = None
     passk: PassKConfig | None = None
-    perturbation: Annotated[Literal["full"] | LowRank, BeforeValidator(shorthand(("full", "lowrank")))] = Field(
+    perturbation: Annotated[Literal["full"] | PerturbationSection, BeforeValidator(shorthand(("full", "lowrank")))] = Field(
         "full", description="full-rank noise on every parameter, or low-rank on the targeted linears"
     )
     train: Annotated[Literal["full"] | LoraTrain, BeforeValidator(shorthand(("full", "lora")))] = Field(
@@ -138,13 +139,15 @@ class TrainConfig(Strict):
             raise ValueError(refusal)
         return self
 
-    def perturbation_spec(self) -> Perturbation:
+    def perturbation_spec(self) -> PerturbationKind:
         """The replay-side description of `perturbation`."""
-        if self.train != "full":
-            return Perturbation.lora(self.train.spec())
-        if self.perturbation == "full":
-            return Perturbation()
-        return Perturbation.lowrank(self.perturbation.rank, self.perturbation.targets)
+        section = self.train if self.train != "full" else self.perturbation
+        return Full() if section == "full" else section.perturbation_kind()
+
+    def perturbation_type(self) -> type[PerturbationKind]:
+        """The kind's class, readable before an adapter's train block is resolved (messages)."""
+        section = self.train if self.train != "full" else self.perturbation
+        return Full if section == "full" else section.kind_type
 
     @field_validator("sigma", "lr")
     @classmethod

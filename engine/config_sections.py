@@ -4,7 +4,7 @@ TrainConfig, which stays one readable list of top-level keys."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -110,6 +110,8 @@ class LowRank(Strict):
     """EGGROLL-style perturbations E = A·Bᵀ/√rank of the targeted linear layers only
     (replay.perturbation); every other parameter stays frozen."""
 
+    kind_type: ClassVar[type[PerturbationKind]] = LowRankKind
+
     kind: Literal["lowrank"] = "lowrank"
     rank: Literal[1, 4, 16, 64] = Field(1, description="a power of 4, so 1/√rank is exact")
     targets: list[str] = Field(
@@ -132,6 +134,8 @@ class LoraTrain(Strict):
     Unset fields are filled in when the run is created (engine.runtime.adapters.resolve) and
     stored with it: rank 8, alpha 16, every attention and MLP projection, A from the
     run's seed and B = 0, or all of them from the PEFT adapter directory `init`."""
+
+    kind_type: ClassVar[type[PerturbationKind]] = Adapter
 
     kind: Literal["lora"] = "lora"
     rank: int | None = Field(None, ge=1, le=4096)

@@ -41,9 +41,9 @@ from seedledger.engine.runtime.interrupts import raise_pending
 from seedledger.engine.runtime.signal_advice import advice
 from seedledger.ledger import GenerationRecord, Ledger, ReplayStep, RunInfo
 from seedledger.replay.anchors import save_anchor
+from seedledger.replay.kinds import from_run
 from seedledger.replay.noise import round_coefficient
 from seedledger.replay.paths import StateView
-from seedledger.replay.perturbation import Perturbation
 from seedledger.trainers.member import Member
 from seedledger.trainers.policy import Decision, make_policy
 from seedledger.trainers.rewards.generation import GenerationState
@@ -64,7 +64,7 @@ def train(
     """Train `generations` more generations of `run`; the pool must hold `run`'s latest."""
     hooks = hooks or Hooks()
     policy = make_policy(cfg)
-    trained = Perturbation.from_run(run.noise_spec, run.param_selection).trained
+    trained = from_run(run.noise_spec, run.param_selection).trained
     start = ledger.latest_generation(run.name)
     history = ledger.records(run.name, upto=start)
     policy.restore(history)  # state across generations is a pure function of the records

@@ -37,8 +37,8 @@ from seedledger.ledger import GenerationRecord, Ledger, RunInfo
 from seedledger.ledger.errors import SeedLedgerError
 from seedledger.ledger.names import check_run_name
 from seedledger.ledger.provenance import in_force, inputs_along
+from seedledger.replay.kinds import from_run
 from seedledger.replay.noise import run_key
-from seedledger.replay.perturbation import Perturbation
 
 
 @dataclass
@@ -328,7 +328,7 @@ def fork(
             pool = _restored(ledger, lease, cfg, model_dir, parent, run.name, gen)
             with _keepalive(lease):
                 forkcheck.check_policy(ledger, parent.name, gen, cfg, pool,
-                                       Perturbation.from_run(run.noise_spec, run.param_selection).trained)
+                                       from_run(run.noise_spec, run.param_selection).trained)
         except BaseException as exc:
             with signals_held():
                 if pool is not None:

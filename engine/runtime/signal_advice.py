@@ -11,23 +11,20 @@ zero), more rows per generation, sampling instead of greedy decoding, and the de
 from __future__ import annotations
 
 from seedledger.engine.config import MAX_BATCH, TrainConfig
-from seedledger.trainers.requirements import perturbation_kind
 from seedledger.trainers.tasks.registry import uses_loglik
 
-USUAL_SIGMA = {"full": 1e-3, "lowrank": 1e-3, "lora": 1e-2}
-"""The σ each perturbation kind usually trains with (README: the paper's 1e-3; LoRA 1e-2)."""
 SAMPLING_TEMPERATURE = 0.7
 
 
-def suggested_sigma(kind: str, sigma: float) -> float:
-    """σ ×3, at least the kind's usual scale, on one significant digit."""
-    return float(f"{max(3 * sigma, USUAL_SIGMA[kind]):.0e}")
+def suggested_sigma(usual: float, sigma: float) -> float:
+    """σ ×3, at least the kind's usual scale (`PerturbationKind.usual_sigma`), on one significant digit."""
+    return float(f"{max(3 * sigma, usual):.0e}")
 
 
 def advice(cfg: TrainConfig, sigma: float) -> str:
     """One clause of concrete changes for `cfg`, whose generation ran at `sigma`."""
-    kind = perturbation_kind(cfg)
-    tips = [f"sigma: {suggested_sigma(kind, sigma):g} (now {sigma:.3g}, {kind} noise)"]
+    kind = cfg.perturbation_type()
+    tips = [f"sigma: {suggested_sigma(kind.usual_sigma, sigma):g} (now {sigma:.3g}, {kind.label} noise)"]
     if cfg.batch_size < MAX_BATCH:
         tips.append(f"batch_size: {min(2 * cfg.batch_size, MAX_BATCH)} (now {cfg.batch_size}: "
                     "more rows per generation, fewer ties)")

@@ -27,6 +27,8 @@ class Adapter(Full):
     spec: LoraSpec
 
     name = "adapter"
+    label = "lora"
+    usual_sigma = 1e-2  # B starts at zero: σ·ε on B is the whole first-order term
     keeps_master = True
     frozen_base = True
 

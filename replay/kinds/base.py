@@ -46,6 +46,8 @@ class PerturbationKind(ABC):
     keeps_master: ClassVar[bool] = False  # members ride on the master loaded in the model
     frozen_base: ClassVar[bool] = False  # the model is a frozen base; the master a term on it
     keeps_paths: ClassVar[bool] = True  # an optimizer `paths` rule (LM-MA-ES, GA survivors) applies
+    label: ClassVar[str]  # how messages name it: "full", "lowrank", "lora"
+    usual_sigma: ClassVar[float] = 1e-3  # the σ it usually trains with (the paper's 1e-3)
 
     # --- the stored strings -------------------------------------------------------------
 

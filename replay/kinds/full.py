@@ -27,6 +27,7 @@ class Full(PerturbationKind):
     """Every tensor trained with v1 noise; each member has weights of its own."""
 
     name = "full"
+    label = "full"
     known_specs = (SPEC,)
 
     @classmethod

@@ -33,6 +33,7 @@ class LowRank(PerturbationKind):
     targets: tuple[str, ...] = DEFAULT_TARGETS
 
     name = "lowrank"
+    label = "lowrank"
     known_specs = tuple(f"{PREFIX}{r}" for r in RANKS)
     keeps_master = True
     keeps_paths = False  # a path is a full-size offset: not a rank-R term
