@@ -24,6 +24,7 @@ from seedledger.engine.config_sections import (
     MAX_SCALE,
     MAX_WORKERS,
     MIN_SCALE,
+    POOL_CAPABILITIES,
     CurriculumConfig,
     Evaluation,
     KLConfig,
@@ -47,6 +48,7 @@ from seedledger.trainers.ga import GASpec
 from seedledger.trainers.lmmaes import LMMAESSpec
 from seedledger.trainers.optim import OptimizerSpec
 from seedledger.trainers.policy import check_config
+from seedledger.trainers.requirements import BASE_LOGPROBS, MEMBER_TERMS
 from seedledger.trainers.tasks.registry import (
     UnknownTaskOption,
     absolute_paths,
@@ -61,6 +63,16 @@ __all__ = [
     "Evaluation", "KLConfig", "LoraTrain", "LowRank", "PassKConfig", "Sampling", "Schedules", "Strict",
     "TrainConfig", "Workers", "apply_overrides", "load_config", "validate",
 ]
+
+
+# What each backend can do (trainers.requirements' capabilities), one row per name the
+# `backend` key accepts. `auto` is resolved when the run is created
+# (engine.runtime.backend_choice) and is refused nothing here.
+BACKEND_CAPABILITIES: dict[str, frozenset[str]] = {
+    "auto": frozenset({MEMBER_TERMS, BASE_LOGPROBS}),
+    "hf": frozenset({MEMBER_TERMS, BASE_LOGPROBS}),
+    "vllm": frozenset(),
+}
 
 
 class TrainConfig(Strict):
@@ -143,6 +155,10 @@ class TrainConfig(Strict):
         """The replay-side description of `perturbation`."""
         section = self.train if self.train != "full" else self.perturbation
         return Full() if section == "full" else section.perturbation_kind()
+
+    def capabilities(self) -> frozenset[str]:
+        """What both the run's backend and its pool can do (what algorithms may require)."""
+        return BACKEND_CAPABILITIES[self.backend] & POOL_CAPABILITIES[self.workers.pool]
 
     def perturbation_type(self) -> type[PerturbationKind]:
         """The kind's class, readable before an adapter's train block is resolved (messages)."""

@@ -12,6 +12,7 @@ from seedledger.ledger.seedfile import MAX_GENERATIONS
 from seedledger.replay.adapter import LoraSpec
 from seedledger.replay.kinds import DEFAULT_TARGETS, Adapter, PerturbationKind
 from seedledger.replay.kinds import LowRank as LowRankKind
+from seedledger.trainers.requirements import BASE_LOGPROBS, MEMBER_TERMS
 from seedledger.trainers.schedules import Schedule
 
 # Bounds (issue 13 item 7): every number finite, and limits that cohere with what the
@@ -28,6 +29,14 @@ MAX_ROWS = 1_000_000
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+# What each pool can do (trainers.requirements' capabilities): a Ray worker's replica gets
+# only keys and numbers, so members cannot carry terms along replay-state vectors there.
+POOL_CAPABILITIES: dict[str, frozenset[str]] = {
+    "local": frozenset({MEMBER_TERMS, BASE_LOGPROBS}),
+    "ray": frozenset({BASE_LOGPROBS}),
+}
 
 
 class Workers(Strict):

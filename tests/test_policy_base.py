@@ -16,7 +16,6 @@ from seedledger.trainers.member import Member
 from seedledger.trainers.optim import OptimizerSpec
 from seedledger.trainers.policy import ALGORITHMS, Decision, Policy, make_policy
 from seedledger.trainers.policy_base import keyed_members
-from seedledger.trainers.requirements import SUPPORTS
 from seedledger.trainers.rewards.generation import GenerationState
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -100,10 +99,11 @@ def test_one_validator_reads_the_declarations(changes, message):
 def test_every_backend_and_pool_the_config_allows_has_a_row():
     from typing import get_args
 
-    from seedledger.engine.config import TrainConfig, Workers
+    from seedledger.engine.config import BACKEND_CAPABILITIES, TrainConfig, Workers
+    from seedledger.engine.config_sections import POOL_CAPABILITIES
 
-    assert set(get_args(TrainConfig.model_fields["backend"].annotation)) == set(SUPPORTS["backend"])
-    assert set(get_args(Workers.model_fields["pool"].annotation)) == set(SUPPORTS["pool"])
+    assert set(get_args(TrainConfig.model_fields["backend"].annotation)) == set(BACKEND_CAPABILITIES)
+    assert set(get_args(Workers.model_fields["pool"].annotation)) == set(POOL_CAPABILITIES)
 
 
 def _record(index, extra, population=4, batch=2):

@@ -3,12 +3,12 @@
 A policy class declares its `requires` (`trainers.policy_base.Policy.requirements`): plain
 records such as "no mirrored pairs", "an adapter run", "members built by
 a backend and pool that support path terms". Backends and pools declare what they support
-in `SUPPORTS` below. `first_unmet` walks a list of requirements against a run's config and
+in the config's capability tables (`cfg.capabilities()`). `first_unmet` walks a list of requirements against a run's config and
 returns the first refusal, `{subject}: {why}`: the one-line message `engine.config` raises.
 
 Why data: which algorithm goes with which backend, perturbation kind and settings was
 string comparisons spread over the config's validators; here adding an algorithm adds its
-declarations on its class, and adding a backend adds one row to `SUPPORTS`.
+declarations on its class, and a backend says what it can do where the config names it.
 
 The config is read by attribute (trainers cannot import engine): `mirrored`, `population`, `train`, `perturbation`, `backend`, `workers.pool`.
 """
@@ -19,22 +19,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-# What each backend and pool can do, by config name. `auto` is resolved when the run is
-# created (engine.runtime.backend_choice) and is refused nothing here, as before.
-# The backends (engine/runtime/backends/*) should own their row: a `supports` ClassVar each.
+# Capabilities an algorithm may require of the run's backend and pool. Which backend and
+# pool have which is the config's to say, beside the names it accepts
+# (engine.config.BACKEND_CAPABILITIES, engine.config_sections.POOL_CAPABILITIES), read
+# here through `cfg.capabilities()`.
 MEMBER_TERMS = "member_terms"  # members carry terms along replay-state vectors (paths, offsets)
 BASE_LOGPROBS = "base_logprobs"  # token log-probabilities under the frozen base (the KL penalty)
-SUPPORTS: dict[str, dict[str, frozenset[str]]] = {
-    "backend": {
-        "auto": frozenset({MEMBER_TERMS, BASE_LOGPROBS}),
-        "hf": frozenset({MEMBER_TERMS, BASE_LOGPROBS}),
-        "vllm": frozenset(),
-    },
-    "pool": {
-        "local": frozenset({MEMBER_TERMS, BASE_LOGPROBS}),
-        "ray": frozenset({BASE_LOGPROBS}),  # only keys and numbers reach a worker's replica
-    },
-}
 
 
 def perturbation_kind(cfg: Any) -> str:
@@ -82,14 +72,12 @@ class Kinds(Requirement):
 
 @dataclass(frozen=True)
 class Capability(Requirement):
-    """Something the run's backend and pool must both support (`SUPPORTS`)."""
+    """Something the run's backend and pool must both support (`cfg.capabilities()`)."""
 
     capability: str = ""
 
     def met(self, cfg: Any) -> bool:
-        backend = SUPPORTS["backend"].get(cfg.backend, frozenset())
-        pool = SUPPORTS["pool"].get(cfg.workers.pool, frozenset())
-        return self.capability in backend and self.capability in pool
+        return self.capability in cfg.capabilities()
 
 
 @dataclass(frozen=True)
@@ -108,6 +96,6 @@ def first_unmet(requirements: Iterable[Requirement], cfg: Any) -> str | None:
 
 
 __all__ = [
-    "BASE_LOGPROBS", "MEMBER_TERMS", "SUPPORTS", "Capability", "Holds", "Kinds", "Mirrored", "Requirement",
+    "BASE_LOGPROBS", "MEMBER_TERMS", "Capability", "Holds", "Kinds", "Mirrored", "Requirement",
     "first_unmet", "perturbation_kind",
 ]
