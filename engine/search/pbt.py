@@ -262,7 +262,7 @@ def _train_on_ray(location: str, todo: list[tuple[str, int]], address: str | Non
 
     @ray.remote(num_cpus=0, max_retries=0)
     def train(location: str, run: str, generations: int, trust_code: bool) -> str:
-        from seedledger.engine import session as remote_session
+        from seedledger.engine.runtime import session as remote_session
         from seedledger.ledger import Ledger as RemoteLedger
 
         with RemoteLedger.open(location, create=False) as led:
