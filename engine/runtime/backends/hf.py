@@ -8,9 +8,8 @@ Decoding guarantee. Greedy (the default, `seed=None` or `temperature=0`) and see
 sampling are deterministic for the same prompts, batch size, device and dtype. In seeded
 sampling the uniform draws for prompt i come from a CPU generator seeded by
 `(seed, i)` alone (i = index in the `prompts` list), one draw per new token, and the token
-is picked by inverse CDF (over the probability-sorted, top-p-truncated distribution
-when top_p < 1, else in vocabulary order); so the random
-stream never depends on which other prompts share a batch. The logits themselves may
+is picked by inverse CDF (over the probability-sorted, top-p-truncated distribution when
+top_p < 1, else in vocabulary order); the stream never depends on the batch's other prompts. The logits themselves may
 still differ in the last bits when padding changes (another batch composition), which can,
 rarely, flip a near-tie; bit-exact outputs across batch compositions are not promised.
 

@@ -17,10 +17,9 @@ it to the worker (once per generation); each member of a group is its adapter
 cast(master + sign·σ·ε) in its own LoRA slot, made in the worker from its key, and the
 rows decode as above. Outside a group (held-out scoring, plain generation) every row
 carries the master adapter itself, registered under a fresh id: what the HF backend's
-resident adapter is (`hf_lowrank`). The frozen base's fingerprint is that of the fp32
-checkpoint tensors under their transformers names, which is what the HF backend
-fingerprints for an unquantized base, so a run may move between the backends. The base
-is served as stored: an int8 base (`base_quantization`) is the HF backend's alone.
+resident adapter is (`hf_lowrank`). The frozen base's fingerprint is the fp32 checkpoint
+tensors' under their transformers names, as the HF backend fingerprints an unquantized
+base, so a run may move between backends. An int8 base is the HF backend's alone.
 
 After every weight load the prefix cache is reset: vLLM keys cached KV blocks by tokens
 (and adapter name), not by weights, so a block computed under earlier weights would
