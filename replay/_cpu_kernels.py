@@ -1,9 +1,8 @@
 """numba kernels: the fast CPU path, bit-identical to ``_reference``.
 
-Compiled once and cached on disk (``cache=True``); no fastmath, so LLVM neither
-contracts a*b+c into an FMA nor reorders sums. Each output element is computed by one
-thread from (key, index) alone, so thread count and block size never change a bit; the
-fingerprint lanes are wrapping uint64 sums, which are order independent.
+Cached on disk (``cache=True``); no fastmath, so LLVM neither contracts a*b+c into an FMA
+nor reorders sums. One thread computes each element from (key, index) alone, so thread
+count and block size never change a bit; fingerprint lanes are order-free uint64 sums.
 """
 
 from __future__ import annotations
@@ -107,13 +106,10 @@ def _noise_block(eps, start, n, key, kx, table):
 
 @njit(inline="always", **_OPTS)
 def _accumulate_block(delta, eps, start, stop, keys, kxs, coefs, table):
-    """delta[0:stop-start] = Σ_m coefs[m]·eps(keys[m], start..stop) in member order.
-
-    The sum starts at −0.0 and members with coefs[m] == 0 are skipped (x + (−0) == x for
-    every x, so an all-zero generation leaves θ bit-identical). A member whose key repeats
-    the previous, applied member's (mirrored pairs with two coefficients) reuses its noise
-    block; the arithmetic is unchanged, only the hashing is skipped.
-    """
+    """delta[0:stop-start] = Σ_m coefs[m]·eps(keys[m], start..stop) in member order. The sum
+    starts at −0.0 and members with coefs[m] == 0 are skipped (x + (−0) == x for every x, so
+    an all-zero generation leaves θ bit-identical). A member whose key repeats the previous
+    applied member's (mirrored pairs) reuses its noise block; only the hashing is skipped."""
     n = stop - start
     members = keys.shape[0]
     for p in range(n):
@@ -197,10 +193,7 @@ def _apply_block(theta, start, keys, kxs, coefs, table, rule, scal, buf1, buf2):
 @njit(parallel=True, **_OPTS)
 def apply_many(thetas, keys, kxs, coefs, table, rule, scal, buf1s, buf2s, work_t, work_s):
     """Every tensor of a master in one parallel region; work item w = (tensor, block start).
-
-    keys/kxs are [tensors, members]; buf1s/buf2s are lists parallel to thetas (ignored
-    by rules that do not use them).
-    """
+    keys/kxs are [tensors, members]; buf1s/buf2s are lists parallel to thetas (unused by SGD)."""
     for w in prange(work_t.shape[0]):
         t = work_t[w]
         _apply_block(thetas[t], work_s[w], keys[t], kxs[t], coefs, table, rule, scal, buf1s[t], buf2s[t])

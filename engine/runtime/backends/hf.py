@@ -15,8 +15,7 @@ rarely, flip a near-tie; bit-exact outputs across batch compositions are not pro
 
 Several samples per prompt (`samples=n`, for pass@k): the output holds n completions per
 prompt, prompt-major; sample s of prompt i draws from the stream seeded by `(seed, i, s)`.
-Sample 0 is seeded by `(seed, i)` exactly as with `samples=1`, so one sample per prompt
-reproduces plain seeded sampling.
+Sample 0 is seeded by `(seed, i)` as with `samples=1` (plain seeded sampling).
 """
 
 from __future__ import annotations
@@ -172,12 +171,9 @@ class HFBackend:
         """Set the model to `cast(master + sign*sigma*eps(key))`, tensor by tensor, in place;
         with `paths` (a GA survivor's offsets, `replay.paths`), to
         `cast((master + sign*sigma*eps(key)) + Σⱼ pathsⱼ·Mⱼ)`, the sum in fp32 one tensor at a
-        time (memory: a few fp32 temporaries the size of one tensor beside the model).
-
-        The scale is `replay.kinds.member_scale` (idempotent for an already-rounded sigma),
-        so that the product with eps is exact in fp32 on every device. A zero scale
-        copies the master, so the result is bit-identical to it (negative zeros included).
-        """
+        time (memory: a few fp32 temporaries the size of one tensor beside the model). The
+        scale is `replay.kinds.member_scale`, so the product with eps is exact in fp32 on every
+        device; a zero scale copies the master bit for bit (negative zeros included)."""
         if self.perturbation.frozen_base:
             raise ValueError("adapter members are evaluated together: use evaluate()")
         scale = member_scale(sign, sigma)
@@ -316,11 +312,8 @@ class HFBackend:
         samples: int = 1,
     ) -> list[str]:
         """Completions for chat prompts, in order; batched by `batch_size`, left-padded.
-
-        Greedy unless the temperature (argument, else the constructor's) is > 0, which
-        needs a `seed`; see the module docstring for what is guaranteed. `samples` > 1
-        returns that many completions per prompt, prompt-major.
-        """
+        Greedy unless the temperature (argument, else the constructor's) is > 0, which needs
+        a `seed` (the module docstring); `samples` > 1 gives that many per prompt, prompt-major."""
         ids = self.generate_ids(
             prompts, max_new_tokens, seed, temperature=temperature, top_p=top_p, samples=samples
         )

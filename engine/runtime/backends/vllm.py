@@ -22,8 +22,7 @@ tensors' under their transformers names, as the HF backend fingerprints an unqua
 base, so a run may move between backends. An int8 base is the HF backend's alone.
 
 After every weight load the prefix cache is reset: vLLM keys cached KV blocks by tokens
-(and adapter name), not by weights, so a block computed under earlier weights would
-otherwise be reused for a shared prompt prefix.
+(and adapter name), not weights, so a block made under earlier weights would be reused.
 
 Prompts are tokenized here with the model's own chat template, exactly as the HF backend
 does, and completions are decoded here from token ids, so both backends see and return the
