@@ -69,6 +69,14 @@ def _mean(values: list[float | None]) -> float | None:
     return sum(kept) / len(kept) if kept else None
 
 
+def generation_batch(task, cfg: TrainConfig, generation: int, level: int | None = None) -> Batch:
+    """The generation's deterministic batch of `task`, at the curriculum's `level` if any:
+    built once per generation, by the replica (local) or the driver (Ray)."""
+    if level is not None:
+        task.set_level(level)
+    return Batch(*task.train_batch(cfg.seed, generation, cfg.batch_size), level)
+
+
 class Evaluator:
     def __init__(self, cfg: TrainConfig, model_dir: Path):
         self.cfg = cfg
@@ -105,9 +113,7 @@ class Evaluator:
 
     def batch(self, generation: int, level: int | None = None) -> Batch:
         """The generation's deterministic batch, at the curriculum's `level` if any."""
-        if level is not None:
-            self.task.set_level(level)
-        return Batch(*self.task.train_batch(self.cfg.seed, generation, self.cfg.batch_size), level)
+        return generation_batch(self.task, self.cfg, generation, level)
 
     def score_population(
         self,

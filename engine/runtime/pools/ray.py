@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from seedledger.engine.config import TrainConfig
-from seedledger.engine.runtime.evaluator import Batch
+from seedledger.engine.runtime.evaluator import Batch, generation_batch
 from seedledger.engine.runtime.pools import PoolFailure, ReplicaMismatch
 from seedledger.engine.runtime.pools.ray_worker import ReplicaActor
 from seedledger.ledger import Ledger, ReplayStep
@@ -276,9 +276,7 @@ class RayPool:
     def batch(self, generation: int, level: int | None = None) -> Batch:
         """The generation's batch, built once on the driver: its rows go to every worker
         (a few kilobytes of text), its indices to the record."""
-        if level is not None:
-            self.task.set_level(level)
-        return Batch(*self.task.train_batch(self.cfg.seed, generation, self.cfg.batch_size), level)
+        return generation_batch(self.task, self.cfg, generation, level)
 
     def evaluate(
         self,
