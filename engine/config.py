@@ -25,6 +25,7 @@ from seedledger.engine.config_sections import (
     MAX_WORKERS,
     MIN_SCALE,
     POOL_CAPABILITIES,
+    TRAIN_SHORTHANDS,
     CurriculumConfig,
     Evaluation,
     KLConfig,
@@ -35,6 +36,7 @@ from seedledger.engine.config_sections import (
     Sampling,
     Schedules,
     Strict,
+    TrainSection,
     Workers,
     shorthand,
 )
@@ -114,7 +116,7 @@ class TrainConfig(Strict):
     perturbation: Annotated[Literal["full"] | PerturbationSection, BeforeValidator(shorthand(("full", "lowrank")))] = Field(
         "full", description="full-rank noise on every parameter, or low-rank on the targeted linears"
     )
-    train: Annotated[Literal["full"] | LoraTrain, BeforeValidator(shorthand(("full", "lora")))] = Field(
+    train: Annotated[Literal["full"] | TrainSection, BeforeValidator(shorthand(TRAIN_SHORTHANDS))] = Field(
         "full", description="the trained parameters: every weight, or a LoRA adapter on a frozen base"
     )
     base_quantization: Literal["none", "int8"] = Field(

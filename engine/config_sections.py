@@ -193,3 +193,9 @@ def shorthand(kinds: tuple[str, str]):
         return value
 
     return parse
+
+
+# The sections `train:` accepts besides "full", and the bare words that stand for one: a new
+# trained-parameter kind adds its section here (engine.config names only these two).
+TrainSection = LoraTrain
+TRAIN_SHORTHANDS = ("full", "lora")
