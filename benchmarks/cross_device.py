@@ -1,7 +1,7 @@
 """Cross-device replay through the console script: train on one device, verify on the other.
 
 Each variant (full-rank sgd / adam, low-rank momentum, LoRA, LM-MA-ES on LoRA, a GA with
-survivors on full rank and on LoRA) trains the
+survivors on full rank and on LoRA, likelihood fitness on full rank and low rank) trains the
 `tiny` model for `--generations` generations twice, once with `device: cuda` and once on
 the CPU, then `seedledger verify` replays each run on the other device. A run verifies only
 when every generation's fingerprint matches bit for bit, so a pass means CPU and CUDA
@@ -43,6 +43,10 @@ VARIANTS = {
     "full-ga-survivors": {"algorithm": "ga", "ga": {"survivors": 2}, "mirrored": False, "lr": 1.0},
     "lora-ga-survivors": {"train": {"kind": "lora", "rank": 4}, "algorithm": "ga", "ga": {"survivors": 3},
                           "mirrored": False, "sigma": 0.5, "lr": 1.0},
+    # dense likelihood fitness (teacher-forced scores of the reference answer, no decoding)
+    "loglik-full": {"task": {"name": "arithmetic", "rewards": ["loglik"]}},
+    "loglik-lowrank": {"task": {"name": "arithmetic", "rewards": ["loglik"]},
+                       "perturbation": {"kind": "lowrank", "rank": 4}},
 }
 
 

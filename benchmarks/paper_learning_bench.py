@@ -16,6 +16,10 @@ compared row by row (paired s.e.):
 Per generation both sides print their mean member reward on that generation's rows.
 
     .venv/bin/python benchmarks/paper_learning_bench.py [--config FILE] [--set KEY=VALUE ...]
+
+On a GPU (benchmarks/gpu_proof.sh): `--device cuda` puts both loops and the decoding there,
+`--budget-s S` ends seedledger's training after the first generation past S seconds (the
+reference then gets the same time), and `--out DIR` keeps the ledger and a seed file.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ def decode(model, tok, task, rows: list[dict], new_tokens: int, batch: int = 25)
         part = rows[i:i + batch]
         texts = [tok.apply_chat_template(task.prompt(r), add_generation_prompt=True, tokenize=False) for r in part]
         enc = tok(texts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
+        enc = enc.to(model.device)
         out = model.generate(**enc, max_new_tokens=new_tokens, do_sample=False,
                              pad_token_id=tok.pad_token_id or tok.eos_token_id)
         done = [tok.decode(o[enc["input_ids"].shape[1]:], skip_special_tokens=True) for o in out]
@@ -78,30 +83,42 @@ def main() -> None:
     ap.add_argument("--config", type=Path, default=CONFIG, help="default: the demo's")
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--device", default="cpu", help="both loops' device (seedledger's via --set device=)")
+    ap.add_argument("--budget-s", type=float, help="stop seedledger's training after this many seconds")
+    ap.add_argument("--out", type=Path, help="keep seedledger's ledger and seed file here")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    overrides = args.overrides
+    overrides = [*args.overrides, f"device={args.device}"]
     cfg = load_config(args.config, overrides)
     bench.SIGMA, bench.ALPHA = cfg.sigma, cfg.lr
     task = load_task(cfg.task, seed=cfg.seed, base_dir=args.config.parent)
     test = task.test_rows()[: cfg.evaluation.rows]
     model_dir = resolve_model(cfg.model)
     ref = WordsReference(model_dir, task, cfg.population, cfg.max_new_tokens)
+    ref.model.to(args.device)
     base = decode(ref.model, ref.tok, task, test, cfg.max_new_tokens)
     print(f"base: held-out {statistics.fmean(base):.3f} on {len(test)} rows")
 
     with tempfile.TemporaryDirectory() as tmp:
+        ledger = (args.out or Path(tmp)) / "gpu_learning.db"
+        ledger.parent.mkdir(parents=True, exist_ok=True)
         started = time.perf_counter()
         def seen(record, seconds: float) -> None:
             print(f"  seedledger gen {record.index}: {seconds:5.1f} s, mean reward "
                   f"{record.reward_stats()['mean']:.3f}", flush=True)
 
-        done = api.train(str(args.config), run="ours", overrides=overrides, ledger=Path(tmp) / "l.db",
-                         hooks=Hooks(on_generation_end=seen))
+        def over_budget() -> bool:
+            return args.budget_s is not None and time.perf_counter() - started > args.budget_s
+
+        done = api.train(str(args.config), run="ours", overrides=overrides, ledger=ledger,
+                         hooks=Hooks(on_generation_end=seen, should_stop=over_budget))
         budget = time.perf_counter() - started
-        model, tok = api.rebuild_model("ours", ledger=Path(tmp) / "l.db")
+        model, tok = api.rebuild_model("ours", ledger=ledger, device=args.device)
         ours = decode(model, tok, task, test, cfg.max_new_tokens)
-    print(f"seedledger ({done.run.config['backend']}): {budget:.0f} s of training, held-out {statistics.fmean(ours):.3f}")
+        if args.out:
+            api.export("ours", args.out / "ours.seeds", ledger=ledger)
+    print(f"seedledger ({done.run.config['backend']}, {args.device}): {done.latest_generation} generations in "
+          f"{budget:.0f} s of training, held-out {statistics.fmean(ours):.3f}")
 
     spent, g, with_signal = 0.0, 0, 0
     while spent < budget:

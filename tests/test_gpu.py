@@ -217,3 +217,34 @@ def test_lowrank_factors_and_perturb_cpu_equals_cuda():
         lowrank.perturb_lowrank_(a, master, keys[0], "l.up_proj.weight", scale, 4)
         lowrank.perturb_lowrank_(b, master.cuda(), keys[0], "l.up_proj.weight", scale, 4)
         assert torch.equal(_bits(a), _bits(b)), dtype
+
+
+@pytest.mark.parametrize("kind", ["full", "lowrank"])
+def test_loglik_scores_on_cuda_match_cpu(kind, tiny_model_dir):
+    """Dense likelihood fitness: the population-batched scores of one generation on CUDA
+    equal the CPU's to float tolerance and rank the members the same way (the update that
+    follows is exact on either device: benchmarks/cross_device.py's loglik variants)."""
+    from seedledger.engine.config import validate
+    from seedledger.engine.runtime.backends.base import Population
+    from seedledger.engine.runtime.evaluator import Evaluator
+    from seedledger.trainers.es import ES
+
+    base = {"model": "tiny", "task": {"name": "arithmetic", "rewards": ["loglik"]}, "population": 8,
+            "batch_size": 5, "seed": 3, "sigma": 0.0625, "perturbation": kind}
+    members = ES(8).ask(run_key=99, generation=1)
+    population = Population(tuple(m.key for m in members), tuple(m.sign for m in members),
+                            0.0625, (None,) * len(members))
+    scores = {}
+    for device in ("cpu", "cuda"):
+        cfg = validate({**base, "device": device})
+        ev = Evaluator(cfg, tiny_model_dir)
+        _, rows = ev.task.train_batch(cfg.seed, 1, cfg.batch_size)
+        prompts = [ev.task.prompt(r) for r in rows]
+        refs = ev.task.likelihood_rewards[0].references(rows)
+        scores[device] = ev.backend.loglik(ev.master, population, prompts, refs).scores
+    worst = max(abs(a - b) for ra, rb in zip(scores["cpu"], scores["cuda"], strict=True)
+                for a, b in zip(ra, rb, strict=True))
+    print(f"{kind}: max |CPU - CUDA| = {worst:.2e}")
+    assert worst < 1e-3
+    order = {d: sorted(range(len(members)), key=lambda m: sum(s[m])) for d, s in scores.items()}
+    assert order["cpu"] == order["cuda"]
