@@ -49,6 +49,8 @@ from seedledger.trainers.tasks import load_task  # noqa: E402
 def decode(model, tok, task, rows: list[dict], new_tokens: int, batch: int = 25) -> list[float]:
     """Greedy completions of `rows` (chat template, left padding), scored by the task."""
     scores: list[float] = []
+    if tok.pad_token is None:  # a GGUF-converted tokenizer may name none (transformers 5.17)
+        tok.pad_token = tok.eos_token
     for i in range(0, len(rows), batch):
         part = rows[i:i + batch]
         texts = [tok.apply_chat_template(task.prompt(r), add_generation_prompt=True, tokenize=False) for r in part]
