@@ -305,24 +305,33 @@ def verify(ref: str, *, ledger: LedgerArg = None, device: str = "cpu", quick: bo
 
 
 def export(ref: str, path: str | os.PathLike[str], *, ledger: LedgerArg = None,
-           force: bool = False) -> dict[str, Any]:
+           force: bool = False, with_history: bool = False) -> dict[str, Any]:
     """Write RUN@G with its whole lineage as a seed file (keys and exact coefficients:
     kilobytes); returns run, generation, file and bytes. `RUN@G#M` writes a file that
     names member M (the lineage to G-1 and the member's key, sign, σ and perturbation;
     `rebuild` takes it, `import` refuses it) and the report adds `member`. An existing
-    file is replaced only with `force` (never a directory or a ledger)."""
+    file is replaced only with `force` (never a directory or a ledger). `with_history`
+    also writes the lineage's rewards, batches and events to `PATH.history`
+    (ledger.historyfile), which `import` restores; the report adds `history` and
+    `history_bytes`."""
     from seedledger.engine.refs import resolve_member
+    from seedledger.ledger.historyfile import companion
     from seedledger.ledger.seedio import export_seedfile
     from seedledger.replay.noise import member_key
 
     output = Path(path)
+    history = companion(output) if with_history else None
     with _opened(ledger) as led:
         info, gen, member = resolve_member(led, ref)
-        export_seedfile(led, info.name, gen, output, key_fn=member_key, force=force, member=member)
+        export_seedfile(led, info.name, gen, output, key_fn=member_key, force=force, member=member,
+                        history=history)
     report: dict[str, Any] = {"run": info.name, "generation": gen}
     if member is not None:
         report["member"] = member
-    return report | {"file": str(output), "bytes": output.stat().st_size}
+    report |= {"file": str(output), "bytes": output.stat().st_size}
+    if history is not None:
+        report |= {"history": str(history), "history_bytes": history.stat().st_size}
+    return report
 
 
 def import_seeds(
@@ -332,11 +341,15 @@ def import_seeds(
     ledger: LedgerArg = None,
     allow_unverified: bool = False,
     max_members: int = IMPORT_MAX_MEMBERS,
+    history: str | os.PathLike[str] | None = None,
 ) -> dict[str, Any]:
     """Import a seed file as one new run (named `run`, else as in the file), checked in
     full first and committed in one transaction; refused when it holds no fingerprint to
-    check a replay against, unless `allow_unverified`. Returns run, latest_generation and
-    verified (with `not_verified` saying why not). The ledger is created if need be."""
+    check a replay against, unless `allow_unverified`. Its history file (`history`, else
+    `PATH.history` when it exists: what `export(..., with_history=True)` wrote) is checked
+    as fully and restored with it: the sender's rewards, batches and events. Returns run,
+    latest_generation, verified (with `not_verified` saying why not) and, when one was
+    restored, history (its file). The ledger is created if need be."""
     from seedledger.ledger.seedio import import_seedfile
     from seedledger.replay.noise import member_key
     from seedledger.replay.seedcheck import check_seedfile
@@ -344,11 +357,14 @@ def import_seeds(
     with _opened(ledger, create=True) as led:
         info: RunInfo = import_seedfile(
             led, path, run, key_fn=member_key, allow_unverified=allow_unverified,
-            check=check_seedfile, max_members=max_members,
+            check=check_seedfile, max_members=max_members, history=history,
         )
         latest = led.latest_generation(info.name)
-        why = led.events(info.name, "import")[-1].payload.get("not_verified")
+        event = led.events(info.name, "import")[0].payload  # its own: restored events come after it
+    why = event.get("not_verified")
     report: dict[str, Any] = {"run": info.name, "latest_generation": latest, "verified": why is None}
     if why is not None:
         report["not_verified"] = why
+    if "history" in event:
+        report["history"] = event["history"]["file"]
     return report

@@ -11,12 +11,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from seedledger.ledger.durable import write_file_durably
+from seedledger.ledger import historyfile
+from seedledger.ledger.durable import check_file_target, write_file_durably
 from seedledger.ledger.errors import SeedLedgerError
+from seedledger.ledger.historyfile import History, companion, read_history
 from seedledger.ledger.ledger import Ledger
 from seedledger.ledger.names import RUN_NAME_RULE, printable, valid_run_name
-from seedledger.ledger.provenance import INPUTS_EVENT, base_provenance, exported_inputs
+from seedledger.ledger.provenance import (
+    INPUTS_EVENT,
+    base_provenance,
+    exported_inputs,
+    inputs_along,
+)
 from seedledger.ledger.records import (
+    EventInfo,
     GenerationRecord,
     MemberRecord,
     RunInfo,
@@ -24,6 +32,7 @@ from seedledger.ledger.records import (
     missing_fingerprint,
 )
 from seedledger.ledger.seedfile import KeyFn, SeedFile, SeedMember, encode, read_seedfile
+from seedledger.ledger.seedread import parse_seedfile
 
 # Members an import takes without being asked (~18 MB of SQLite ledger, a few seconds):
 # far more than a real run (500 generations x 30 = 15,000), far less than a file can
@@ -40,27 +49,71 @@ def export_seedfile(
     key_fn: KeyFn | None = None,
     force: bool = False,
     member: int | None = None,
+    history: str | os.PathLike[str] | None = None,
 ) -> dict[str, Any]:
     """Write `run@g` (default latest) and its lineage to `path`; returns the header. With
     `member`, the file names `run@g#member` instead: the lineage up to g - 1 and that
-    member's key, sign, σ and perturbation kind (format 3, `member_entry`).
+    member's key, sign, σ and perturbation kind (format 3, `member_entry`). With
+    `history` (a path: `historyfile.companion(path)` is the one `import` finds), the
+    lineage's rewards, batches and events go there too (ledger.historyfile), tied to this
+    seed file.
 
     Pass `key_fn=replay.noise.member_key` for compact files (keys stored as indices).
-    The file is written atomically; an existing file is replaced only with `force`, and a
+    Each file is written atomically; an existing file is replaced only with `force`, and a
     directory or a ledger (any SQLite database) never (`durable.check_file_target`).
     """
     info = ledger.get_run(run)
     g = ledger.latest_generation(run) if g is None else g
     ledger.check_chain(run, g)  # never ship a history edited outside seedledger
     entry = None if member is None else member_entry(ledger, run, g, member)
+    if entry is not None and history is not None:
+        raise SeedLedgerError(f"{run}@{g}#{member} is one member's weights: it has no history to carry; "
+                              f"export {run}@{g} with its history instead")
     upto = g if member is None else g - 1
     segments = ledger.ancestors(run, upto)
     segment_runs = {name: ledger.get_run(name) for name, _a, _b in segments}
-    header, data = encode(info, upto, segments, segment_runs, ledger.records(run, upto), key_fn, entry,
+    records = ledger.records(run, upto)
+    header, data = encode(info, upto, segments, segment_runs, records, key_fn, entry,
                           base_provenance=base_provenance(ledger, run),
                           inputs=exported_inputs(ledger, run, upto))
+    if history is not None:
+        check_file_target(Path(path), force)  # before either file is written
+        companion_data = historyfile.encode(parse_seedfile(data, key_fn=key_fn), records,
+                                            lineage_events(ledger, run, upto))
+        write_file_durably(Path(history), companion_data, force)
     write_file_durably(Path(path), data, force)
     return header
+
+
+def lineage_events(ledger: Ledger, run: str, upto: int) -> list[EventInfo]:
+    """The events that travel with `run@upto`, in the order they happened: the sessions'
+    `inputs` the seed file lists (ledger.provenance.inputs_along), every other event of
+    `run` but those naming a later generation, and its ancestors' events that name a
+    generation of their segment of the lineage (evaluations, no-signal, resumes, ...)."""
+    sessions = [(name, payload) for _start, name, payload in inputs_along(ledger, run, upto)]
+    out: list[EventInfo] = []
+    for name, first, last in ledger.ancestors(run, upto):
+        for e in ledger.events(name):
+            g = _generation_named(e.payload)
+            if e.kind == INPUTS_EVENT:
+                keep = (name, e.payload) in sessions
+            elif name == run:
+                keep = g is None or g <= upto
+            else:
+                keep = g is not None and (0 if first == 1 else first) <= g <= last
+            if keep:
+                out.append(e)
+    return sorted(out, key=lambda e: e.id)
+
+
+def _generation_named(payload: dict[str, Any]) -> int | None:
+    """The generation an event is about: its `generation`, or the first one a session
+    (`from_generation`) trained; None when it names none."""
+    for key, offset in (("generation", 0), ("from_generation", 1)):
+        g = payload.get(key)
+        if isinstance(g, int) and not isinstance(g, bool):
+            return g + offset
+    return None
 
 
 def check_member_file(ref: str, optimizer: dict | None) -> None:
@@ -97,14 +150,19 @@ def import_seedfile(
     allow_unverified: bool = False,
     check: Callable[[SeedFile], None] | None = None,
     max_members: int = IMPORT_MAX_MEMBERS,
+    history: str | os.PathLike[str] | None = None,
 ) -> RunInfo:
     """Import a seed file as ONE new run holding generations 1..g (lineage flattened). A
     file that names a member (`RUN@G#M`, format 3) is refused: a member is weights, not a
     generation a run could hold or continue from.
 
     The file is fully checked first (`check`: what a replay can apply, see read_seedfile;
-    at most `max_members` members); the run and all its generations then commit in one
-    transaction, so a bad file or a name clash writes nothing. Rewards are unknown (NaN).
+    at most `max_members` members), and so is its history file (`history`, else its
+    companion when there is one: ledger.historyfile); the run, all its generations and
+    the events then commit in one transaction, so a bad file or a name clash writes
+    nothing. With a history, the generations get the sender's rewards, reward components,
+    batches, timings and `extra`, and the run the lineage's events; without one, rewards
+    are unknown (NaN) and the events are the sessions' inputs the seed file lists.
     The run takes the exported run's perturbation; a generation whose segment used another
     (a fork that changed kind) records its own, so replay applies each as it was trained.
     A file without a base or generation fingerprint holds nothing a replay could be
@@ -130,12 +188,16 @@ def import_seedfile(
             "pass --allow-unverified to import it anyway"
         )
     unverified = {"not_verified": missing[1]} if missing is not None else {}
+    hpath = Path(history) if history is not None else companion(path)
+    past = read_history(hpath, sf) if history is not None or hpath.is_file() else None
     h = sf.header
     own = (h["noise_spec"], h["param_selection"])
     records = []
     for i, s in enumerate(sf.steps):
+        was = past.generations[i] if past is not None else None
         members = [
-            MemberRecord(j, k, sg, float("nan"), c)
+            MemberRecord(j, k, sg, was.rewards[j] if was else float("nan"), c,
+                         components=was.components[j] if was else {})
             for j, (k, sg, c) in enumerate(zip(s.keys, sf.signs[i], s.coefficients, strict=True))
         ]
         records.append(
@@ -146,10 +208,11 @@ def import_seedfile(
                 population=len(members),
                 optimizer=s.optimizer,
                 schedule_step=sf.schedule_steps[i],
-                batch_indices=[],
+                batch_indices=was.batch_indices if was else [],
                 members=members,
                 fingerprint=sf.fingerprints[i],
-                extra={"imported_from": sf.digest, "source_run": s.run},
+                timings=was.timings if was else {},
+                extra={**(was.extra if was else {}), "imported_from": sf.digest, "source_run": s.run},
                 **({} if (s.noise_spec, s.param_selection) == own
                    else {"noise_spec": s.noise_spec, "param_selection": s.param_selection}),
             )
@@ -170,5 +233,21 @@ def import_seedfile(
     event = {"file": str(path), "digest": sf.digest, "source": source, **unverified}
     if sf.base_provenance is not None:  # what the base is travels on (ledger.provenance.base_provenance)
         event["base_provenance"] = sf.base_provenance
-    trail = [(INPUTS_EVENT, {**e, "imported_from": sf.digest}) for e in sf.inputs]  # show/log/verify read them
-    return ledger.import_run(name, records, spec, event=event, trail=trail)
+    return ledger.import_run(name, records, spec, event=event | _restored(hpath, past),
+                             trail=_trail(sf, past))
+
+
+def _restored(path: Path, past: History | None) -> dict[str, Any]:
+    """What the import event says of the history it restored (nothing without one)."""
+    if past is None:
+        return {}
+    return {"history": {"file": str(path), "digest": past.digest, "events": len(past.events)}}
+
+
+def _trail(sf: SeedFile, past: History | None) -> list[tuple[str, dict[str, Any]]]:
+    """The events an import writes after its own: the history's as the sender held them,
+    else the sessions' inputs the seed file lists (marked with its digest); show, log and
+    verify read them."""
+    if past is not None:
+        return [(e.kind, e.payload) for e in past.events]
+    return [(INPUTS_EVENT, {**e, "imported_from": sf.digest}) for e in sf.inputs]

@@ -251,9 +251,7 @@ def read_seedfile(
         size = p.stat().st_size
         if size > MAX_FILE:
             raise Malformed(f"{size} bytes is larger than any seed file ({MAX_FILE})")
-        data = p.read_bytes()
-        version, body = _body(data)
-        sf = _parse(body, key_fn, version, max_members)
+        sf = parse_seedfile(p.read_bytes(), key_fn=key_fn, max_members=max_members)
         if check is not None:
             check(sf)
     except OverBudget as exc:
@@ -281,5 +279,14 @@ def read_seedfile(
     ) as exc:
         msg = " ".join(str(exc).split())[:200]
         raise SeedLedgerError(f"seed file {p} is malformed: {type(exc).__name__}: {msg}") from None
+    return sf
+
+
+def parse_seedfile(data: bytes, *, key_fn: KeyFn | None = None, max_members: int = MAX_MEMBERS) -> SeedFile:
+    """A seed file's bytes, parsed and checked (read_seedfile's work without the file, or
+    the one-line messages: it raises Malformed, OverBudget and what a malformed body does);
+    `export` reads back what it wrote this way, so its history matches the file exactly."""
+    version, body = _body(data)
+    sf = _parse(body, key_fn, version, max_members)
     sf.digest = data[-DIGEST_SIZE:].hex()
     return sf

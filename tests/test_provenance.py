@@ -253,6 +253,33 @@ def test_seed_files_carry_the_base_models_provenance(tmp_path, tiny_model_dir):
     assert "\n" not in message
 
 
+def test_tune_and_pbt_record_their_study_files_sha256(tmp_path, tiny_model_dir):
+    """Every session a tuner or a PBT driver trains records the study file among its
+    `files`, so an edited study between sessions is named like an edited dataset."""
+    from seedledger.engine.runtime.inputs import reading
+    from seedledger.engine.runtime.model_cache import sha256_file
+    from seedledger.engine.search.pbt import PBT
+    from seedledger.engine.search.tune import tune
+    from seedledger.ledger import Ledger
+    from tests.support.configs import tiny_config
+
+    (tmp_path / "tiny.yaml").write_text(tiny_config(generations=1, evaluation={"rows": 2}))
+    study = tmp_path / "s.yaml"
+    study.write_text(yaml.safe_dump({"config": "tiny.yaml", "study": "s", "trials": 1, "objective": {"rows": 2, "every": 0},
+                                     "space": {"lr": {"type": "float", "low": 1e-3, "high": 0.1, "log": True}}}))
+    assert str(study) not in session_inputs("arithmetic", tiny_model_dir)["files"]
+    with reading(study):
+        assert session_inputs("arithmetic", tiny_model_dir)["files"] == {str(study): sha256_file(study)}
+    with Ledger.open(tmp_path / "l.db") as led:
+        tune(led, study)
+        PBT(led, tmp_path / "tiny.yaml", 2, 1, name="p").run()
+        sessions = {r.name: [e.payload["files"] for e in led.events(r.name, INPUTS_EVENT)] for r in led.list_runs()}
+    assert set(sessions) == {"s-t000", "p-m0", "p-m1"}
+    assert sessions["s-t000"] and all(f == {str(study): sha256_file(study)} for f in sessions["s-t000"])
+    config = tmp_path / "tiny.yaml"
+    assert all(f == {str(config): sha256_file(config)} for run in ("p-m0", "p-m1") for f in sessions[run])
+
+
 def test_the_default_models_origin(smollm2_dir):
     p = provenance("smollm2-135m-instruct", smollm2_dir)
     assert (p["source"], p["package"], p["quantization"], p["dequantized_to"]) == (

@@ -28,6 +28,10 @@ def export(
     force: Annotated[
         bool, typer.Option("--force", help="Replace FILE if it exists (never a directory or a ledger).")
     ] = False,
+    with_history: Annotated[
+        bool, typer.Option("--with-history", help="Also write FILE.seeds.history beside it: the lineage's rewards, "
+                           "batches, events and evaluations, which `import` restores.")
+    ] = False,
     ledger: LedgerOpt = DEFAULT_LEDGER,
     as_json: JsonOpt = False,
 ):
@@ -37,11 +41,12 @@ def export(
     from seedledger.engine import api
 
     with open_ledger(ledger) as led:
-        payload = api.export(ref, output, ledger=led, force=force)
+        payload = api.export(ref, output, ledger=led, force=force, with_history=with_history)
     from seedledger.engine.refs import format_ref
 
     named = format_ref(payload["run"], payload["generation"], payload.get("member"))
-    emit(payload, as_json, f"wrote {output} ({payload['bytes']:,} bytes) for {named}")
+    also = f" and {payload['history']} ({payload['history_bytes']:,} bytes)" if with_history else ""
+    emit(payload, as_json, f"wrote {output} ({payload['bytes']:,} bytes){also} for {named}")
 
 
 @app.command("import")
@@ -52,15 +57,21 @@ def import_(
     max_members: Annotated[
         int, typer.Option("--max-members", min=1, help="Refuse a file holding more members than this.")
     ] = IMPORT_MAX_MEMBERS,
+    history: Annotated[
+        Path | None, typer.Option("--history", help="The seed file's history file, restored with it (default: "
+                                  "FILE.seeds.history when it exists).")
+    ] = None,
     ledger: LedgerOpt = DEFAULT_LEDGER,
     as_json: JsonOpt = False,
 ):
     """Import a seed file into the ledger as a run (refused when it lacks fingerprints,
-    unless --allow-unverified, or holds more than --max-members members)."""
+    unless --allow-unverified, or holds more than --max-members members), with the
+    rewards, batches and events of its history file when it has one."""
     from seedledger.engine import api
 
     with open_ledger(ledger, create=True) as led:
         payload = api.import_seeds(file, run, ledger=led, allow_unverified=allow_unverified,
-                                   max_members=max_members)
+                                   max_members=max_members, history=history)
     note = f" (NOT VERIFIED: {payload['not_verified']})" if not payload["verified"] else ""
-    emit(payload, as_json, f"imported {payload['run']}@{payload['latest_generation']}{note}")
+    restored = f" with its history from {payload['history']}" if "history" in payload else ""
+    emit(payload, as_json, f"imported {payload['run']}@{payload['latest_generation']}{restored}{note}")

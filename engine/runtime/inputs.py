@@ -11,6 +11,7 @@ What is fingerprinted, kept simple so that it can be documented (docs/provenance
   `module:function` located on sys.path without importing it) and the sibling modules
   a reward module imports by name (`import x` / `from x import ...` / `from . import x`
   where x.py or x/__init__.py is beside it, transitively; found by parsing, never run);
+  and the study file of `tune` / `pbt`, which trains its runs inside `reading(study)`;
 - `libraries`: the installed versions of the libraries that score or tokenize
   (`LIBRARIES`; None when not installed);
 - `sandbox`: the sandbox's default per-item limits (a task's own limits are its config);
@@ -29,6 +30,10 @@ import ast
 import hashlib
 import importlib.metadata
 import json
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from importlib.machinery import PathFinder
 from pathlib import Path
@@ -52,13 +57,30 @@ class InputsChanged(SeedLedgerError):
     """`resume` or `fork` found inputs that differ from the session before (exit 2)."""
 
 
+_ALSO_READ: ContextVar[tuple[Path, ...]] = ContextVar("also_read", default=())
+
+
+@contextmanager
+def reading(*paths: str | os.PathLike[str]) -> Iterator[None]:
+    """Every session started inside the block also fingerprints `paths` among its `files`:
+    the study file whose settings `tune` and `pbt` train their runs with, which the task
+    spec does not name (the sessions are theirs; a Ray task enters it again)."""
+    token = _ALSO_READ.set((*_ALSO_READ.get(), *(Path(p).resolve() for p in paths)))
+    try:
+        yield
+    finally:
+        _ALSO_READ.reset(token)
+
+
 # ----------------------------------------------------------------------------- computing
 
 
 def session_inputs(task: Any, model_dir: Path) -> dict[str, Any]:
     """The fingerprints of what a session on task spec `task` (the stored config's, with
-    absolute paths) and the model in `model_dir` reads; see the module docstring."""
+    absolute paths) and the model in `model_dir` reads, and the study file it trains for
+    (`reading`); see the module docstring."""
     files = task_files(task)
+    files += [p for p in _ALSO_READ.get() if p.is_file() and p not in files]
     return {
         "files": {str(p): sha256_file(p) for p in files},
         "libraries": library_versions(),

@@ -38,6 +38,7 @@ from typing import Any
 
 from seedledger.engine.config import load_config, validate
 from seedledger.engine.runtime import session
+from seedledger.engine.runtime.inputs import reading
 from seedledger.engine.search import tunecheck
 from seedledger.engine.search.tune import override
 from seedledger.ledger import Ledger
@@ -168,7 +169,7 @@ class PBT:
         todo = [(run, n) for run, n in todo if n > 0]
         if self.cfg.workers.pool == "ray" and len(todo) > 1:
             _train_on_ray(self.ledger.location, todo, self.cfg.workers.address,
-                          all(self.check_code(run) for run, _ in todo))
+                          all(self.check_code(run) for run, _ in todo), str(Path(self.config).resolve()))
         else:
             for run, n in todo:
                 session.resume(self.ledger, run, n, trust_code=self.check_code(run))
@@ -235,15 +236,16 @@ class PBT:
         for run, slot, round_ in self.existing_runs():  # before anything is built from a stored config
             self.check_code(run)
             self.check_config(run, slot, round_)
-        self.start()
         history = []
-        for round_ in range(1, self.R + 1):
-            self.train_round(round_)
-            scores = self.scores(round_)
-            history.append({"round": round_, "generation": round_ * self.interval,
-                            "runs": [self.run_in(s, round_) for s in range(self.K)], "scores": scores})
-            if round_ < self.R:
-                self.exploit(round_, scores)
+        with reading(self.config):  # every member's sessions record the config's sha256
+            self.start()
+            for round_ in range(1, self.R + 1):
+                self.train_round(round_)
+                scores = self.scores(round_)
+                history.append({"round": round_, "generation": round_ * self.interval,
+                                "runs": [self.run_in(s, round_) for s in range(self.K)], "scores": scores})
+                if round_ < self.R:
+                    self.exploit(round_, scores)
         last = history[-1]
         best = max(range(self.K), key=lambda s: (last["scores"][s], -s))
         return {**self.settings, "rounds_done": history,
@@ -251,9 +253,10 @@ class PBT:
                          "score": last["scores"][best]}}
 
 
-def _train_on_ray(location: str, todo: list[tuple[str, int]], address: str | None, trust_code: bool) -> None:
+def _train_on_ray(location: str, todo: list[tuple[str, int]], address: str | None, trust_code: bool,
+                  study: str) -> None:
     """A round's members as Ray tasks; each session builds its own (Ray) pool, whose actors
-    hold the CPUs, so the tasks ask for none."""
+    hold the CPUs, so the tasks ask for none. Each records `study` (the config) among its inputs."""
     from seedledger.engine.runtime.pools.ray import FEATURE, connect, get
 
     ray = require("ray", FEATURE)
@@ -261,12 +264,13 @@ def _train_on_ray(location: str, todo: list[tuple[str, int]], address: str | Non
     connect(address)
 
     @ray.remote(num_cpus=0, max_retries=0)
-    def train(location: str, run: str, generations: int, trust_code: bool) -> str:
+    def train(location: str, run: str, generations: int, trust_code: bool, study: str) -> str:
         from seedledger.engine.runtime import session as remote_session
+        from seedledger.engine.runtime.inputs import reading as remote_reading
         from seedledger.ledger import Ledger as RemoteLedger
 
-        with RemoteLedger.open(location, create=False) as led:
+        with RemoteLedger.open(location, create=False) as led, remote_reading(study):
             return remote_session.resume(led, run, generations, trust_code=trust_code).fingerprint
 
-    for ref in [train.remote(location, run, n, trust_code) for run, n in todo]:
+    for ref in [train.remote(location, run, n, trust_code, study) for run, n in todo]:
         get(ref)

@@ -49,6 +49,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from seedledger.engine.config import load_config, validate
 from seedledger.engine.runtime import session
 from seedledger.engine.runtime.hooks import Hooks
+from seedledger.engine.runtime.inputs import reading
 from seedledger.engine.search import studystore, tunecheck
 from seedledger.engine.search.studystore import open_study
 from seedledger.ledger import Ledger
@@ -294,7 +295,8 @@ def tune(
         spec = spec.model_copy(update={"pruner": PrunerSpec(name="none")})  # nothing to prune on
     check_space(config, spec.set, spec.space)
     study = open_study(ledger, name, spec.sampler, spec.pruner)
-    with studystore.held(ledger, study._study_id, name):  # one tuner per study, before any trial
+    # one tuner per study, before any trial; every trial's sessions record the study file's sha256
+    with studystore.held(ledger, study._study_id, name), reading(study_path):
         return _bring(ledger, study, name, spec, config, total, on_trial, trust_code)
 
 

@@ -1,0 +1,282 @@
+"""History files: a seed file's audit trail, in a companion file beside it.
+
+A seed file holds what replay needs (keys, coefficients, fingerprints) and stays
+kilobytes; its receiver would see rewards as unknown and no events. `export
+--with-history` also writes `FILE.history` (the seed file's name plus `.history`, so
+every seed file has exactly one companion, listed beside it): per generation the members'
+rewards and reward components, the batch (dataset rows), the timings, the policy's
+`extra` and when it committed; and the lineage's events (sessions' `inputs`,
+evaluations, resumes, leases, ...) with their times. `import` restores them
+(ledger.seedio), so `log`, `show`, `plot` and `verify` read on the receiving side as
+on the sender's. Members' stored samples (model outputs) do not travel.
+
+Layout (little-endian; no pickle, nothing executed):
+
+    magic    8 bytes  b"SLHIST\\0\\0"
+    version  u16      VERSION
+    flags    u16      0
+    zlen     u64      length of the zstd body that follows
+    rawlen   u64      its decompressed length (checked against limits BEFORE decompressing)
+    body     zlen bytes: zstd of UTF-8 JSON
+    digest   32 bytes sha256 over the seed file's digest, then everything before it
+
+The digest ties a history to one seed file: paired with another, its checksum fails.
+Read only beside its seed file (`read_history(path, seedfile)`), so every bound is the seed
+file's: the body at most `FLOOR` + `BYTES_PER_MEMBER` per member + `BYTES_PER_GENERATION`
+per generation of the seed file (never above `MAX_BODY`) and `MAX_RATIO` x its compressed
+size above `RATIO_FLOOR`, checked from the prefix and the frame before decompressing,
+streamed so no more than the declared size is ever produced. Every field is type- and
+range-checked, and the history must match the seed file: its run and generation, one
+entry per generation with one reward per member, and the sessions' inputs its header
+lists. Any defect: one line (SeedLedgerError). `encode` refuses to write what the reader
+would refuse. This module knows no Ledger.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import math
+import os
+import struct
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import zstandard
+
+from seedledger.ledger import codec
+from seedledger.ledger.checks import Malformed, finite, integer, json_object, need, text
+from seedledger.ledger.errors import SeedLedgerError
+from seedledger.ledger.provenance import EXPORTED, INPUTS_EVENT
+from seedledger.ledger.records import EventInfo, GenerationRecord
+from seedledger.ledger.seedformat import MAX_NAME, SeedFile
+
+MAGIC = b"SLHIST\x00\x00"
+VERSION = 1
+PREFIX = struct.Struct("<8sHHQQ")
+DIGEST_SIZE = 32
+FORMAT = "seedledger-history"
+SUFFIX = ".history"
+FLOOR = 16 << 20  # events, inputs records: a real run's are kilobytes
+BYTES_PER_MEMBER = 512  # a reward and its components (~80 bytes), a share of `extra`
+BYTES_PER_GENERATION = 64 << 10  # a batch of 4,096 rows, timings, `extra`
+MAX_BODY = 128 << 20
+MAX_FILE = MAX_BODY + (1 << 20)
+MAX_RATIO = 1024
+LEVEL = 10  # zstd: 5% larger than level 19 on a 500-generation history, 15x faster
+RATIO_FLOOR = 8 << 20
+MAX_BATCH = 1 << 16  # dataset rows per generation
+MAX_ENTRIES = 256  # timings, or reward components of a member
+MAX_EVENTS = 1 << 20
+MAX_KIND = 64  # events.kind
+MAX_TIME = 64
+
+
+@dataclass(frozen=True)
+class GenerationHistory:
+    """What a generation's row holds besides replay's data: rewards (NaN: unknown) and
+    components per member, the batch, timings, the policy's `extra`, the commit time."""
+
+    index: int
+    rewards: list[float]
+    components: list[dict[str, float | None]]
+    batch_indices: list[int]
+    timings: dict[str, float]
+    extra: dict[str, Any]
+    committed_at: str | None
+
+    @classmethod
+    def of(cls, r: GenerationRecord) -> GenerationHistory:
+        return cls(r.index, [m.reward for m in r.members], [dict(m.components or {}) for m in r.members],
+                   list(r.batch_indices or []), dict(r.timings or {}), dict(r.extra or {}),
+                   r.committed_at.isoformat() if r.committed_at else None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"index": self.index, "rewards": self.rewards, "components": self.components,
+                "batch_indices": self.batch_indices, "timings": self.timings, "extra": self.extra,
+                "committed_at": self.committed_at}
+
+
+@dataclass(frozen=True)
+class HistoryEvent:
+    """One event of the lineage's audit trail, as the sender's ledger held it."""
+
+    kind: str
+    at: str
+    payload: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "at": self.at, "payload": self.payload}
+
+
+@dataclass
+class History:
+    """A parsed history file: one entry per generation of its seed file, oldest first, and
+    the lineage's events in the order they happened."""
+
+    generations: list[GenerationHistory]
+    events: list[HistoryEvent]
+    digest: str = ""
+
+
+def companion(seedfile: str | os.PathLike[str]) -> Path:
+    """The history file that goes with `seedfile`: its name plus `.history`."""
+    return Path(os.fspath(seedfile) + SUFFIX)
+
+
+def limit(sf: SeedFile) -> int:
+    """The largest body a history of `sf` may declare."""
+    members = sum(len(s.keys) for s in sf.steps)
+    return min(MAX_BODY, FLOOR + BYTES_PER_MEMBER * members + BYTES_PER_GENERATION * len(sf.steps))
+
+
+def _checksum(seed_digest: bytes, data: bytes | memoryview) -> bytes:
+    return hashlib.sha256(seed_digest + bytes(data)).digest()
+
+
+def encode(sf: SeedFile, records: list[GenerationRecord], events: list[EventInfo]) -> bytes:
+    """The history file of seed file `sf` (as written: its digest set) from the lineage's
+    `records` (generations 1..G) and `events`, oldest first. Raises SeedLedgerError for a
+    history `read_history` would refuse."""
+    doc = {
+        "format": FORMAT,
+        "run": sf.header["run"],
+        "generation": sf.generation,
+        "seed_file": sf.digest,
+        "generations": [GenerationHistory.of(r).to_json() for r in records],
+        "events": [HistoryEvent(e.kind, e.at.isoformat(), e.payload).to_json() for e in events],
+    }
+    try:
+        _parse(doc, sf)
+        body = codec.dumps(doc).encode()
+    except (Malformed, ValueError, TypeError, OverflowError, RecursionError) as exc:
+        raise SeedLedgerError(f"cannot export the history of {sf.ref}: {exc}") from None
+    z = zstandard.ZstdCompressor(level=LEVEL, write_content_size=True).compress(body)
+    if len(body) > limit(sf) or not _ratio_ok(len(body), len(z)):
+        raise SeedLedgerError(f"cannot export the history of {sf.ref}: {len(body):,} bytes is more than "
+                              f"the {limit(sf):,} a history of its {sf.generation} generations may hold")
+    blob = PREFIX.pack(MAGIC, VERSION, 0, len(z), len(body)) + z
+    return blob + _checksum(bytes.fromhex(sf.digest), blob)
+
+
+def _ratio_ok(rawlen: int, zlen: int) -> bool:
+    return rawlen <= max(RATIO_FLOOR, MAX_RATIO * zlen)
+
+
+def _body(data: bytes, sf: SeedFile) -> bytes:
+    need(len(data) >= PREFIX.size + DIGEST_SIZE, "too short to be a history file")
+    magic, version, flags, zlen, rawlen = PREFIX.unpack_from(data)
+    need(magic == MAGIC, "not a seedledger history file (bad magic)")
+    need(version <= VERSION, f"format {version} is newer than this seedledger reads ({VERSION})")
+    need(version == VERSION and flags == 0, f"unknown format {version}/{flags}")
+    need(zlen == len(data) - PREFIX.size - DIGEST_SIZE, "truncated or has trailing bytes")
+    need(2 <= rawlen <= limit(sf), f"declared body size {rawlen:,} is out of bounds for a seed file of "
+         f"{sf.generation} generations (at most {limit(sf):,})")
+    need(_ratio_ok(rawlen, zlen), f"declared body size {rawlen:,} is out of bounds for {zlen:,} compressed bytes")
+    need(_checksum(bytes.fromhex(sf.digest), memoryview(data)[:-DIGEST_SIZE]) == data[-DIGEST_SIZE:],
+         "checksum mismatch (damaged, or written for another seed file)")
+    z = memoryview(data)[PREFIX.size : -DIGEST_SIZE]
+    need(zstandard.frame_content_size(z) in (-1, rawlen), "body length differs from the declared one")
+    body = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(z)).read(rawlen + 1)  # never past rawlen
+    need(len(body) == rawlen, "body length differs from the declared one")
+    return body
+
+
+def _parse(doc: Any, sf: SeedFile) -> History:
+    """The checked history of seed file `sf` from its JSON document."""
+    need(isinstance(doc, dict) and doc.get("format") == FORMAT, "bad header")
+    need(set(doc) == {"format", "run", "generation", "seed_file", "generations", "events"},
+         "bad header (unknown or missing fields)")
+    run, g = text(doc["run"], "run", MAX_NAME), integer(doc["generation"], 0, codec.I64_MAX, "generation")
+    need(run == sf.header["run"], f"a history of run {run!r}, the seed file's is {sf.header['run']!r}")
+    need(g == sf.generation, f"a history of {g} generations, the seed file holds {sf.generation}")
+    need(doc["seed_file"] == sf.digest, "written for another seed file")
+    gens = doc["generations"]
+    need(isinstance(gens, list) and len(gens) == len(sf.steps),
+         f"generations must list the seed file's {len(sf.steps)}")
+    out = [_generation(g, i + 1, len(step.keys)) for i, (g, step) in enumerate(zip(gens, sf.steps, strict=True))]
+    events = doc["events"]
+    need(isinstance(events, list) and len(events) <= MAX_EVENTS, "bad events")
+    parsed = [_event(e) for e in events]
+    sessions = [{"from_generation": e.payload.get("from_generation"), **{k: e.payload.get(k) for k in EXPORTED}}
+                for e in parsed if e.kind == INPUTS_EVENT]
+    need(sessions == sf.inputs, "its sessions' inputs differ from those the seed file lists")
+    return History(out, parsed)
+
+
+def _generation(g: Any, index: int, population: int) -> GenerationHistory:
+    need(isinstance(g, dict) and set(g) == {"index", "rewards", "components", "batch_indices", "timings",
+                                            "extra", "committed_at"}, f"bad generation {index}")
+    integer(g["index"], index, index, f"generation index (expected {index})")
+    rewards, components = g["rewards"], g["components"]
+    need(isinstance(rewards, list) and len(rewards) == population,
+         f"generation {index} must list {population} rewards, one per member of the seed file")
+    need(isinstance(components, list) and len(components) == population, f"bad components of generation {index}")
+    batch, timings = g["batch_indices"], g["timings"]
+    need(isinstance(batch, list) and len(batch) <= MAX_BATCH, f"bad batch of generation {index}")
+    need(isinstance(timings, dict) and len(timings) <= MAX_ENTRIES, f"bad timings of generation {index}")
+    return GenerationHistory(
+        index=index,
+        rewards=[_reward(r, f"reward of generation {index}") for r in rewards],
+        components=[_components(c, index) for c in components],
+        batch_indices=[integer(b, 0, codec.I64_MAX, f"batch row of generation {index}") for b in batch],
+        timings={text(k, "timing name", MAX_NAME): finite(v, f"timing of generation {index}") for k, v in timings.items()},
+        extra=json_object(g["extra"], f"extra of generation {index}"),
+        committed_at=_time(g["committed_at"], f"commit time of generation {index}", optional=True),
+    )
+
+
+def _reward(v: Any, what: str) -> float:
+    """A reward: finite, or NaN (unknown)."""
+    need(isinstance(v, float | int) and not isinstance(v, bool), f"bad {what}")
+    x = float(v)
+    need(not math.isinf(x), f"bad {what} (infinite)")
+    return x
+
+
+def _components(c: Any, index: int) -> dict[str, float | None]:
+    need(isinstance(c, dict) and len(c) <= MAX_ENTRIES, f"bad components of generation {index}")
+    return {text(k, "component name", MAX_NAME): None if v is None else _reward(v, f"component of generation {index}")
+            for k, v in c.items()}
+
+
+def _event(e: Any) -> HistoryEvent:
+    need(isinstance(e, dict) and set(e) == {"kind", "at", "payload"}, "bad event")
+    kind = text(e["kind"], "event kind", MAX_KIND)
+    need(bool(kind), "bad event kind")
+    return HistoryEvent(kind, _time(e["at"], "event time"), json_object(e["payload"], f"{kind} event"))
+
+
+def _time(v: Any, what: str, optional: bool = False) -> str | None:
+    if optional and v is None:
+        return None
+    text(v, what, MAX_TIME)
+    try:
+        datetime.fromisoformat(v)
+    except ValueError:
+        raise Malformed(f"bad {what}") from None
+    return v
+
+
+def read_history(path: str | os.PathLike[str], sf: SeedFile) -> History:
+    """Parse and check the history file of seed file `sf` (read, its digest set); any
+    defect raises a one-line SeedLedgerError."""
+    p = Path(path)
+    try:
+        size = p.stat().st_size
+        need(size <= MAX_FILE, f"{size:,} bytes is larger than any history file ({MAX_FILE:,})")
+        data = p.read_bytes()
+        history = _parse(json.loads(_body(data, sf).decode("utf-8")), sf)
+    except Malformed as exc:
+        raise SeedLedgerError(f"history file {p}: {exc}") from None
+    except OSError as exc:
+        raise SeedLedgerError(f"cannot read history file {p}: {exc.strerror}") from None
+    except (ValueError, TypeError, KeyError, IndexError, OverflowError, RecursionError, struct.error,
+            zstandard.ZstdError, MemoryError) as exc:
+        msg = " ".join(str(exc).split())[:200]
+        raise SeedLedgerError(f"history file {p} is malformed: {type(exc).__name__}: {msg}") from None
+    history.digest = data[-DIGEST_SIZE:].hex()
+    return history
