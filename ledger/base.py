@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, Engine, func, insert, select
@@ -158,10 +159,12 @@ class LedgerBase:
         self._event(conn, run_id, *event)
         return conn.execute(select(Run).where(Run.id == run_id)).one()
 
-    def _event(self, conn: Connection, run_id: int | None, kind: str, payload: dict) -> None:
+    def _event(self, conn: Connection, run_id: int | None, kind: str, payload: dict,
+               at: datetime | None = None) -> None:
+        """Record an event, now unless `at` says when (an import keeping the sender's times)."""
         conn.execute(
             insert(Event).values(
-                run_id=run_id, at=rows.now(), kind=kind, payload=codec.dumps(payload)
+                run_id=run_id, at=rows.utc(at) if at else rows.now(), kind=kind, payload=codec.dumps(payload)
             )
         )
 

@@ -79,8 +79,9 @@ def wall_seconds(timings: dict[str, float]) -> float | None:
     return math.fsum(v for k, v in timings.items() if k not in ("load_member", "previous_commit"))
 
 
-def generation_row(run_id: int, rec: GenerationRecord) -> dict[str, Any]:
-    """Column values of the generation row (exact arrays packed as LE blobs)."""
+def generation_row(run_id: int, rec: GenerationRecord, committed_at: datetime | None = None) -> dict[str, Any]:
+    """Column values of the generation row (exact arrays packed as LE blobs); committed now
+    unless `committed_at` says when (an import keeping the sender's times)."""
     _check_record(rec)
     stats = rec.reward_stats()
     wall = wall_seconds(rec.timings)
@@ -106,7 +107,7 @@ def generation_row(run_id: int, rec: GenerationRecord) -> dict[str, Any]:
         "timings": codec.dumps(rec.timings),
         "wall_time": wall,
         "extra": codec.dumps(rec.extra),
-        "committed_at": now(),
+        "committed_at": utc(committed_at) if committed_at else now(),
         "noise_spec": rec.noise_spec,
         "param_selection": rec.param_selection,
     }

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -212,6 +213,7 @@ def import_seedfile(
                 members=members,
                 fingerprint=sf.fingerprints[i],
                 timings=was.timings if was else {},
+                committed_at=_when(was.committed_at) if was else None,
                 extra={**(was.extra if was else {}), "imported_from": sf.digest, "source_run": s.run},
                 **({} if (s.noise_spec, s.param_selection) == own
                    else {"noise_spec": s.noise_spec, "param_selection": s.param_selection}),
@@ -234,7 +236,7 @@ def import_seedfile(
     if sf.base_provenance is not None:  # what the base is travels on (ledger.provenance.base_provenance)
         event["base_provenance"] = sf.base_provenance
     return ledger.import_run(name, records, spec, event=event | _restored(hpath, past),
-                             trail=_trail(sf, past))
+                             trail=_trail(sf, past), keep_times=past is not None)
 
 
 def _restored(path: Path, past: History | None) -> dict[str, Any]:
@@ -244,10 +246,15 @@ def _restored(path: Path, past: History | None) -> dict[str, Any]:
     return {"history": {"file": str(path), "digest": past.digest, "events": len(past.events)}}
 
 
-def _trail(sf: SeedFile, past: History | None) -> list[tuple[str, dict[str, Any]]]:
-    """The events an import writes after its own: the history's as the sender held them,
-    else the sessions' inputs the seed file lists (marked with its digest); show, log and
-    verify read them."""
+def _trail(sf: SeedFile, past: History | None) -> list[tuple[str, dict[str, Any], datetime | None]]:
+    """The events an import writes after its own: the history's as the sender held them
+    (at the sender's times), else the sessions' inputs the seed file lists (marked with its
+    digest, recorded now); show, log and verify read them."""
     if past is not None:
-        return [(e.kind, e.payload) for e in past.events]
-    return [(INPUTS_EVENT, {**e, "imported_from": sf.digest}) for e in sf.inputs]
+        return [(e.kind, e.payload, _when(e.at)) for e in past.events]
+    return [(INPUTS_EVENT, {**e, "imported_from": sf.digest}, None) for e in sf.inputs]
+
+
+def _when(text: str | None) -> datetime | None:
+    """A history file's time (ISO 8601, checked by ledger.historyfile)."""
+    return datetime.fromisoformat(text) if text else None
