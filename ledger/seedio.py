@@ -61,7 +61,9 @@ def export_seedfile(
 
     Pass `key_fn=replay.noise.member_key` for compact files (keys stored as indices).
     Each file is written atomically; an existing file is replaced only with `force`, and a
-    directory or a ledger (any SQLite database) never (`durable.check_file_target`).
+    directory or a ledger (any SQLite database) never (`durable.check_file_target`). A
+    forced export without `history` removes the companion an earlier export left at
+    `path`, which described the file it replaces.
     """
     info = ledger.get_run(run)
     g = ledger.latest_generation(run) if g is None else g
@@ -77,12 +79,17 @@ def export_seedfile(
     header, data = encode(info, upto, segments, segment_runs, records, key_fn, entry,
                           base_provenance=base_provenance(ledger, run),
                           inputs=exported_inputs(ledger, run, upto))
+    replacing = Path(path).is_file()
     if history is not None:
         check_file_target(Path(path), force)  # before either file is written
         companion_data = historyfile.encode(parse_seedfile(data, key_fn=key_fn), records,
                                             lineage_events(ledger, run, upto))
         write_file_durably(Path(history), companion_data, force)
     write_file_durably(Path(path), data, force)
+    if history is None and replacing:  # the replaced file's history would now be refused on import
+        stale = historyfile.companion(path)
+        if stale.is_file():
+            stale.unlink()
     return header
 
 

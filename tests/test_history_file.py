@@ -116,6 +116,9 @@ def test_without_a_companion_import_is_as_before_and_a_member_has_no_history(sen
     assert not (tmp_path / "x.seeds").exists() and (tmp_path / "x.seeds.history").read_text() == "mine"
     report = sl.export("r", tmp_path / "x.seeds", ledger=sender / "l.db", with_history=True, force=True)
     assert report["history"] == str(tmp_path / "x.seeds.history") and report["history_bytes"] > 100
+    sl.export("kid", tmp_path / "x.seeds", ledger=sender / "l.db", force=True)  # replaced without one:
+    assert not (tmp_path / "x.seeds.history").exists()  # the old history goes with the file it described
+    assert "history" not in sl.import_seeds(tmp_path / "x.seeds", "kid", ledger=tmp_path / "k.db")
 
 
 # -- hostile history files ----------------------------------------------------------------
