@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from seedledger.ledger.seedfile import MAX_GENERATIONS
 from seedledger.replay.adapter import LoraSpec
-from seedledger.replay.kinds import DEFAULT_TARGETS, Adapter, PerturbationKind
+from seedledger.replay.kinds import DEFAULT_TARGETS, Adapter, PerturbationKind, QuantScales
 from seedledger.replay.kinds import LowRank as LowRankKind
 from seedledger.trainers.requirements import BASE_LOGPROBS, MEMBER_TERMS
 from seedledger.trainers.schedules import Schedule
@@ -174,16 +174,43 @@ class LoraTrain(Strict):
         return Adapter(self.spec())
 
 
-def shorthand(kinds: tuple[str, str]):
-    """`perturbation: lowrank`, `train: lora` and `--set perturbation.rank=4` / `--set
-    train.rank=8` (which arrive as {name: full, rank: ...}) mean the obvious thing."""
-    plain, other = kinds
+class QuantScalesTrain(Strict):
+    """ES over the per-row scales of an int8 weight-only model, its integer codes frozen
+    (replay.kinds.quant_scales; docs/quantized.md). The run starts from the fp32 base; its
+    first generation quantizes the targeted linears (symmetric, per output row) and from
+    then on only their scales move. σ is on the scales' own scale (about absmax/127)."""
+
+    kind_type: ClassVar[type[PerturbationKind]] = QuantScales
+
+    kind: Literal["quant_scales"] = "quant_scales"
+    targets: list[str] = Field(
+        list(DEFAULT_TARGETS), min_length=1,
+        description="suffixes of the linear layers quantized to int8, whose scales are trained",
+    )
+
+    @property
+    def init(self) -> None:
+        """No adapter directory to start from (the backends read `train.init` of any section)."""
+        return None
+
+    def perturbation_kind(self) -> PerturbationKind:
+        """The replay-side kind this section names (replay.kinds.quant_scales)."""
+        return QuantScales.of(self.targets)
+
+
+def shorthand(kinds: tuple[str, ...]):
+    """`perturbation: lowrank`, `train: lora` (or `train: quant_scales`) and `--set
+    perturbation.rank=4` / `--set train.rank=8` (which arrive as {name: full, rank: ...})
+    mean the obvious thing: settings given to the plain kind ask for the first other."""
+    plain, other, *more = kinds
 
     def parse(value: Any) -> Any:
         if isinstance(value, str) and value not in kinds:
-            raise ValueError(f"{value!r} is not one of {plain}, {other} or {{kind: {other}, ...}}")
-        if value == other:
-            return {"kind": other}
+            raise ValueError(f"{value!r} is not one of {', '.join(kinds)} or {{kind: {other}, ...}}")
+        if isinstance(value, str) and value != plain:
+            return {"kind": value}
+        if isinstance(value, dict) and value.get("kind") in more:
+            return _checked(SECTIONS[value["kind"]], value)
         if isinstance(value, dict) and "name" in value and "kind" not in value:
             value = {("kind" if k == "name" else k): v for k, v in value.items()}
             if value["kind"] == plain and set(value) - {"kind"}:
@@ -195,7 +222,21 @@ def shorthand(kinds: tuple[str, str]):
     return parse
 
 
+def _checked(section: type[Strict], value: dict) -> Strict:
+    """`value` validated as `section` alone, so that its errors are not mixed with another
+    section's (a union reports every branch): ValueError naming the key."""
+    try:
+        return section.model_validate(value)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        why = "unknown key" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
+        raise ValueError(f"{where}: {why}" if where else why) from None
+
+
 # The sections `train:` accepts besides "full", and the bare words that stand for one: a new
-# trained-parameter kind adds its section here (engine.config names only these two).
-TrainSection = LoraTrain
-TRAIN_SHORTHANDS = ("full", "lora")
+# trained-parameter kind adds its section here (engine.config names only these two). Kinds
+# after the first are validated by their own section (`shorthand`, `SECTIONS`).
+TrainSection = LoraTrain | QuantScalesTrain
+TRAIN_SHORTHANDS = ("full", "lora", "quant_scales")
+SECTIONS: dict[str, type[Strict]] = {"quant_scales": QuantScalesTrain}

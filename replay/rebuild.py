@@ -65,8 +65,11 @@ def _recorded_fingerprint(ledger, run: str, g: int, base_fp: str | None) -> str 
     return base_fp if g == 0 else ledger.generation(run, g).fingerprint
 
 
-def _from_anchor(ledger, run: str, g: int, base: dict[str, torch.Tensor], anchors_dir, base_fp):
-    """(start generation, master, state) from the newest usable anchor at or before g."""
+def _from_anchor(ledger, run: str, g: int, base: dict[str, torch.Tensor], anchors_dir, base_fp,
+                 kinds: Mapping[int, PerturbationKind]):
+    """(start generation, master, state) from the newest usable anchor at or before g.
+    ``kinds[g]``: generation g's kind, which says the form of its master (a quantized one
+    has other tensors than the base: ``PerturbationKind.master_names``)."""
     candidates = [a for a in ledger.anchors(run, lineage=True) if a.generation <= g]
     for info in sorted(candidates, key=lambda a: a.generation, reverse=True):
         try:
@@ -75,11 +78,16 @@ def _from_anchor(ledger, run: str, g: int, base: dict[str, torch.Tensor], anchor
         except AnchorError as exc:
             warnings.warn(f"{exc}; falling back", RuntimeWarning, stacklevel=3)  # once: not logged too
             continue
-        if set(master) != set(base):
+        kind = kinds.get(info.generation)
+        form = kind.master_names({n: tuple(t.shape) for n, t in base.items()}) if kind is not None else list(base)
+        if set(master) not in (set(base), set(form)):
             warnings.warn(f"anchor {printable(info.run)}@{info.generation} has other tensors than the base; skipped",
                           RuntimeWarning, stacklevel=3)
             continue
         device = next(iter(base.values())).device if base else torch.device("cpu")
+        if set(master) != set(base):  # a quantized master: the anchor's tensors, in its form's order
+            base.clear()
+            base.update({n: master[n].to(device).contiguous() for n in form})
         for name, t in base.items():  # reuse the caller's storage (and device)
             t.copy_(master[name])
         for bufs in state.buffers.values():
@@ -141,7 +149,8 @@ def rebuild(
             raise SeedLedgerError(f"run {s.run!r} generation {s.index} trains other parameters "
                                   f"({s.param_selection}) than its lineage")
 
-    start = _from_anchor(ledger, run, g, base, anchors_dir, base_fp) if anchors_dir is not None else None
+    at = {s.index: from_run(s.noise_spec, s.param_selection) for s in steps}
+    start = _from_anchor(ledger, run, g, base, anchors_dir, base_fp, at) if anchors_dir is not None else None
     if start is None:
         got = start_fingerprint(base, frozen)
         if base_fp is not None and got != base_fp:
@@ -158,7 +167,13 @@ def rebuild(
         expected = {s.index: ledger.generation(s.run, s.index).fingerprint for s in todo}
     elif verify == "end" and todo:
         expected = {g: ledger.generation(run, g).fingerprint}
-    return replay_steps(master, todo, state, expected=expected, progress=progress)
+    master, state = replay_steps(master, todo, state, expected=expected, progress=progress)
+    try:  # a run whose kind cannot train what its lineage made (a fork leaving quant_scales)
+        kinds[lineage[-1].name].check_master(master)
+    except SeedLedgerError as exc:
+        raise SeedLedgerError(f"run {run!r} ({kinds[lineage[-1].name].label}) cannot train its master at generation {g}: "
+                              f"{exc}") from None
+    return master, state
 
 
 def lineage_adapter(lineage: list[RunInfo], kinds: Mapping[str, PerturbationKind]):

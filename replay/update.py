@@ -17,7 +17,9 @@ state and θ moves by the carried v·lr (resp. m/(√v·s + eps)·lr/bc1); with 
 
 Each kind (``replay.kinds``) builds g on its trained tensors only: full and adapter kinds
 from ε (the fused kernels of ``replay.kinds.full``), low-rank steps (``replay.lowrank``) as
-Σ_i (c_i/√R)·A_i·B_iᵀ; the rules are the same.
+Σ_i (c_i/√R)·A_i·B_iᵀ; the rules are the same. A kind may change the master's form
+before its step (``PerturbationKind.prepare``: quant_scales quantizes a plain master once,
+``replay.quant``); the step then updates the tensors it trains.
 
 Rules (spec v1; defaults apply when the recorded optimizer dict omits a key):
   sgd:      θ = θ + g                                  (lr folded into c_i)
@@ -131,13 +133,11 @@ def apply_step(master: dict[str, torch.Tensor], state: OptimizerState, step: Any
     name = str(opt.get("name", "sgd"))
     if name not in BUFFERS:
         raise SeedLedgerError(f"generation {step.index}: unknown optimizer {name!r}")
-    for tname, theta in master.items():  # check before any state changes
-        if theta.dtype != torch.float32 or not theta.is_contiguous():
-            raise SeedLedgerError(f"master tensor {tname!r} must be contiguous fp32")
     if name == paths.NAME:
         if not pert.keeps_paths:
             raise SeedLedgerError(f"generation {step.index}: optimizer paths needs full or adapter perturbations")
         path_rule = paths.settings(opt, step.index, len(every_key))
+    pert.prepare(master)  # before any state changes: the kind's form (quant_scales quantizes once), fp32 checked
     if state.name != name:
         state.reset(name)  # a fork may switch rules: state restarts from zero
     state.step += 1

@@ -34,7 +34,7 @@ def test_docs_build_strict(tmp_path):
         assert name in api, name
     assert "Write RUN@G with its whole lineage as a seed file" in api  # docstrings, not hand-written
     reference = (tmp_path / "site" / "config-reference" / "index.html").read_text()
-    for key in ("population", "optimizer.beta1", "schedule.lr.warmup", "ga.sharing.radius", "train.essa"):
+    for key in ("population", "optimizer.beta1", "schedule.lr.warmup", "ga.sharing.radius", "train (kind: lora).essa"):
         assert f"<code>{key}</code>" in reference, key  # rendered from the schema (test_config_reference)
 
 

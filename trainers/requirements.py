@@ -28,10 +28,9 @@ BASE_LOGPROBS = "base_logprobs"  # token log-probabilities under the frozen base
 
 
 def perturbation_kind(cfg: Any) -> str:
-    """`lora` for an adapter run, else the noise's kind (`full` or `lowrank`)."""
-    if getattr(cfg, "train", "full") != "full":
-        return "lora"
-    return "full" if getattr(cfg, "perturbation", "full") == "full" else "lowrank"
+    """The run's perturbation kind as its replay kind names itself (`full`, `lowrank`,
+    `lora`, `quant_scales`: `replay.kinds`), read from the config before any resolution."""
+    return cfg.perturbation_type().label
 
 
 @dataclass(frozen=True)

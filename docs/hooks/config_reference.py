@@ -60,9 +60,7 @@ def sections(model: type[BaseModel], path: str = "", defaults: BaseModel | None 
         nested = models_in(field.annotation)
         value = getattr(defaults, name, None) if defaults is not None else field.get_default(call_default_factory=True)
         for sub in nested:
-            label = f"{path}.{name}" if path else name
-            if len(nested) > 1:
-                label += f" ({sub.__name__})"
+            label = sub_path(f"{path}.{name}" if path else name, sub, nested)
             found += sections(sub, label, value if isinstance(value, sub) else None)
     return found
 
@@ -88,8 +86,15 @@ def code(text: str) -> str:
 
 
 def sub_path(key: str, model: type[BaseModel], nested: list[type[BaseModel]]) -> str:
-    """The section path of `model` held by the field at `key` (named when it is one of several)."""
-    return f"{key} ({model.__name__})" if len(nested) > 1 else key
+    """The section path of `model` held by the field at `key`; when the field takes one of
+    several sections, named by the `kind` that picks it (`train (kind: lora)`), as a user
+    writes it, else by its class."""
+    if len(nested) == 1:
+        return key
+    kind = model.model_fields.get("kind")
+    if kind is not None and get_origin(kind.annotation) is Literal:
+        return f"{key} (kind: {' | '.join(map(str, get_args(kind.annotation)))})"
+    return f"{key} ({model.__name__})"
 
 
 def type_text(annotation: Any, links: dict[type, str]) -> str:

@@ -8,6 +8,7 @@ from typing import Any
 
 from seedledger.ledger import Ledger, RunInfo
 from seedledger.ledger.errors import SeedLedgerError
+from seedledger.replay import quant
 
 
 def _common_prefix(a: list, b: list) -> int:
@@ -113,6 +114,8 @@ def diff(ledger: Ledger, ref_a: str, ref_b: str, device: str = "cpu") -> dict[st
     side_a, side_b, shared = _replay_pair(ledger, a, b, device)
     master_a = side_a[0] if m_a is None else _member_weights(ledger, run_a, g_a, m_a, side_a)
     master_b = side_b[0] if m_b is None else _member_weights(ledger, run_b, g_b, m_b, side_b)
+    # a quantized master (int8 codes + scales, replay.quant) compares as the weights it stands for
+    master_a, master_b = quant.dequantized(master_a), quant.dequantized(master_b)
     tensors = []
     sq_total = 0.0
     max_total = 0.0

@@ -235,7 +235,7 @@ def resolve(cfg: Any) -> Any:
     (`init_seed`: the run's seed; `init_fingerprint`: the PEFT directory's), so that the
     stored config, resumes and forks name one initial adapter. Other runs: unchanged."""
     train = cfg.train
-    if train == "full":
+    if train == "full" or train.kind != "lora":
         return cfg
     update: dict[str, Any] = {}
     if train.init is not None:

@@ -8,7 +8,9 @@ module behind the protocol of ``base.PerturbationKind``:
 - ``adapter``: ``"v1"`` / ``"lora-v1:..."`` (or ``"essa-v1:..."``), a LoRA adapter on a
   frozen base, v1 noise on its tensors (``adapter.Adapter``);
 - ``lowrank``: ``"lowrank-v1:r=R"`` / ``"suffix:..."``, E = A·Bᵀ/√R on the targeted
-  linears (``lowrank.LowRank``).
+  linears (``lowrank.LowRank``);
+- ``quant_scales``: ``"v1"`` / ``"int8-scales-v1:targets=..."``, the per-row scales of an
+  int8 weight-only model, codes frozen, v1 noise on the scales (``quant_scales.QuantScales``).
 
 Stored strings must be canonical (``from_run`` refuses any pair that does not print back
 identically), so one perturbation has exactly one spelling in a ledger or a seed file.
@@ -26,13 +28,14 @@ from .adapter import Adapter
 from .base import PerturbationKind, member_scale, short
 from .full import Full
 from .lowrank import DEFAULT_TARGETS, LowRank
+from .quant_scales import QuantScales
 
 # The order in which kinds claim a pair of strings (the first that claims it parses it).
-KINDS: tuple[type[PerturbationKind], ...] = (Adapter, Full, LowRank)
+KINDS: tuple[type[PerturbationKind], ...] = (Adapter, QuantScales, Full, LowRank)
 KNOWN_SPECS = tuple(dict.fromkeys(spec for kind in KINDS for spec in kind.known_specs))
 
 __all__ = ["DEFAULT_TARGETS", "KINDS", "KNOWN_SPECS", "Adapter", "Full", "LowRank", "PerturbationKind",
-           "from_run", "member_scale", "step_kind"]
+           "QuantScales", "from_run", "member_scale", "step_kind"]
 
 
 def from_run(noise_spec: str, param_selection: str) -> PerturbationKind:

@@ -15,6 +15,8 @@ from typing import Any, ClassVar
 
 import torch
 
+from seedledger.ledger.errors import SeedLedgerError
+
 from ..noise import round_coefficient
 
 Item = tuple[str, torch.Tensor, list[torch.Tensor]]  # (name, θ, optimizer buffers) replay updates
@@ -46,6 +48,7 @@ class PerturbationKind(ABC):
     keeps_master: ClassVar[bool] = False  # members ride on the master loaded in the model
     frozen_base: ClassVar[bool] = False  # the model is a frozen base; the master a term on it
     keeps_paths: ClassVar[bool] = True  # an optimizer `paths` rule (LM-MA-ES, GA survivors) applies
+    scales_rows: ClassVar[bool] = False  # members differ by per-row output scales (`row_scales`)
     label: ClassVar[str]  # how messages name it: "full", "lowrank", "lora"
     usual_sigma: ClassVar[float] = 1e-3  # the σ it usually trains with (the paper's 1e-3)
 
@@ -74,6 +77,26 @@ class PerturbationKind(ABC):
     @abstractmethod
     def trained(self, name: str, shape: Sequence[int]) -> bool:
         """Does this kind perturb and update tensor ``name``?"""
+
+    def prepare(self, master: dict[str, torch.Tensor]) -> None:
+        """Bring ``master`` into the form this kind trains, in place, before a step (a
+        quantizing kind quantizes a plain master once), and refuse one it cannot train."""
+        self.check_master(master)
+
+    def check_master(self, master: Mapping[str, torch.Tensor]) -> None:
+        """Refuse (one-line SeedLedgerError) a master this kind cannot train, changing
+        nothing: here, any tensor that is not contiguous fp32 (e.g. a quantized master's
+        int8 codes: a fork cannot leave quant_scales)."""
+        for tname, theta in master.items():
+            if theta.dtype == torch.int8:
+                raise SeedLedgerError(f"master tensor {tname!r} holds int8 codes (a quantized master): "
+                                      "only train: quant_scales trains it")
+            if theta.dtype != torch.float32 or not theta.is_contiguous():
+                raise SeedLedgerError(f"master tensor {tname!r} must be contiguous fp32")
+
+    def master_names(self, shapes: Mapping[str, Shape]) -> list[str]:
+        """The tensor names of a master with these (name -> shape) once ``prepare``d."""
+        return list(shapes)
 
     @abstractmethod
     def apply(self, items: Sequence[Item], keys: Sequence[int], coefs: Sequence[float], rule: int,
@@ -109,6 +132,11 @@ class PerturbationKind(ABC):
         """Each member's term on every linear (member-major stacks), for the HF backend's
         batched forward: y = x·Wᵀ + ((x·down)·up)·post. ``scales`` are ``member_scale``'s."""
         raise ValueError(f"{self.name} members have weights of their own: load each member")
+
+    def row_scales(self, linears: Sequence[str], master: Mapping[str, torch.Tensor], keys: Sequence[int | None],
+                   scales: Sequence[float], *, device: torch.device) -> dict[str, torch.Tensor]:
+        """Each member's per-row output scales on every linear, [members, out] (``scales_rows``)."""
+        raise ValueError(f"{self.name} members carry no per-row scales")
 
     @property
     def lora_rank(self) -> int:

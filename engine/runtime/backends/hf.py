@@ -145,10 +145,11 @@ class HFBackend:
         self.tokenizer = tok
         self.keeps_master = kind.keeps_master
         self._rows = None
-        if kind.keeps_master:  # members ride on the master as per-row terms the kind builds
+        if kind.keeps_master:  # members ride on the master as per-row terms (scales) the kind builds
             from seedledger.engine.runtime.backends.hf_lowrank import RowTerms
+            from seedledger.engine.runtime.backends.hf_quant import ScaleRows
 
-            self._rows = RowTerms.of(model, kind)
+            self._rows = (ScaleRows if kind.scales_rows else RowTerms).of(model, kind)
             if kind.frozen_base:
                 self._rows.set_resident(kind, self._initial)
         self._reference = None  # the frozen base model, for the KL-to-base penalty
@@ -192,8 +193,8 @@ class HFBackend:
     @torch.no_grad()
     def load_master(self, master: dict[str, torch.Tensor]) -> None:
         """Write the master into the model (a cast for low-precision models); an adapter
-        becomes the term every row gets while no member is in flight."""
-        if self.perturbation.frozen_base:
+        becomes the term every row gets while no member is in flight (int8 scales: `hf_quant`)."""
+        if self.perturbation.frozen_base or self.perturbation.scales_rows:
             self._rows.set_resident(self.perturbation, master)
             return
         for name, param in self._params.items():
