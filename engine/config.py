@@ -51,11 +51,13 @@ from seedledger.trainers.lmmaes import LMMAESSpec
 from seedledger.trainers.optim import OptimizerSpec
 from seedledger.trainers.policy import check_config
 from seedledger.trainers.requirements import BASE_LOGPROBS, MEMBER_TERMS
+from seedledger.trainers.rewards.loader import is_file_ref
 from seedledger.trainers.tasks.registry import (
     UnknownTaskOption,
     absolute_paths,
     check_options,
     check_rewards,
+    is_model_task,
     task_levels,
     uses_loglik,
 )
@@ -74,7 +76,16 @@ BACKEND_CAPABILITIES: dict[str, frozenset[str]] = {
     "auto": frozenset({MEMBER_TERMS, BASE_LOGPROBS}),
     "hf": frozenset({MEMBER_TERMS, BASE_LOGPROBS}),
     "vllm": frozenset(),
+    "module": frozenset({MEMBER_TERMS}),  # any torch.nn.Module (engine.runtime.backends.module)
 }
+
+
+MODULE_MODELS = ("module:", "in-process:")  # engine.runtime.module_models: a torch.nn.Module by code
+
+
+def is_module_model(ref: Any) -> bool:
+    """Whether a config's `model` names a torch.nn.Module (not a Hugging Face model)."""
+    return isinstance(ref, str) and ref.startswith(MODULE_MODELS)
 
 
 class TrainConfig(Strict):
@@ -101,8 +112,9 @@ class TrainConfig(Strict):
     max_new_tokens: int = Field(32, ge=1, le=MAX_NEW_TOKENS)
     sampling: Sampling = Sampling()
     seed: int = Field(0, ge=0, lt=2**63)
-    backend: Literal["auto", "hf", "vllm"] = Field(
-        "auto", description="vllm where installed and able, else hf: chosen when the run is created (engine.runtime.backend_choice)"
+    backend: Literal["auto", "hf", "vllm", "module"] = Field(
+        "auto", description="vllm where installed and able, else hf: chosen when the run is created "
+        "(engine.runtime.backend_choice); `module` for a torch.nn.Module model (set by `model: module:...`)"
     )
     device: str = "cpu"
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
@@ -144,6 +156,41 @@ class TrainConfig(Strict):
         except SeedLedgerError as exc:
             raise ValueError(str(exc)) from None
         return task
+    @model_validator(mode="before")
+    @classmethod
+    def _module_backend(cls, data: Any) -> Any:
+        """`model: module:...` / `in-process:...` (any torch.nn.Module) runs on the module
+        backend: `auto` (the default) means it, so the stored config names it."""
+        if isinstance(data, dict) and is_module_model(data.get("model")) and data.get("backend", "auto") == "auto":
+            data = {**data, "backend": "module"}
+        return data
+
+    @model_validator(mode="after")
+    def _module_settings(self) -> TrainConfig:
+        """A module run scores whole modules with a model task (gym:, fitness:), and the
+        language-model settings do not apply to it; an LLM run takes neither."""
+        module, scores_models = self.backend == "module", is_model_task(self.task)
+        if module != is_module_model(self.model):
+            raise ValueError(f"backend {self.backend} cannot run model {self.model!r}: a torch.nn.Module is named "
+                             "`module:pkg.mod:factory` and runs on backend module, a language model on auto, hf or vllm")
+        if module != scores_models:
+            raise ValueError("a torch.nn.Module model is scored by task gym:ENV_ID or fitness:pkg.mod:function, "
+                             "and those tasks score only such a model" if module else
+                             f"task {_task_name(self.task)} scores a torch.nn.Module: name one in `model` "
+                             "(module:pkg.mod:factory)")
+        if module:
+            for key, off in (("train", "full"), ("kl", None), ("passk", None), ("curriculum", None),
+                             ("base_quantization", "none")):
+                if getattr(self, key) != off:
+                    raise ValueError(f"{key}: does not apply to a torch.nn.Module run")
+            if self.workers.pool == "ray" and "in-process:" in f"{self.model} {self.task}":
+                raise ValueError("workers.pool ray: Ray workers import the model and fitness by name; objects "
+                                 "handed to seedledger.evolve in this process (in-process:) do not reach them")
+            if self.evaluation.every is not None or self.keep_samples:
+                raise ValueError("evaluation.every and keep_samples score completions: they do not apply to a "
+                                 "torch.nn.Module run")
+        return self
+
     @model_validator(mode="after")
     def _fits(self) -> TrainConfig:
         """What the algorithm, the KL penalty and σ adaptation need of the backend, pool,
@@ -266,11 +313,23 @@ def validate(
     `source`."""
     if isinstance(data, dict) and "task" in data:
         data = {**data, "task": absolute_paths(data["task"], base_dir or Path.cwd())}
-    data = _absolute_init(data, base_dir or Path.cwd())
+    data = _absolute_model(_absolute_init(data, base_dir or Path.cwd()), base_dir or Path.cwd())
     try:
         return TrainConfig.model_validate(data)
     except ValidationError as exc:
         raise SeedLedgerError(report(exc.errors(), source, overrides, TrainConfig)) from None
+
+
+def _absolute_model(data: Any, base_dir: Path) -> Any:
+    """A module run's `model: module:file.py:factory` made absolute against `base_dir`, as
+    reward files are, so the stored config finds it from anywhere."""
+    model = data.get("model") if isinstance(data, dict) else None
+    if not isinstance(model, str) or not model.startswith("module:"):
+        return data
+    target, sep, name = model.removeprefix("module:").rpartition(":")
+    if sep and is_file_ref(target) and not Path(target).expanduser().is_absolute():
+        data = {**data, "model": f"module:{(Path(base_dir) / target).resolve()}:{name}"}
+    return data
 
 
 def _absolute_init(data: Any, base_dir: Path) -> Any:
@@ -301,6 +360,6 @@ def load_config(path: str | Path | None, overrides: list[str] = ()) -> TrainConf
         data = loaded or {}
         if "task" in data:  # the file's own relative paths are relative to the file
             data["task"] = absolute_paths(data["task"], Path(path).resolve().parent)
-        data = _absolute_init(data, Path(path).resolve().parent)
+        data = _absolute_model(_absolute_init(data, Path(path).resolve().parent), Path(path).resolve().parent)
     # paths given with --set are relative to the working directory (validate's default)
     return validate(apply_overrides(data, list(overrides)), source, overrides=list(overrides))

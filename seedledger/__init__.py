@@ -20,11 +20,12 @@ from seedledger.engine.api import (
     train,
     verify,
 )
+from seedledger.engine.evolve import evolve
 from seedledger.ledger import GenerationRecord, Ledger, RunInfo
 from seedledger.ledger.errors import SeedLedgerError
 
 __all__ = [
-    "DEFAULT_LEDGER", "GenerationRecord", "Ledger", "RunInfo", "SeedLedgerError", "evaluate", "export", "fork",
+    "DEFAULT_LEDGER", "GenerationRecord", "Ledger", "RunInfo", "SeedLedgerError", "evaluate", "evolve", "export", "fork",
     "history", "history_frame", "import_seeds", "open_ledger", "rebuild", "rebuild_model", "rebuild_to",
     "resume", "train", "verify",
 ]

@@ -105,7 +105,8 @@ GRAPH = {m: {i for i in imported_modules(p, m) if not (m + ".").startswith(i + "
 # use the runtime; the runtime (session, loop, evaluator, pools, backends, models) uses
 # only the run's configuration and refs.
 ENGINE_PARTS = {
-    "cli": {"api", "search", "rebuild", "runtime", "config", "refs"},
+    "cli": {"api", "evolve", "search", "rebuild", "runtime", "config", "refs"},
+    "evolve": {"api", "runtime", "config", "refs"},  # seedledger.evolve: any torch.nn.Module
     "api": {"rebuild", "runtime", "config", "refs"},
     "search": {"runtime", "config", "refs"},
     "rebuild": {"runtime", "config", "refs"},

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -23,11 +24,13 @@ from seedledger.ledger.durable import (
     write_error,
 )
 from seedledger.ledger.errors import SeedLedgerError
+from seedledger.replay import quant
 
 if TYPE_CHECKING:
     from seedledger.engine.rebuild.sources import Start
 
 MARKER = "seedledger.json"  # written into every rebuild output: its run, generation, fingerprint
+QUANTIZED_FORMAT = "compressed-tensors-int8"  # a quantized master's directory (`write_quantized_dir`)
 
 
 def is_rebuild_output(path: Path) -> bool:
@@ -90,11 +93,11 @@ def model_from_master(base_dir: Path, master: dict[str, torch.Tensor]) -> Any:
 
 
 def merged_weights(start: Start, master: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Every weight of the model `master` stands for: itself for a full run; for an adapter
-    run the base with the adapter merged in (an int8 base dequantized first, since
-    re-quantizing would round the adapter away)."""
+    """Every weight of the model `master` stands for: itself for a full run (a quantized
+    master dequantized, diag(s)·Q); for an adapter run the base with the adapter merged in
+    (an int8 base dequantized first, since re-quantizing would round the adapter away)."""
     if not start.kind.frozen_base:
-        return master
+        return quant.dequantized(master)
     from seedledger.engine.runtime import adapters
 
     modules = list(adapters.target_linears(start.model, start.adapter))
@@ -117,15 +120,83 @@ def write_model_dir(
     publish(output, fill, meta, force, keep)
 
 
+def write_quantized_dir(
+    base_dir: Path, master: dict[str, torch.Tensor], output: Path, meta: dict,
+    force: bool = False, keep: Path | None = None,
+) -> None:
+    """Write a quantized master (int8 codes, fp32 per-row scales: `replay.quant`) as a
+    compressed-tensors checkpoint that transformers loads: each quantized linear's
+    `weight` is its int8 codes and `weight_scale` its scales [out, 1], exactly the master's
+    bits; `dequantize: true` in the config makes transformers build diag(s)·Q in fp32 as it
+    loads (its compressed int8 forward does not run on the CPU). docs/quantized.md."""
+    from safetensors.torch import load_file, save_file
+    from transformers import AutoTokenizer
+
+    quantized = [n for n, t in master.items() if t.dtype == quant.CODE_DTYPE]
+    model = model_from_master(base_dir, quant.dequantized(master))  # every other tensor as trained
+
+    def fill(staging: Path) -> None:
+        model.save_pretrained(staging)
+        AutoTokenizer.from_pretrained(base_dir).save_pretrained(staging)
+        where: dict[str, str] = {}
+        for shard in sorted(staging.glob("*.safetensors")):
+            tensors = load_file(str(shard))
+            mine = [n for n in quantized if n in tensors]
+            for name in mine:
+                tensors[name] = master[name].detach().cpu().contiguous()
+                tensors[quant.scale_name(name)] = master[quant.scale_name(name)].detach().cpu().view(-1, 1).contiguous()
+                where[quant.scale_name(name)] = shard.name
+            if mine:
+                save_file(tensors, str(shard), metadata={"format": "pt"})
+        index = staging / "model.safetensors.index.json"
+        if index.exists():
+            data = json.loads(index.read_text())
+            data["weight_map"].update(where)
+            index.write_text(json.dumps(data, indent=2) + "\n")
+        config = json.loads((staging / "config.json").read_text())
+        config["quantization_config"] = compressed_tensors_config(quantized)
+        (staging / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+
+    publish(output, fill, meta, force, keep)
+
+
+def compressed_tensors_config(weights: list[str]) -> dict:
+    """The `quantization_config` of an int8 weight-only, symmetric, per-channel checkpoint
+    whose quantized linears are exactly the modules of `weights`."""
+    modules = [n[: -len(".weight")] for n in weights]
+    return {
+        "quant_method": "compressed-tensors",
+        "format": "int-quantized",
+        "quantization_status": "compressed",
+        "dequantize": True,
+        "config_groups": {"group_0": {
+            "targets": [f"re:^{re.escape(m)}$" for m in modules],
+            "weights": {"num_bits": 8, "type": "int", "symmetric": True, "strategy": "channel",
+                        "dynamic": False},
+            "input_activations": None, "output_activations": None, "format": "int-quantized",
+        }},
+        "ignore": [],
+        "kv_cache_scheme": None,
+    }
+
+
 def write_output(start: Start, master: dict[str, torch.Tensor], output: Path, meta: dict, *,
                  merge: bool = False, force: bool = False, keep: Path | None = None) -> dict:
     """The rebuilt model at `output`: a model directory, or for an adapter run a PEFT
     adapter directory (`merge`: the base with the adapter merged in, fp32; an int8 base
     is dequantized first, since re-quantizing would round the adapter away). Returns
-    what the report adds."""
+    what the report adds. A module run's parameters go in `model.safetensors`."""
+    from seedledger.engine.rebuild.module_start import ModuleStart
+
+    if isinstance(start, ModuleStart):
+        publish(output, lambda staging: start.write(staging, master), meta, force, keep)
+        return {"format": "safetensors"}
     if not start.kind.frozen_base:
         if merge:
             raise SeedLedgerError(f"{meta['run']} trains every weight: there is no adapter to --merge")
+        if any(t.dtype == quant.CODE_DTYPE for t in master.values()):
+            write_quantized_dir(start.model_dir, master, output, meta, force, keep)
+            return {"format": QUANTIZED_FORMAT}
         write_model_dir(start.model_dir, master, output, meta, force, keep)
         return {}
     from seedledger.engine.runtime import adapters

@@ -16,7 +16,9 @@ from pathlib import Path
 
 import torch
 
+from seedledger.engine.config import is_module_model
 from seedledger.engine.rebuild.memory import check_rebuild_memory
+from seedledger.engine.rebuild.module_start import module_start
 from seedledger.engine.rebuild.output import check_output, write_output
 from seedledger.engine.rebuild.output import merged_weights as merged_weights  # engine.api's names
 from seedledger.engine.rebuild.output import model_from_master as model_from_master
@@ -35,13 +37,18 @@ from seedledger.replay.rebuild import rebuild
 def _fits(what: str, base: str, noise_spec: str, param_selection: str, steps: list) -> None:
     """Refuse, before the base is loaded, a replay of `steps` that needs more memory than
     the bound (`engine.rebuild.memory`): a planted file's paths each cost a copy of the model."""
+    if is_module_model(base):  # a small torch.nn.Module: no safetensors headers to read the size from
+        return
     adapter = from_run(noise_spec, param_selection).adapter  # None: the model's own weights are trained
     check_rebuild_memory(what, resolve_model(base), [s.optimizer for s in steps], adapter)
 
 
 def _start(src: Source, base: str | None, device: str) -> Start:
     """Generation 0 of `src`, on `base` (else its recorded base), checked to be its base."""
-    start = load_start(base or src.base_model, src.config, src.noise_spec, src.param_selection, device)
+    if is_module_model(src.base_model):  # any torch.nn.Module (engine.rebuild.module_start)
+        start = module_start(src, base, device)
+    else:
+        start = load_start(base or src.base_model, src.config, src.noise_spec, src.param_selection, device)
     src.check_base(start, base)
     return start
 
@@ -138,7 +145,7 @@ def build_master(
     fps = src.fingerprints()
     wanted = fps if verify == "every" else {g: fp for g, fp in fps.items() if g == src.upto}
     checked = _unchecked(missing_fingerprint(src.base_fingerprint, wanted), src.lineage, allow_unverified)
-    _fits(src.what, base or src.base_model, src.noise_spec, src.param_selection, src.steps())
+    _fits(src.what, src.base_model if is_module_model(src.base_model) else base or src.base_model, src.noise_spec, src.param_selection, src.steps())
     start = _start(src, base, device)
     master, state = src.replay(start, verify)
     fp = None

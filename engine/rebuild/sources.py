@@ -73,6 +73,9 @@ def load_start(base: str, config: dict, noise_spec: str, param_selection: str, d
     from seedledger.engine.runtime import adapters
     from seedledger.engine.runtime.models import load_causal_lm
 
+    if base.startswith(("module:", "in-process:")):  # engine.rebuild.module_start makes those
+        raise SeedLedgerError(f"{base!r} names a torch.nn.Module run's model: rebuild and verify replay it "
+                              "(engine.rebuild.module_start); this command reads language models")
     model_dir = resolve_model(base)
     kind = from_run(noise_spec, param_selection)
     if not kind.frozen_base:

@@ -20,10 +20,13 @@ are each reward function's mean over all samples, plus `pass@k` (the reward itse
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from seedledger.engine.config import TrainConfig
 from seedledger.engine.runtime.backends import make_backend
@@ -136,6 +139,8 @@ class Evaluator:
             batch = self.batch(generation, level)
         elif batch.level is not None:
             self.task.set_level(batch.level)
+        if getattr(self.task, "scores_models", False):  # a module run: no prompts, no decoding
+            return self._score_models(members, sigma, batch, on_member)
         indices, rows = batch.indices, batch.rows
         prompts = [self.task.prompt(row) for row in rows]
         samples = self.cfg.passk.n if self.cfg.passk is not None else 1
@@ -166,6 +171,27 @@ class Evaluator:
                     kls = [sequence_kl(mine, base, self.cfg.kl.estimator) for mine, base in out.logprobs[m]]
                     kl = sum(kls) / len(kls)
                 scored.append(self._score(chunk[m], prompts, rows, indices, completions, seconds, mine, kl))
+                if on_member is not None:
+                    on_member(scored[-1])
+        return scored
+
+    def _score_models(self, members: list[Member], sigma: float, batch: Batch,
+                      on_member: Callable[[Member], None] | None) -> list[Member]:
+        """A module run's members scored by its task (`fitness_task.ModelTask.score`) on
+        their modules (`backends.module.ModuleBackend.members`): one at a time, or the
+        whole group at once for a batched fitness."""
+        together = len(members) if getattr(self.task, "batched", False) else 1
+        scored = []
+        for start in range(0, len(members), together):
+            chunk = members[start : start + together]
+            began = time.perf_counter()
+            models = self.backend.members(self.master, chunk, sigma, self.state, together > 1)
+            loaded = time.perf_counter()
+            with torch.no_grad():  # a fitness reads the model; nothing here is differentiated
+                rewards = self.task.score(models, batch.rows, [m.index for m in chunk])
+            seconds = {"load_member": (loaded - began) / len(chunk), "score": (time.perf_counter() - loaded) / len(chunk)}
+            for member, reward in zip(chunk, rewards, strict=True):
+                scored.append(member.scored(reward=reward, components={}, seconds=dict(seconds), sample_rewards=[reward]))
                 if on_member is not None:
                     on_member(scored[-1])
         return scored

@@ -223,6 +223,10 @@ def resolve_model(ref: str | os.PathLike[str] | None = None, *, verify: bool = F
     ref = str(ref) if ref is not None else DEFAULT_MODEL
     if ref in ALIASES:
         return _resolve_alias(ALIASES[ref], verify)
+    if ref.startswith(("module:", "in-process:")):  # a torch.nn.Module named by code (module_models)
+        from seedledger.engine.runtime.module_models import module_dir
+
+        return module_dir(ref)
     path = Path(ref).expanduser()
     if path.is_dir():
         if not (path / "config.json").is_file():

@@ -230,6 +230,10 @@ def start(
         with ledger.lease(run.name, ttl=LEASE_TTL) as lease, interruptible(ledger, run.name):
             pool.restore(ledger, run.name, 0, None)
             read.record(ledger, run.name, "train", 0)
+            if cfg.backend == "module":  # what it trains, and its base beside the ledger
+                from seedledger.engine.runtime.module_models import record_base
+
+                record_base(ledger, run.name, cfg.model, anchors_dir(ledger))
             count = target_generation(cfg) if generations is None else generations
             return _run_loop(ledger, run, cfg, pool, count, hooks, lease)
 

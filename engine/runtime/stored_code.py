@@ -6,16 +6,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from seedledger.engine.runtime.module_models import stored_refs
 from seedledger.ledger.errors import SeedLedgerError
 from seedledger.trainers.rewards.loader import is_file_ref
 from seedledger.trainers.tasks.registry import code_refs
 
 
 def stored_code(config: dict) -> list[str]:
-    """What a stored config would make this process run that the user did not write: the
-    reward code its task names, and a Ray cluster to join (`workers.address`: a cluster
+    """What a stored config would make this process run that the user did not write: a
+    module run's model factory (`module:...`), the reward or fitness code its task names, and a Ray cluster to join (`workers.address`: a cluster
     sends back pickled results, so joining one is running its code)."""
-    refs = code_refs(config.get("task"))
+    refs = stored_refs(config.get("model")) + code_refs(config.get("task"))
     workers = config.get("workers")
     if isinstance(workers, dict) and workers.get("address"):
         refs.append(f"workers.address={workers['address']}")
@@ -31,8 +32,7 @@ def check_stored_code(refs: list[str], owner: str, trust_code: bool) -> None:
         return
     relative = [
         r for r in refs
-        if not r.startswith("workers.address=")
-        and is_file_ref(r.rpartition(":")[0]) and not Path(r.rpartition(":")[0]).is_absolute()
+        if not r.startswith("workers.address=") and is_file_ref(_target(r)) and not Path(_target(r)).is_absolute()
     ]
     if relative:
         raise SeedLedgerError(
@@ -46,3 +46,8 @@ def check_stored_code(refs: list[str], owner: str, trust_code: bool) -> None:
             f"{owner}'s stored config names code to run: {named}; code named by a ledger or "
             "seed file runs only with --trust-code (read it first)"
         )
+
+
+def _target(ref: str) -> str:
+    """The module or file part of `module:TARGET:name` / `TARGET:name`."""
+    return ref.removeprefix("module:").rpartition(":")[0]

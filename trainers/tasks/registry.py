@@ -4,6 +4,8 @@ Spec forms (YAML or ``--set task=...``):
 - ``"arithmetic"``, ``"countdown"`` — generated tasks;
 - ``"countdown:PATH"``, ``"math:PATH"``, ``"jsonl:PATH"``, ``"code:PATH"`` — local files;
 - ``"reasoning_gym:NAME"`` — a reasoning-gym generator; ``"code:humaneval"`` — HumanEval;
+- ``"gym:ENV_ID"``, ``"fitness:pkg.mod:function"`` — a module run's tasks (``gym_task``,
+  ``fitness_task``: they score a ``torch.nn.Module``, not completions);
 - any of these with options: ``"jsonl:PATH?test_size=8&match=numeric"`` (``spec_options``;
   ``--set task.test_size=8`` on a string form means the same);
 - a mapping ``{name: countdown, path: ..., test_size: 100, level: 2, rewards: [...]}``;
@@ -35,7 +37,16 @@ from seedledger.trainers.rewards.loader import is_file_ref, load_reward_fn
 from seedledger.trainers.rewards.loglik import LikelihoodReward
 from seedledger.trainers.rewards.spec import BUILTIN, parse_rewards
 
-from . import arithmetic, code_task, countdown, jsonl_task, math_task, reasoning_gym_task
+from . import (
+    arithmetic,
+    code_task,
+    countdown,
+    fitness_task,
+    gym_task,
+    jsonl_task,
+    math_task,
+    reasoning_gym_task,
+)
 from .base import Task
 from .mixture import MixtureTask
 from .spec_options import expand
@@ -47,8 +58,12 @@ LOADERS: dict[str, Callable[..., Task]] = {
     "jsonl": jsonl_task.load,
     "code": code_task.load,
     "reasoning_gym": reasoning_gym_task.load,
+    "gym": gym_task.load,
+    "fitness": fitness_task.load,
 }
-_NOT_PATHS = {"reasoning_gym": None, "code": "humaneval"}
+MODEL_TASKS = {"gym", "fitness"}
+"""Tasks that score a whole ``torch.nn.Module`` (a module run's), not decoded text."""
+_NOT_PATHS = {"reasoning_gym": None, "code": "humaneval", "gym": None, "fitness": None}
 """Tasks whose ``name:X`` names no file: every X (None), or this one X."""
 _COMMON = {"name", "rewards", "weight"}
 _BUILTIN_REWARDS = set(BUILTIN)  # names, not code
@@ -74,10 +89,14 @@ def absolute_paths(spec: Any, base_dir: str | Path) -> Any:
         return [absolute_paths(item, base_dir) for item in spec]
     if isinstance(spec, str):
         name, sep, path = spec.partition(":")
+        if name == "fitness" and path:  # a function reference: its file, if it names one
+            return f"{name}:{_absolute_reward(path, fix)}"
         return f"{name}:{fix(path, name)}" if sep and name in LOADERS and path else spec
     if not isinstance(spec, dict):
         return spec
     out = dict(spec)
+    if out.get("name") == "fitness" and isinstance(out.get("path"), str):
+        out["path"] = _absolute_reward(out["path"], fix)
     if "mix" in out:
         out["mix"] = absolute_paths(out["mix"], base_dir)
     if "task" in out:
@@ -108,6 +127,8 @@ def code_refs(spec: Any) -> list[str]:
     spec = expand(spec, LOADERS)
     if isinstance(spec, list):
         return [r for item in spec for r in code_refs(item)]
+    if isinstance(spec, str) and spec.startswith("fitness:") or isinstance(spec, dict) and spec.get("name") == "fitness":
+        return fitness_task.fitness_refs(spec)
     if not isinstance(spec, dict):
         return []
     out = code_refs(spec.get("mix")) + code_refs(spec.get("task"))
@@ -117,6 +138,13 @@ def code_refs(spec: Any) -> list[str]:
         if isinstance(ref, str) and ref not in _BUILTIN_REWARDS:
             out.append(ref)
     return out
+
+
+def is_model_task(spec: Any) -> bool:
+    """Whether task ``spec`` scores a ``torch.nn.Module`` (``MODEL_TASKS``), without loading it."""
+    spec = expand(spec, LOADERS)
+    name = spec.partition(":")[0] if isinstance(spec, str) else spec.get("name") if isinstance(spec, dict) else None
+    return name in MODEL_TASKS
 
 
 def task_levels(spec: Any) -> int:
@@ -222,6 +250,8 @@ def _load_mix(items: Any, seed: int) -> Task:
         if not 0 <= weight < math.inf:  # weight 0 keeps a task for held-out rows only
             raise SeedLedgerError(f"task mix: weight {weight!r} must be finite and >= 0")
         task = load_task(sub, seed)
+        if isinstance(task, fitness_task.ModelTask):
+            raise SeedLedgerError(f"task mix: {task.name} scores a whole model and cannot be mixed")
         if task.likelihood_rewards:
             raise SeedLedgerError(f"task mix: {task.name}: the loglik reward is not supported inside a mix")
         tasks.append(task)

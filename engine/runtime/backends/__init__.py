@@ -16,6 +16,10 @@ def make_backend(cfg: Any, model_dir: Path) -> Backend:
     """The backend a training config asks for (`backend`, `device`, `dtype`, `sampling`)."""
     import torch
 
+    if cfg.backend == "module":  # any torch.nn.Module (engine.runtime.module_models)
+        from seedledger.engine.runtime.backends.module import ModuleBackend
+
+        return ModuleBackend(cfg.model, device=cfg.device, perturbation=cfg.perturbation_spec())
     kwargs = {
         "device": cfg.device,
         "dtype": getattr(torch, cfg.dtype),
@@ -38,7 +42,7 @@ def make_backend(cfg: Any, model_dir: Path) -> Backend:
             kwargs["members_per_forward"] = cfg.members_per_forward
         init = cfg.train.init if cfg.train != "full" else None
         return VLLMBackend(model_dir, base_quantization=cfg.base_quantization, adapter_init=init, **kwargs)
-    raise SeedLedgerError(f"unknown backend {backend!r}: use auto, hf or vllm")
+    raise SeedLedgerError(f"unknown backend {backend!r}: use auto, hf, vllm or module")
 
 
 def __getattr__(name: str) -> Any:

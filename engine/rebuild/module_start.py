@@ -1,0 +1,100 @@
+"""Generation 0 of a module run (any `torch.nn.Module`), and its rebuilt output.
+
+A module run's base is made by code (engine.runtime.module_models), and code named by a
+ledger or seed file runs only when the user names it. So its base comes from, in order:
+
+- `--base module:pkg.mod:factory` (the user's own code) or `--base FILE.safetensors` (a
+  state dict of its parameters), named by the user;
+- the run's generation-0 anchor: the base weights its first session wrote beside the
+  ledger (`module_models.record_base`), data only, read with the anchors' checks.
+
+Either is then checked against the run's base fingerprint (`Source.check_base`). The
+rebuilt policy is written as `model.safetensors` (its parameters, fp32, named as
+`named_parameters()` names them: `module.load_state_dict(..., strict=False)` loads it
+beside the module's own buffers) with `seedledger.json`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from seedledger.engine.rebuild.sources import Source, Start
+from seedledger.engine.runtime.dirs import anchors_dir
+from seedledger.engine.runtime.module_models import (
+    MODULE,
+    MODULE_EVENT,
+    build_module,
+    master_of,
+    module_dir,
+)
+from seedledger.ledger.errors import SeedLedgerError
+from seedledger.replay.kinds import from_run
+
+WEIGHTS = "model.safetensors"
+
+
+@dataclass
+class ModuleStart(Start):
+    """Generation 0 of a module run; `write` puts the rebuilt parameters in a directory."""
+
+    def write(self, staging: Path, master: dict[str, torch.Tensor]) -> None:
+        from safetensors.torch import save_file
+
+        save_file({n: t.detach().cpu().contiguous() for n, t in master.items()}, str(staging / WEIGHTS))
+
+
+def module_start(src: Source, base: str | None, device: str = "cpu") -> ModuleStart:
+    """Generation 0 of module run `src` (see the module docstring for where it comes from)."""
+    kind = from_run(src.noise_spec, src.param_selection)
+    where = module_dir(src.base_model)
+    if base is not None:
+        return ModuleStart(where, _named_base(base, device), kind=kind)
+    ledger = getattr(src, "ledger", None)
+    master = _anchored_base(ledger, src.run) if ledger is not None else None
+    if master is None:
+        raise SeedLedgerError(
+            f"{src.what} was evolved from the torch.nn.Module that {src.base_model!r} makes: code named by a "
+            "ledger or seed file runs only when you name it: pass --base module:pkg.mod:factory (or --base "
+            "FILE.safetensors holding its parameters)")
+    return ModuleStart(where, {n: t.to(device) for n, t in master.items()}, kind=kind)
+
+
+def _named_base(base: str, device: str) -> dict[str, torch.Tensor]:
+    if base.startswith(MODULE):
+        return master_of(build_module(base, device))
+    path = Path(base).expanduser()
+    if path.suffix != ".safetensors" or not path.is_file():
+        raise SeedLedgerError(f"--base {base!r}: a module run's base is module:pkg.mod:factory or a .safetensors file")
+    from safetensors.torch import load_file
+
+    try:
+        tensors = load_file(str(path), device=device)
+    except Exception as exc:  # safetensors' own errors: a damaged or foreign file
+        raise SeedLedgerError(f"--base {base!r}: not a readable safetensors file ({exc})".splitlines()[0]) from None
+    return {n: t.to(torch.float32).contiguous() for n, t in tensors.items()}
+
+
+def _anchored_base(ledger, run: str) -> dict[str, torch.Tensor] | None:
+    """The lineage root's generation-0 anchor (None when there is none), bounded by the
+    parameter shapes its `module` event recorded."""
+    from seedledger.replay.anchors import AnchorError, load_anchor
+
+    found = [a for a in ledger.anchors(run, lineage=True) if a.generation == 0]
+    if not found:
+        return None
+    info = found[0]
+    events = ledger.events(info.run, MODULE_EVENT)
+    if not events:
+        return None
+    elements = sum(math.prod(shape) for _, shape, _ in events[-1].payload.get("parameters", []))
+    root = ledger.get_run(info.run)
+    try:
+        master, _ = load_anchor(info, anchors_dir(ledger), root.base_fingerprint, 4 * elements + (1 << 20))
+    except AnchorError as exc:
+        raise SeedLedgerError(f"{run}: the base weights beside the ledger are unusable ({exc}); pass --base "
+                              "module:pkg.mod:factory") from None
+    return master
