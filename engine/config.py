@@ -238,9 +238,9 @@ class TrainConfig(Strict):
         if self.base_quantization != "none" and self.train == "full":
             raise ValueError(f"base_quantization {self.base_quantization}: only an adapter's frozen "
                              "base can be quantized (train: lora)")
-        if self.base_quantization != "none" and self.backend == "vllm":
-            raise ValueError(f"base_quantization {self.base_quantization}: the vllm backend serves the "
-                             "frozen base as stored; use backend: hf")
+        refusal = None if self.train == "full" else self.train.refusal(self.base_quantization, self.backend)
+        if refusal:
+            raise ValueError(refusal)
         return self
 
     @model_validator(mode="after")

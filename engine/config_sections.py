@@ -173,6 +173,17 @@ class LoraTrain(Strict):
         """The replay-side kind this section names (replay.kinds.adapter; resolved fields only)."""
         return Adapter(self.spec())
 
+    def dtype_policy(self, dtype: str, base_quantization: str) -> str:
+        """The run's `dtype_policy`: an fp32 adapter on the (maybe int8) frozen base."""
+        return f"fp32-adapter/{base_quantization}-base/{dtype}-eval"
+
+    def refusal(self, base_quantization: str, backend: str) -> str | None:
+        """Why this run cannot go as configured (one line), else None."""
+        if base_quantization != "none" and backend == "vllm":
+            return (f"base_quantization {base_quantization}: the vllm backend serves the frozen base "
+                    "as stored; use backend: hf")
+        return None
+
 
 class QuantScalesTrain(Strict):
     """ES over the per-row scales of an int8 weight-only model, its integer codes frozen
@@ -196,6 +207,19 @@ class QuantScalesTrain(Strict):
     def perturbation_kind(self) -> PerturbationKind:
         """The replay-side kind this section names (replay.kinds.quant_scales)."""
         return QuantScales.of(self.targets)
+
+    def dtype_policy(self, dtype: str, base_quantization: str) -> str:
+        """The run's `dtype_policy`: fp32 scales beside the frozen int8 codes."""
+        return f"fp32-scales/int8-codes/{dtype}-eval"
+
+    def refusal(self, base_quantization: str, backend: str) -> str | None:
+        """Why this run cannot go as configured (one line), else None."""
+        if base_quantization != "none":
+            return (f"base_quantization {base_quantization}: a quant_scales run quantizes the base "
+                    "itself (int8 codes, fp32 scales); drop base_quantization")
+        if backend == "vllm":
+            return "train: quant_scales runs on the hf backend (its members scale the shared matmul's rows); use backend: hf"
+        return None
 
 
 def shorthand(kinds: tuple[str, ...]):

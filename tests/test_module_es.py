@@ -244,3 +244,20 @@ def test_low_rank_noise_moves_only_the_targeted_linears(tmp_path, toy):
     before, after = sl.rebuild("lr@0", ledger=led), sl.rebuild("lr", ledger=led)
     assert {n: not torch.equal(before[n], after[n]) for n in before} == {
         "0.weight": True, "0.bias": False, "2.weight": True, "2.bias": False}
+
+
+def test_an_edited_model_factory_is_a_changed_input_on_resume(tmp_path):
+    """The factory's source is code the base fingerprint does not pin (its forward): resume
+    refuses an edit in one line naming the file, unless the change is accepted."""
+    (tmp_path / "net.py").write_text(TOY.split("X = ")[0])  # the factory alone
+    (tmp_path / "fit.py").write_text(f"import sys\nsys.path.insert(0, {str(tmp_path)!r})\n{TOY}")
+    led = tmp_path / "l.db"
+    sl.evolve(f"module:{tmp_path / 'net.py'}:mlp", f"fitness:{tmp_path / 'fit.py'}:fit", population=4,
+              sigma=0.0625, lr=0.125, generations=1, ledger=led, run="a")
+    with (tmp_path / "net.py").open("a") as f:
+        f.write("\n# forward changed here\n")
+    with pytest.raises(sl.SeedLedgerError, match="net.py") as exc:
+        sl.resume("a", generations=1, ledger=led, trust_code=True)
+    assert "\n" not in str(exc.value)
+    done = sl.resume("a", generations=1, ledger=led, trust_code=True, accept_changed_inputs=True)
+    assert done.latest_generation == 2

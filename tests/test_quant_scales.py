@@ -105,8 +105,10 @@ def test_kind_strings_round_trip_and_refusals():
 @pytest.mark.parametrize("extra, refusal", [
     ({"algorithm": "lmmaes", "mirrored": False}, "algorithm lmmaes: its paths are m copies"),
     ({"algorithm": "ga", "ga": {"survivors": 2}, "mirrored": False}, "ga.survivors: survivors are kept"),
+    ({"backend": "vllm"}, "train: quant_scales runs on the hf backend"),
+    ({"base_quantization": "int8"}, "a quant_scales run quantizes the base itself"),
 ])
-def test_algorithms_that_need_full_size_state_are_refused_in_the_config(extra, refusal):
+def test_what_a_scales_run_cannot_do_is_refused_in_the_config(extra, refusal):
     from seedledger.engine.config import validate
 
     with pytest.raises(SeedLedgerError, match=refusal):

@@ -75,11 +75,13 @@ def reading(*paths: str | os.PathLike[str]) -> Iterator[None]:
 # ----------------------------------------------------------------------------- computing
 
 
-def session_inputs(task: Any, model_dir: Path) -> dict[str, Any]:
+def session_inputs(task: Any, model_dir: Path, model: str | None = None) -> dict[str, Any]:
     """The fingerprints of what a session on task spec `task` (the stored config's, with
-    absolute paths) and the model in `model_dir` reads, and the study file it trains for
-    (`reading`); see the module docstring."""
+    absolute paths) and the model in `model_dir` reads, the source of a `module:` model's
+    factory (`model`; its forward is code the base fingerprint does not pin), and the study
+    file it trains for (`reading`); see the module docstring."""
     files = task_files(task)
+    files += [p for p in _factory_files(model) if p not in files]
     files += [p for p in _ALSO_READ.get() if p.is_file() and p not in files]
     return {
         "files": {str(p): sha256_file(p) for p in files},
@@ -88,6 +90,19 @@ def session_inputs(task: Any, model_dir: Path) -> dict[str, Any]:
         "tokenizer": {p.name: sha256_file(p) for p in tokenizer_files(model_dir)},  # by name: caches move
         "chat_template": chat_template_sha256(model_dir),
     }
+
+
+def _factory_files(model: str | None) -> list[Path]:
+    """The module (and its imported siblings) of a `module:pkg.mod:factory` or
+    `module:file.py:factory` model; none for any other model."""
+    if not (model or "").startswith("module:"):
+        return []
+    target = str(model).removeprefix("module:").rpartition(":")[0]
+    module = Path(target) if is_file_ref(target) else _module_file(target)
+    seen: set[Path] = set()
+    if module is not None and module.is_file():
+        _with_siblings(module.resolve(), seen)
+    return sorted(seen)
 
 
 def task_files(spec: Any) -> list[Path]:
@@ -231,7 +246,7 @@ class SessionInputs:
     @classmethod
     def of(cls, cfg: Any, model_dir: Path) -> SessionInputs:
         """From a resolved TrainConfig and the directory its model resolved to."""
-        return cls(session_inputs(cfg.task, model_dir), provenance(cfg.model, model_dir), [])
+        return cls(session_inputs(cfg.task, model_dir, cfg.model), provenance(cfg.model, model_dir), [])
 
     def compare(self, reference: dict[str, Any] | None, where: str, accept: bool) -> None:
         """Refuse (InputsChanged) inputs that differ from `reference` (an earlier session's

@@ -18,6 +18,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from seedledger.engine.config import MODULE_MODELS
 from seedledger.engine.runtime.model_cache import _read_manifest, sha256_file
 from seedledger.engine.runtime.models import (
     ALIASES,
@@ -39,6 +40,8 @@ def provenance(ref: str | os.PathLike[str] | None, model_dir: Path | None = None
     """The provenance of model `ref` (an alias or a local directory; `model_dir`: where it
     resolved, when the caller has it) as JSON-able data."""
     ref = str(ref) if ref is not None else DEFAULT_MODEL
+    if ref.startswith(MODULE_MODELS):  # a torch.nn.Module's factory: its weights are the run's base anchor
+        return {"source": "module", "model": ref}
     model_dir = model_dir or resolve_model(ref)
     manifest = _read_manifest(model_dir) or {}
     if ref == DEFAULT_MODEL:
@@ -95,6 +98,8 @@ def describe(p: dict[str, Any] | None) -> str:
                 + (f", weights sha256 {str(p['weights_sha256'])[:12]}…" if p.get("weights_sha256") else ""))
     if source == "seeded":
         return f"seedledger's seeded random model {p.get('alias')!r} (recipe {p.get('recipe')})"
+    if source == "module":
+        return f"the torch.nn.Module that {p.get('model')} makes"
     if source == "local":
         files = p.get("files") if isinstance(p.get("files"), dict) else {}
         hashes = ", ".join(f"{n} sha256 {str(h)[:12]}…" for n, h in sorted(files.items()) if n.endswith(".safetensors"))
@@ -111,6 +116,8 @@ def how_to_get(p: dict[str, Any] | None) -> str:
         return f"`{INSTALL_HINT}`, then --base {p.get('alias')} (seedledger dequantizes it once)"
     if p.get("source") == "seeded":
         return f"--base {p.get('alias')} (seedledger builds it)"
+    if p.get("source") == "module":
+        return "--base module:pkg.mod:factory (the factory that made it) or --base FILE.safetensors (its weights)"
     if p.get("hub_id"):
         return f"download {p['hub_id']} with the files' hashes above and pass its directory with --base"
     return "copy that directory (the same files) and pass it with --base"

@@ -352,7 +352,7 @@ def dtype_policy(cfg: TrainConfig) -> str:
     """The run's `dtype_policy`: what is kept in fp32, and what evaluation runs in."""
     if cfg.train == "full":
         return f"fp32-master/{cfg.dtype}-eval"
-    return f"fp32-adapter/{cfg.base_quantization}-base/{cfg.dtype}-eval"
+    return cfg.train.dtype_policy(cfg.dtype, cfg.base_quantization)
 
 
 def _rows_changed(parent: TrainConfig, child: TrainConfig, overrides: list[str]) -> bool:

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from seedledger.ledger.errors import SeedLedgerError
+from seedledger.ledger.extras import require
 
 from .fitness_task import ModelTask
 
@@ -24,11 +25,7 @@ MAX_STEPS = 1_000_000
 
 def gymnasium():
     """gymnasium, imported now (one line naming the extra when it is missing)."""
-    try:
-        import gymnasium as gym
-    except ImportError:
-        raise SeedLedgerError("task gym needs gymnasium: pip install 'seedledger[gym]'") from None
-    return gym
+    return require("gymnasium", "task gym")
 
 
 class GymTask(ModelTask):
