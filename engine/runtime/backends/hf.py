@@ -121,8 +121,7 @@ class HFBackend:
             raise ValueError("only an adapter run's frozen base may be quantized")
         model = load_causal_lm(self.model_dir, device=self.device, dtype=torch.float32,
                                quantization=base_quantization)
-        model.requires_grad_(False)
-        # The master comes from the fp32 checkpoint even when the model runs in bf16/fp16.
+        model.requires_grad_(False)  # the master comes from the fp32 checkpoint, whatever the model's dtype
         self._base: dict[str, torch.Tensor] | None = None
         self.frozen: str | None = None  # an adapter run's frozen base, as loaded
         self._initial: dict[str, torch.Tensor] | None = None
