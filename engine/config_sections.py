@@ -199,11 +199,6 @@ class QuantScalesTrain(Strict):
         description="suffixes of the linear layers quantized to int8, whose scales are trained",
     )
 
-    @property
-    def init(self) -> None:
-        """No adapter directory to start from (the backends read `train.init` of any section)."""
-        return None
-
     def perturbation_kind(self) -> PerturbationKind:
         """The replay-side kind this section names (replay.kinds.quant_scales)."""
         return QuantScales.of(self.targets)

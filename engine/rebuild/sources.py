@@ -83,7 +83,7 @@ def load_start(base: str, config: dict, noise_spec: str, param_selection: str, d
     spec = kind.adapter
     cfg = validate(config, "the run's config")
     model = load_causal_lm(model_dir, device=device, quantization=cfg.base_quantization)
-    init = cfg.train.init if cfg.train != "full" else None
+    init = getattr(cfg.train, "init", None)  # a LoRA run's PEFT directory, else None
     return Start(model_dir, adapters.initial_adapter(model, spec, init), spec,
                  adapters.frozen_fingerprint(model), model, cfg.base_quantization, kind)
 

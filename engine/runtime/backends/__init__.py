@@ -32,7 +32,7 @@ def make_backend(cfg: Any, model_dir: Path) -> Backend:
     if backend == "hf":
         from seedledger.engine.runtime.backends.hf import HFBackend
 
-        init = cfg.train.init if cfg.train != "full" else None
+        init = getattr(cfg.train, "init", None)  # a LoRA run's PEFT directory, else None
         return HFBackend(model_dir, base_quantization=cfg.base_quantization, adapter_init=init,
                          kl_reference=cfg.kl is not None, **kwargs)
     if backend == "vllm":
@@ -40,7 +40,7 @@ def make_backend(cfg: Any, model_dir: Path) -> Backend:
 
         if cfg.members_per_forward is not None:  # the run's stored group: its LoRA slots
             kwargs["members_per_forward"] = cfg.members_per_forward
-        init = cfg.train.init if cfg.train != "full" else None
+        init = getattr(cfg.train, "init", None)  # a LoRA run's PEFT directory, else None
         return VLLMBackend(model_dir, base_quantization=cfg.base_quantization, adapter_init=init, **kwargs)
     raise SeedLedgerError(f"unknown backend {backend!r}: use auto, hf, vllm or module")
 
