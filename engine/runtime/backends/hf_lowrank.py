@@ -46,11 +46,14 @@ class Term:
     post: float | None = None  # one scale on the term (PEFT's `scaling`, applied as PEFT does)
 
 
-class RowTerms:
-    """Forward hooks on the linears `select(module_name, module)` picks."""
+class MemberRows:
+    """Forward hooks on the linears `select(module_name, module)` picks, whose rows belong
+    to members: what per-member terms (`RowTerms`) and per-member output scales
+    (`hf_quant.ScaleRows`) share. A subclass gives `_hook(name)` and what `_active` and
+    `_resident` hold per linear."""
 
     @classmethod
-    def of(cls, model: nn.Module, kind: PerturbationKind) -> RowTerms:
+    def of(cls, model: nn.Module, kind: PerturbationKind):
         """The linears `kind` puts a per-member term on (`PerturbationKind.row_linear`)."""
         return cls(model, lambda name, module: kind.row_linear(name, tuple(module.weight.shape)), kind.targets_label)
 
@@ -61,11 +64,46 @@ class RowTerms:
         }
         if not self.targets:
             raise ValueError(f"no linear layer of the model matches the {what}")
-        self._active: dict[str, Term] = {}  # the members in flight
-        self._resident: dict[str, Term] = {}  # the master adapter, when no member is
+        self._active: dict[str, Any] = {}  # the members in flight
+        self._resident: dict[str, Any] = {}  # what every row gets when no member is
         self._rows: torch.Tensor | None = None  # member of each row, when rows are not member-major
         for name, module in self.targets.items():
             module.register_forward_hook(self._hook(name))
+
+    def _hook(self, name: str) -> Callable[..., torch.Tensor | None]:  # pragma: no cover - subclasses
+        raise NotImplementedError
+
+    @property
+    def _like(self) -> torch.Tensor:
+        return next(iter(self.targets.values())).weight
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The activations' dtype (a quantized weight reports its activation dtype)."""
+        return self._like.dtype
+
+    @contextmanager
+    def active(self, terms: dict[str, Any]) -> Iterator[None]:
+        """Within the block, rows belong to these members' terms (member-major, equal shares)."""
+        self._active = terms
+        try:
+            yield
+        finally:
+            self._active = {}
+
+    @contextmanager
+    def rows(self, member_of_row: Sequence[int]) -> Iterator[None]:
+        """Within `active(...)`, forwards over any rows: row i belongs to member
+        `member_of_row[i]` (a gather per call, for row slices such as token scoring)."""
+        self._rows = torch.tensor(list(member_of_row), device=self._like.device)
+        try:
+            yield
+        finally:
+            self._rows = None
+
+
+class RowTerms(MemberRows):
+    """Per-member rank-r terms added to the targeted linears' outputs."""
 
     def _hook(self, name: str):
         def add_term(module: nn.Module, inputs: tuple[torch.Tensor, ...], out: torch.Tensor):
@@ -82,34 +120,6 @@ class RowTerms:
             return out + (torch.bmm(h, up) * term.post).reshape(out.shape)
 
         return add_term
-
-    @property
-    def _like(self) -> torch.Tensor:
-        return next(iter(self.targets.values())).weight
-
-    @property
-    def dtype(self) -> torch.dtype:
-        """The activations' dtype (a quantized weight reports its activation dtype)."""
-        return self._like.dtype
-
-    @contextmanager
-    def active(self, terms: dict[str, Term]) -> Iterator[None]:
-        """Within the block, rows belong to the terms' members (member-major, equal shares)."""
-        self._active = terms
-        try:
-            yield
-        finally:
-            self._active = {}
-
-    @contextmanager
-    def rows(self, member_of_row: Sequence[int]) -> Iterator[None]:
-        """Within `active(...)`, forwards over any rows: row i belongs to member
-        `member_of_row[i]` (a gather per call, for row slices such as token scoring)."""
-        self._rows = torch.tensor(list(member_of_row), device=self._like.device)
-        try:
-            yield
-        finally:
-            self._rows = None
 
     # ------------------------------------------------------------------ members
 

@@ -16,41 +16,29 @@ scales (`noise.perturb_`) and the update.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
 from torch import nn
 
+from seedledger.engine.runtime.backends.hf_lowrank import MemberRows
 from seedledger.replay import quant
 from seedledger.replay.kinds import PerturbationKind
 
 
-class ScaleRows:
-    """Forward hooks that scale the quantized linears' outputs row by row (per member)."""
+class ScaleRows(MemberRows):
+    """Forward hooks that scale the quantized linears' outputs row by row (per member):
+    `_active` holds [members, out] scales per linear, `_resident` the master's [out]."""
 
-    @classmethod
-    def of(cls, model: nn.Module, kind: PerturbationKind) -> ScaleRows:
-        """The linears `kind` quantizes (`PerturbationKind.row_linear`)."""
-        targets = {name: module for name, module in model.named_modules()
-                   if isinstance(module, nn.Linear) and kind.row_linear(name, tuple(module.weight.shape))}
-        if not targets:
-            raise ValueError(f"no linear layer of the model matches the {kind.targets_label}")
-        return cls(targets, dict(model.named_parameters()))
-
-    def __init__(self, targets: dict[str, nn.Linear], params: Mapping[str, nn.Parameter]):
-        self.targets = targets
-        self._params = params  # what `set_resident` writes: every weight (tied ones once)
+    def __init__(self, model: nn.Module, select: Callable[[str, nn.Linear], bool], what: str):
+        super().__init__(model, select, what)
+        self._params = dict(model.named_parameters())  # what `set_resident` writes (tied ones once)
         self._bias: dict[str, torch.Tensor | None] = {}
-        self._active: dict[str, torch.Tensor] = {}  # [members, out] while members are in flight
-        self._resident: dict[str, torch.Tensor] = {}  # [out]: the master's scales
-        self._rows: torch.Tensor | None = None  # member of each row, when rows are not member-major
-        for name, module in targets.items():
+        for name, module in self.targets.items():
             bias = module.bias
             self._bias[name] = None if bias is None else bias.detach().clone()
             module.bias = None  # added after the scaling: y = (x·Qᵀ)·s + b
-            module.register_forward_hook(self._hook(name))
 
     def _hook(self, name: str):
         def scale(module: nn.Module, inputs: tuple[torch.Tensor, ...], out: torch.Tensor):
@@ -65,32 +53,6 @@ class ScaleRows:
             return y if bias is None else y + bias
 
         return scale
-
-    @property
-    def _like(self) -> torch.Tensor:
-        return next(iter(self.targets.values())).weight
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self._like.dtype
-
-    @contextmanager
-    def active(self, scales: dict[str, torch.Tensor]) -> Iterator[None]:
-        """Within the block, rows belong to these members (member-major, equal shares)."""
-        self._active = scales
-        try:
-            yield
-        finally:
-            self._active = {}
-
-    @contextmanager
-    def rows(self, member_of_row: Sequence[int]) -> Iterator[None]:
-        """Within `active(...)`, row i belongs to member `member_of_row[i]` (a gather)."""
-        self._rows = torch.tensor(list(member_of_row), device=self._like.device)
-        try:
-            yield
-        finally:
-            self._rows = None
 
     def terms(self, kind: PerturbationKind, master: Mapping[str, torch.Tensor], keys: Sequence[int | None],
               scales: Sequence[float], *, paths: Sequence[Sequence[float]] = (), state: Any = None,
