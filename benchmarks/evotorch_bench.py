@@ -16,6 +16,11 @@ record: its runs are not replayable (its episodes are not seeded per generation)
     pip install 'seedledger[gym]' evotorch==0.6.1
     python benchmarks/evotorch_bench.py --seeds 1 --generations 3          # a smoke test
     python benchmarks/evotorch_bench.py --seeds 5                          # the comparison
+    python benchmarks/evotorch_bench.py --seeds 1 --generations 5 --sides seedledger,seedledger-vec
+
+`seedledger-vec` is seedledger with the task option `vectorized=true` (a generation's
+members × episodes stepped together, one batched policy forward per step); compare its
+µs per env step with `seedledger`'s from the same invocation.
 
 Timings need a quiet machine: run nothing else meanwhile.
 """
@@ -73,19 +78,20 @@ def play(policy: torch.nn.Module, env_id: str, episodes: int) -> float:
     return total / episodes
 
 
-def seedledger_side(module_ref: str, factory, env_id: str, args, seed: int, work: Path) -> dict:
+def seedledger_side(module_ref: str, factory, env_id: str, args, seed: int, work: Path, vectorized: bool = False) -> dict:
     import seedledger as sl
 
-    config = {"model": module_ref, "task": f"gym:{env_id}?episodes={args.episodes}", "population": args.population,
+    task = f"gym:{env_id}?episodes={args.episodes}" + ("&vectorized=true" if vectorized else "")
+    config = {"model": module_ref, "task": task, "population": args.population,
               "sigma": args.sigma, "lr": args.lr, "optimizer": {"name": "adam"}, "shaping": "centered_rank",
               "mirrored": True, "generations": args.generations, "seed": seed}
-    ledger = work / f"sl-{env_id}-{seed}.db"
+    ledger = work / f"sl-{env_id}-{seed}{'-vec' if vectorized else ''}.db"
     started = time.perf_counter()
     result = sl.train(config, run="run", ledger=ledger)
     wall = time.perf_counter() - started
     means = [r.reward_stats()["mean"] for r in result.records]
     steps = sum(PROBLEMS[env_id]["steps"](m.reward) * args.episodes for r in result.records for m in r.members)
-    seeds = work / f"{env_id}-{seed}.seeds"
+    seeds = work / f"{env_id}-{seed}{'-vec' if vectorized else ''}.seeds"
     size = sl.export("run", seeds, ledger=ledger)["bytes"]
     started = time.perf_counter()
     weights = sl.rebuild(seeds, ledger=ledger, base=module_ref)
@@ -138,7 +144,8 @@ def main() -> None:
     ap.add_argument("--sigma", type=float, default=0.125)
     ap.add_argument("--lr", type=float, default=0.0625)
     ap.add_argument("--test-episodes", type=int, default=10)
-    ap.add_argument("--sides", default="seedledger,evotorch")
+    ap.add_argument("--sides", default="seedledger,seedledger-vec,evotorch",
+                    help="seedledger-vec: task option vectorized=true (members × episodes stepped together)")
     ap.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = ap.parse_args()
     import sys
@@ -154,11 +161,15 @@ def main() -> None:
         sys.path.insert(0, str(work))
         factory = getattr(__import__(f"policies_{name}"), f"policy_{name}")
         module_ref = f"module:{work / f'policies_{name}.py'}:policy_{name}"
+        warm = argparse.Namespace(**{**vars(run_args), "generations": 1, "test_episodes": 1})
+        for side in args.sides.split(","):  # one untimed generation first: imports and first use stay out
+            if side != "evotorch":
+                seedledger_side(module_ref, factory, env_id, warm, 10_000, work, side == "seedledger-vec")
         for side in args.sides.split(","):
             rows = []
             for seed in range(args.seeds):
-                row = (seedledger_side(module_ref, factory, env_id, run_args, seed, work) if side == "seedledger"
-                       else evotorch_side(factory, env_id, run_args, seed))
+                row = (evotorch_side(factory, env_id, run_args, seed) if side == "evotorch" else
+                       seedledger_side(module_ref, factory, env_id, run_args, seed, work, side == "seedledger-vec"))
                 print(json.dumps({"problem": env_id, "side": side, "seed": seed, **row}), flush=True)
                 rows.append(row)
             results[f"{env_id}/{side}"] = summary(rows, spec["threshold"])
@@ -168,7 +179,7 @@ def main() -> None:
             r = results[f"{env_id}/{side}"]
             extra = (f"  seed file {r['seed_file_bytes']:.0f} B, rebuild {r['rebuild_s']:.2f} s"
                      if "seed_file_bytes" in r else "")
-            print(f"  {side:10s} solved {r['solved_rate']:.0%}  final {r['final_mean']:9.2f}  best {r['best_mean']:9.2f}  "
+            print(f"  {side:14s} solved {r['solved_rate']:.0%}  final {r['final_mean']:9.2f}  best {r['best_mean']:9.2f}  "
                   f"test {r['test_return']:9.2f}  wall {r['wall_s']:7.2f} s "
                   f"({1e6 * r['wall_s'] / r['env_steps']:.0f} µs per env step){extra}")
     if args.json:

@@ -35,6 +35,8 @@ __all__ = [
 DEFAULT_LEDGER = "seedledger.db"
 
 LedgerArg = Ledger | str | os.PathLike[str] | None
+# ledger_for_call, with_final_run and progress_hooks: public (not in __all__) for the engine's
+# other Python entry points (engine.evolve), which open, report and print as these do.
 
 
 def open_ledger(location: str | os.PathLike[str] | None = None, *, create: bool = False,
@@ -51,7 +53,7 @@ def _location(location: str | os.PathLike[str] | None) -> str:
 
 
 @contextmanager
-def _opened(ledger: LedgerArg, create: bool = False) -> Iterator[Ledger]:
+def ledger_for_call(ledger: LedgerArg, create: bool = False) -> Iterator[Ledger]:
     """`ledger` itself when it is open (the caller closes it), else opened for this call;
     a SQLite file this call creates is removed again if the call fails before any run
     exists in it (engine.runtime.fresh_ledger)."""
@@ -65,7 +67,7 @@ def _opened(ledger: LedgerArg, create: bool = False) -> Iterator[Ledger]:
         yield led
 
 
-def _after(ledger: Ledger, result: SessionResult) -> SessionResult:
+def with_final_run(ledger: Ledger, result: SessionResult) -> SessionResult:
     """`result` with its run read again: its status is the one the session left."""
     from dataclasses import replace
 
@@ -84,7 +86,8 @@ def _printing_hooks() -> Hooks:
     return Hooks(on_generation_end=end, on_notice=lambda level, message: print(f"{level}: {message}"))
 
 
-def _hooks(hooks: Hooks | None, progress: bool) -> Hooks | None:
+def progress_hooks(hooks: Hooks | None, progress: bool) -> Hooks | None:
+    """The caller's `hooks`, else with `progress` one printed line per generation."""
     return hooks if hooks is not None or not progress else _printing_hooks()
 
 
@@ -108,8 +111,9 @@ def train(
     exists). The result's `run` is read after training (`run.status`: finished, stopped)."""
     from seedledger.engine.runtime import session
 
-    with _opened(ledger, create=True) as led:
-        return _after(led, session.start(led, config, run, list(overrides), generations, _hooks(hooks, progress)))
+    with ledger_for_call(ledger, create=True) as led:
+        return with_final_run(led, session.start(led, config, run, list(overrides), generations,
+                                                 progress_hooks(hooks, progress)))
 
 
 def resume(
@@ -131,9 +135,9 @@ def resume(
     are refused (`InputsChanged`) unless `accept_changed_inputs`, which is recorded."""
     from seedledger.engine.runtime import session
 
-    with _opened(ledger) as led:
-        return _after(led, session.resume(led, run, generations, _hooks(hooks, progress), take_over,
-                                          trust_code=trust_code, accept_changed_inputs=accept_changed_inputs))
+    with ledger_for_call(ledger) as led:
+        return with_final_run(led, session.resume(led, run, generations, progress_hooks(hooks, progress), take_over,
+                                                  trust_code=trust_code, accept_changed_inputs=accept_changed_inputs))
 
 
 def fork(
@@ -154,9 +158,10 @@ def fork(
     are refused unless `accept_changed_inputs` (as for `resume`)."""
     from seedledger.engine.runtime import session
 
-    with _opened(ledger) as led:
-        return _after(led, session.fork(led, ref, run, list(overrides), generations, _hooks(hooks, progress),
-                                        trust_code=trust_code, accept_changed_inputs=accept_changed_inputs))
+    with ledger_for_call(ledger) as led:
+        return with_final_run(led, session.fork(led, ref, run, list(overrides), generations,
+                                                progress_hooks(hooks, progress), trust_code=trust_code,
+                                                accept_changed_inputs=accept_changed_inputs))
 
 
 def evaluate(
@@ -170,7 +175,8 @@ def evaluate(
     record: bool = True,
     progress: bool = False,
 ) -> EvaluationResult:
-    """Score `ref` (RUN or RUN@G) on held-out test rows, greedily, against `against`
+    """Score `ref` (RUN or RUN@G) on held-out test rows (a module run: held-out episode
+    seeds, engine.rebuild.module_evaluation), greedily, against `against`
     (`base`: generation 0 of its lineage, or another RUN@G of the same model and task) on
     the same rows (`seedledger evaluate`): both means, the paired change with its standard
     error, per-component means and a few before/after samples. `rows` test rows after
@@ -178,9 +184,13 @@ def evaluate(
     unless `record=False`. `trust_code` as for `resume`; `progress` says on stderr what it scores."""
     import sys
 
-    from seedledger.engine.runtime.evaluation import evaluate as score
+    from seedledger.engine.config import is_module_model
+    from seedledger.engine.rebuild.module_evaluation import evaluate_module
+    from seedledger.engine.refs import resolve_ref
+    from seedledger.engine.runtime.evaluation import evaluate as evaluate_lm
 
-    with _opened(ledger) as led:
+    with ledger_for_call(ledger) as led:
+        score = evaluate_module if is_module_model(resolve_ref(led, ref)[0].base_model) else evaluate_lm
         return score(led, ref, rows, skip, against, trust_code=trust_code, record=record,
                      say=(lambda line: print(line, file=sys.stderr, flush=True)) if progress else None)
 
@@ -190,7 +200,7 @@ def history(run: str, *, ledger: LedgerArg = None) -> list[GenerationRecord]:
     hyperparameters in force, members with their keys, coefficients and rewards, fingerprint."""
     from seedledger.engine.refs import resolve_ref
 
-    with _opened(ledger) as led:
+    with ledger_for_call(ledger) as led:
         info, gen = resolve_ref(led, run)
         return led.records(info.name, gen)
 
@@ -206,7 +216,7 @@ def history_frame(run: str, *, ledger: LedgerArg = None) -> pandas.DataFrame:
         raise ImportError("history_frame needs pandas: pip install pandas") from None
     from seedledger.engine.refs import resolve_ref
 
-    with _opened(ledger) as led:
+    with ledger_for_call(ledger) as led:
         info, gen = resolve_ref(led, run)
         rows = led.summaries(info.name, gen)
     flat = [{**{k: v for k, v in r.items() if k != "timings"},
@@ -297,7 +307,7 @@ def verify(ref: str, *, ledger: LedgerArg = None, device: str = "cpu", quick: bo
     from seedledger.engine.rebuild import rebuilding
     from seedledger.ledger.provenance import input_ranges, verdict
 
-    with _opened(ledger) as led:
+    with ledger_for_call(ledger) as led:
         if quick:
             return rebuilding.quick_report(led, ref)
         report = rebuilding.verify_ref(led, ref, device)
@@ -321,7 +331,7 @@ def export(ref: str, path: str | os.PathLike[str], *, ledger: LedgerArg = None,
 
     output = Path(path)
     history = companion(output) if with_history else None
-    with _opened(ledger) as led:
+    with ledger_for_call(ledger) as led:
         info, gen, member = resolve_member(led, ref)
         export_seedfile(led, info.name, gen, output, key_fn=member_key, force=force, member=member,
                         history=history)
@@ -354,7 +364,7 @@ def import_seeds(
     from seedledger.replay.noise import member_key
     from seedledger.replay.seedcheck import check_seedfile
 
-    with _opened(ledger, create=True) as led:
+    with ledger_for_call(ledger, create=True) as led:
         info: RunInfo = import_seedfile(
             led, path, run, key_fn=member_key, allow_unverified=allow_unverified,
             check=check_seedfile, max_members=max_members, history=history,

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from seedledger.engine.api import LedgerArg, _after, _hooks, _opened
+from seedledger.engine.api import LedgerArg, ledger_for_call, progress_hooks, with_final_run
 from seedledger.ledger.errors import SeedLedgerError
 
 if TYPE_CHECKING:
@@ -79,13 +79,13 @@ def evolve(
                                ("generations", generations), ("optimizer", optimizer), ("shaping", shaping),
                                ("seed", seed)) if v is not None} | dict(config or {})
     name = run or "evolve"
-    with _opened(ledger, create=True) as led, bound(objects):
-        hooks_ = _hooks(hooks, progress)
+    with ledger_for_call(ledger, create=True) as led, bound(objects):
+        hooks_ = progress_hooks(hooks, progress)
         if fork is not None:
             overrides = [f"{k}={_flow(v)}" for k, v in given.items()]
             parent, _, _ = fork.partition("@")
             trust = _same_code(led.get_run(parent).config, model_ref, task)
-            return _after(led, session.fork(led, fork, name, overrides, train, hooks_, trust_code=trust))
+            return with_final_run(led, session.fork(led, fork, name, overrides, train, hooks_, trust_code=trust))
         if led.has_run(name):
             if given:
                 raise SeedLedgerError(f"run {name!r} exists: evolve continues it with its stored settings "
@@ -96,9 +96,9 @@ def evolve(
                     f"run {name!r} evolved model {stored.get('model')!r} on {stored.get('task')!r}; this call "
                     f"passes {model_ref!r} on {task!r}: pass the same ones, or name another run")
             trust = _same_code(stored, model_ref, task)
-            return _after(led, session.resume(led, name, train, hooks_, trust_code=trust))
+            return with_final_run(led, session.resume(led, name, train, hooks_, trust_code=trust))
         cfg = DEFAULTS | given | {"model": model_ref, "task": task}
-        return _after(led, session.start(led, cfg, name, [], train, hooks_))
+        return with_final_run(led, session.start(led, cfg, name, [], train, hooks_))
 
 
 def _named(obj: Any, what: str) -> tuple[str, dict[str, Any]]:

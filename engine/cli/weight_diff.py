@@ -1,5 +1,7 @@
 """`diff`: two models rebuilt by replay (sharing their common prefix), compared tensor by
-tensor. Either side may be a member, `RUN@G#M`. engine.cli.audit re-exports `diff`."""
+tensor. Either side may be a member, `RUN@G#M`. A module run's base is its generation-0
+anchor (engine.rebuild.module_start.ledger_start), so no code runs for it, as in `verify`.
+engine.cli.audit re-exports `diff`."""
 
 from __future__ import annotations
 
@@ -33,6 +35,8 @@ def _replay_pair(ledger: Ledger, a: tuple[RunInfo, int], b: tuple[RunInfo, int],
     VerifyMismatch otherwise)."""
     import copy
 
+    from seedledger.engine.config import is_module_model
+    from seedledger.engine.rebuild.module_start import ledger_start
     from seedledger.engine.rebuild.rebuilding import load_start
     from seedledger.engine.runtime.dirs import anchors_dir
     from seedledger.replay.rebuild import rebuild, replay_steps
@@ -44,7 +48,8 @@ def _replay_pair(ledger: Ledger, a: tuple[RunInfo, int], b: tuple[RunInfo, int],
             f"{run_a.name} and {run_b.name} start from different base models "
             f"({run_a.base_model}, {run_b.base_model}): diff compares runs of one base"
         )
-    start = load_start(run_a.base_model, run_a.config, run_a.noise_spec, run_a.param_selection, device)
+    start = (ledger_start(ledger, run_a, device) if is_module_model(run_a.base_model)  # the anchor: no code
+             else load_start(run_a.base_model, run_a.config, run_a.noise_spec, run_a.param_selection, device))
     base, frozen = start.master, start.frozen
     steps_a = ledger.replay_history(run_a.name, upto=g_a)
     steps_b = ledger.replay_history(run_b.name, upto=g_b)

@@ -31,6 +31,7 @@ from seedledger.engine.runtime.module_models import (
     master_of,
     module_dir,
 )
+from seedledger.ledger import Ledger, RunInfo
 from seedledger.ledger.errors import SeedLedgerError
 from seedledger.replay.kinds import from_run
 
@@ -61,6 +62,18 @@ def module_start(src: Source, base: str | None, device: str = "cpu") -> ModuleSt
             "ledger or seed file runs only when you name it: pass --base module:pkg.mod:factory (or --base "
             "FILE.safetensors holding its parameters)")
     return ModuleStart(where, {n: t.to(device) for n, t in master.items()}, kind=kind)
+
+
+def ledger_start(ledger: Ledger, info: RunInfo, device: str = "cpu") -> ModuleStart:
+    """Generation 0 of module run `info` from the generation-0 anchor beside `ledger`: data
+    only, no code runs (`diff`, `evaluate`); one line when the ledger has none."""
+    master = _anchored_base(ledger, info.name)
+    if master is None:
+        raise SeedLedgerError(f"run {info.name}: its base weights are not beside the ledger (no generation-0 "
+                              "anchor), and a module run's base is made by code: rebuild it with --base "
+                              "module:pkg.mod:factory")
+    kind = from_run(info.noise_spec, info.param_selection)
+    return ModuleStart(module_dir(info.base_model), {n: t.to(device) for n, t in master.items()}, kind=kind)
 
 
 def _named_base(base: str, device: str) -> dict[str, torch.Tensor]:

@@ -30,6 +30,10 @@ from seedledger.trainers.rewards.loader import load_reward_fn
 
 IN_PROCESS = "in-process:"
 SEED_OFFSET = 2_000_000  # member_key(run_key, generation, SEED_OFFSET + i): episode i's seed
+# held-out row i's seed: member_key(run_key(HELD_OUT_SEED), 0, HELD_OUT_OFFSET + i). Generation 0
+# is never trained, so no training episode has it, and it is the same whatever the run seed,
+# so two runs of one task are scored on the same rows.
+HELD_OUT_SEED, HELD_OUT_OFFSET, HELD_OUT_ROWS = 0, 3_000_000, 100_000
 _BOUND: dict[str, Any] = {}
 
 
@@ -82,9 +86,20 @@ class ModelTask:
         key = run_key(seed)
         return list(range(self.episodes)), [member_key(key, generation, SEED_OFFSET + i) for i in range(self.episodes)]
 
+    def held_out_seeds(self, skip: int, count: int) -> list[int]:
+        """Held-out rows `skip`..`skip + count - 1` (`evaluate`): seeds no training generation uses."""
+        if skip + count > HELD_OUT_ROWS:
+            raise SeedLedgerError(f"{self.label}: held-out rows stop at {HELD_OUT_ROWS - 1}")
+        key = run_key(HELD_OUT_SEED)
+        return [member_key(key, 0, HELD_OUT_OFFSET + i) for i in range(skip, skip + count)]
+
+    def held_out(self, model: Any, seeds: list[int]) -> list[float]:
+        """`model`'s reward on each held-out row alone (its seed as the generation's one)."""
+        return [self.score([model], [seed], [0])[0] for seed in seeds]
+
     def test_rows(self) -> list:
-        raise SeedLedgerError(f"{self.label} scores a torch.nn.Module, with no held-out rows: `evaluate` "
-                              "and held-out scores are for language-model runs (replay the run's fitness instead)")
+        raise SeedLedgerError(f"{self.label} scores a torch.nn.Module, with no held-out text rows: `evaluate` "
+                              "scores it on held-out episode seeds; held-out objectives are for language-model runs")
 
     def set_level(self, level: int) -> None:
         """Module tasks have one level (a curriculum is refused by the config)."""

@@ -6,8 +6,9 @@ replay's noise (never by subtraction), plus a member's path terms (LM-MA-ES, a G
 survivors) through `replay.paths.member_tensor`; a kind that perturbs only some tensors
 (low-rank) builds the member with replay's own one-term update, the code
 `replay.rebuild.apply_member` runs. The task (`trainers.tasks.fitness_task.ModelTask`)
-then scores the member's module; a batched fitness gets one copy of the module per member
-of the group, made once and reused.
+then scores the member's module; a batched fitness (or a `gym:` task with `vectorized=true`,
+which stacks their parameters into one batched forward) gets one copy of the module per
+member of the group, made once and reused.
 """
 
 from __future__ import annotations
