@@ -1,5 +1,6 @@
-"""ES over int8 scales (`train: quant_scales`) against LoRA-ES on the int8 base and
-full-precision low-rank ES, on SmolLM2 with the HF backend, at the same wall time.
+"""ES over int8 scales (`train: quant_scales`) and int8 codes (`train: quant_codes`, QES)
+against LoRA-ES on the int8 base and full-precision low-rank ES, on SmolLM2 with the HF
+backend, at the same wall time.
 
     learn   each kind trains configs/arithmetic.yaml until `--seconds` of wall time have
             passed (the generation in flight then finishes); base and final model score
@@ -34,6 +35,7 @@ import lora_bench  # noqa: E402  (its environment set-up, paired statistics, one
 MODEL = lora_bench.MODEL
 KINDS = {  # config overrides per kind, σ and lr on each kind's own scale
     "quant_scales": ["perturbation=full", "train=quant_scales", "sigma=2e-5", "lr=1e-5"],
+    "quant_codes": ["perturbation=full", "train=quant_codes", "optimizer=adam", "sigma=1e-3", "lr=5e-4"],
     "lora-int8": ["perturbation=full", "train.kind=lora", "train.rank=8", "base_quantization=int8",
                   "sigma=1e-2", "lr=5e-3"],
     "lowrank": ["perturbation=lowrank"],  # rank 1, the config's σ and lr

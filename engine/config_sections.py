@@ -10,7 +10,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from seedledger.ledger.seedfile import MAX_GENERATIONS
 from seedledger.replay.adapter import LoraSpec
-from seedledger.replay.kinds import DEFAULT_TARGETS, Adapter, PerturbationKind, QuantScales
+from seedledger.replay.kinds import (
+    DEFAULT_TARGETS,
+    Adapter,
+    Int8Kind,
+    PerturbationKind,
+    QuantCodes,
+    QuantScales,
+)
 from seedledger.replay.kinds import LowRank as LowRankKind
 from seedledger.trainers.requirements import BASE_LOGPROBS, MEMBER_TERMS
 from seedledger.trainers.schedules import Schedule
@@ -185,13 +192,39 @@ class LoraTrain(Strict):
         return None
 
 
-class QuantScalesTrain(Strict):
+class Int8Train(Strict):
+    """What the int8 sections share (replay.kinds.quant_scales.Int8Kind; docs/quantized.md):
+    the run starts from the fp32 base and its first generation quantizes the targeted
+    linears (symmetric, per output row); the kind says what moves from then on."""
+
+    kind_type: ClassVar[type[Int8Kind]]
+    hf_only: ClassVar[str]  # why the run needs the hf backend (`refusal`)
+    other_backends: ClassVar[tuple[str, ...]] = ("vllm",)  # the backends refused
+
+    targets: list[str]
+
+    def perturbation_kind(self) -> PerturbationKind:
+        """The replay-side kind this section names (replay.kinds)."""
+        return self.kind_type.of(self.targets)
+
+    def refusal(self, base_quantization: str, backend: str) -> str | None:
+        """Why this run cannot go as configured (one line), else None."""
+        if base_quantization != "none":
+            return (f"base_quantization {base_quantization}: a {self.kind_type.name} run quantizes the base "
+                    "itself (int8 codes, fp32 scales); drop base_quantization")
+        if backend in self.other_backends:
+            return f"train: {self.kind_type.name} runs on the hf backend ({self.hf_only}); use backend: hf"
+        return None
+
+
+class QuantScalesTrain(Int8Train):
     """ES over the per-row scales of an int8 weight-only model, its integer codes frozen
     (replay.kinds.quant_scales; docs/quantized.md). The run starts from the fp32 base; its
     first generation quantizes the targeted linears (symmetric, per output row) and from
     then on only their scales move. σ is on the scales' own scale (about absmax/127)."""
 
-    kind_type: ClassVar[type[PerturbationKind]] = QuantScales
+    kind_type: ClassVar[type[Int8Kind]] = QuantScales
+    hf_only: ClassVar[str] = "its members scale the shared matmul's rows"
 
     kind: Literal["quant_scales"] = "quant_scales"
     targets: list[str] = Field(
@@ -199,22 +232,30 @@ class QuantScalesTrain(Strict):
         description="suffixes of the linear layers quantized to int8, whose scales are trained",
     )
 
-    def perturbation_kind(self) -> PerturbationKind:
-        """The replay-side kind this section names (replay.kinds.quant_scales)."""
-        return QuantScales.of(self.targets)
-
     def dtype_policy(self, dtype: str, base_quantization: str) -> str:
         """The run's `dtype_policy`: fp32 scales beside the frozen int8 codes."""
         return f"fp32-scales/int8-codes/{dtype}-eval"
 
-    def refusal(self, base_quantization: str, backend: str) -> str | None:
-        """Why this run cannot go as configured (one line), else None."""
-        if base_quantization != "none":
-            return (f"base_quantization {base_quantization}: a quant_scales run quantizes the base "
-                    "itself (int8 codes, fp32 scales); drop base_quantization")
-        if backend == "vllm":
-            return "train: quant_scales runs on the hf backend (its members scale the shared matmul's rows); use backend: hf"
-        return None
+
+class QuantCodesTrain(Int8Train):
+    """ES over the int8 codes themselves, QES-style (replay.kinds.quant_codes; docs/quantized.md):
+    the first generation quantizes the targeted linears; members perturb the dequantized
+    weights (σ in weight units, as a full run), the update gathers in an fp32 residual and a
+    code moves by a step once its residual passes half a step. Scales stay frozen."""
+
+    kind_type: ClassVar[type[Int8Kind]] = QuantCodes
+    hf_only: ClassVar[str] = "its members are the dequantized weights plus noise"
+    other_backends: ClassVar[tuple[str, ...]] = ("vllm", "module")
+
+    kind: Literal["quant_codes"] = "quant_codes"
+    targets: list[str] = Field(
+        list(DEFAULT_TARGETS), min_length=1,
+        description="suffixes of the linear layers quantized to int8, whose codes are trained",
+    )
+
+    def dtype_policy(self, dtype: str, base_quantization: str) -> str:
+        """The run's `dtype_policy`: int8 codes (an fp32 residual) beside frozen fp32 scales."""
+        return f"int8-codes/fp32-scales/{dtype}-eval"
 
 
 def shorthand(kinds: tuple[str, ...]):
@@ -256,6 +297,6 @@ def _checked(section: type[Strict], value: dict) -> Strict:
 # The sections `train:` accepts besides "full", and the bare words that stand for one: a new
 # trained-parameter kind adds its section here (engine.config names only these two). Kinds
 # after the first are validated by their own section (`shorthand`, `SECTIONS`).
-TrainSection = LoraTrain | QuantScalesTrain
-TRAIN_SHORTHANDS = ("full", "lora", "quant_scales")
-SECTIONS: dict[str, type[Strict]] = {"quant_scales": QuantScalesTrain}
+TrainSection = LoraTrain | QuantScalesTrain | QuantCodesTrain
+TRAIN_SHORTHANDS = ("full", "lora", "quant_scales", "quant_codes")
+SECTIONS: dict[str, type[Strict]] = {"quant_scales": QuantScalesTrain, "quant_codes": QuantCodesTrain}

@@ -74,7 +74,8 @@ def _from_anchor(ledger, run: str, g: int, base: dict[str, torch.Tensor], anchor
     for info in sorted(candidates, key=lambda a: a.generation, reverse=True):
         try:
             want = _recorded_fingerprint(ledger, run, info.generation, base_fp)
-            master, state = load_anchor(info, anchors_dir, want, max_anchor_bytes(base, _buffers(ledger, info)))
+            carried = len(kinds[info.generation].carried) if info.generation in kinds else 0  # quant_codes' residual
+            master, state = load_anchor(info, anchors_dir, want, max_anchor_bytes(base, _buffers(ledger, info) + carried))
         except AnchorError as exc:
             warnings.warn(f"{exc}; falling back", RuntimeWarning, stacklevel=3)  # once: not logged too
             continue
@@ -206,9 +207,10 @@ def apply_member(master: dict[str, torch.Tensor], step: Any, key: int, sign: int
                  member: int | None = None, state: OptimizerState | None = None) -> None:
     """``master`` (the generation's starting master, in place) → the member's genome
     ``master + sign·σ·ε(key)`` in ``step``'s perturbation kind: the fp32 weights the member
-    was evaluated with. Built by ``apply_step`` as a one-term SGD step (the same code every
-    update runs); a sign-0 member (a GA's elite) takes no noise: the master itself, untouched,
-    plus its path terms if it has any (a GA's surviving offset).
+    was evaluated with (quant_codes: the dequantized master, noise on the targeted linears).
+    Built by ``apply_step`` as a one-term SGD step (the same code every update runs); a
+    sign-0 member (a GA's elite) takes no noise: the master itself, untouched, plus its path
+    terms if it has any (a GA's surviving offset).
 
     A ``paths`` step (LM-MA-ES, a GA with survivors) scales the noise by its recorded α and
     then adds member ``member``'s path terms from ``state`` (the replay state at the
@@ -220,11 +222,18 @@ def apply_member(master: dict[str, torch.Tensor], step: Any, key: int, sign: int
         paths.settings(step.optimizer, step.index, len(step.keys))  # the whole rule, not just this row
         shrink, terms = paths.member_settings(step.optimizer, step.index, member)
     scale = member_scale(sign, step.sigma, shrink)
+    try:
+        pert = step_kind(step)
+    except SeedLedgerError as exc:
+        raise SeedLedgerError(f"generation {step.index}: {exc}") from None
+    weights = pert.member_weights(master)  # quant_codes: the dequantized weights, noise on its targets only
+    if weights is not master:
+        master.clear()
+        master.update(weights)
     if scale != 0.0:
         one = dataclasses.replace(step, keys=[key], coefficients=[scale], optimizer={"name": "sgd", "lr": 1.0})
-        apply_step(master, OptimizerState(), one)
+        apply_step(master, OptimizerState(), one, perturbation=pert.member_kind)
     if terms:
-        pert = step_kind(step)
         for name, theta in master.items():
             if pert.trained(name, theta.shape):
                 paths.member_(theta, name, state, terms)

@@ -18,8 +18,10 @@ state and θ moves by the carried v·lr (resp. m/(√v·s + eps)·lr/bc1); with 
 Each kind (``replay.kinds``) builds g on its trained tensors only: full and adapter kinds
 from ε (the fused kernels of ``replay.kinds.full``), low-rank steps (``replay.lowrank``) as
 Σ_i (c_i/√R)·A_i·B_iᵀ; the rules are the same. A kind may change the master's form
-before its step (``PerturbationKind.prepare``: quant_scales quantizes a plain master once,
-``replay.quant``); the step then updates the tensors it trains.
+before its step (``PerturbationKind.prepare``: the int8 kinds quantize a plain master once,
+``replay.quant``); the step then updates the tensors it trains (``PerturbationKind.update``:
+quant_codes applies the rule to an fp32 residual per code tensor, replay state kept across
+rule changes, and moves a code when its residual crosses half a step).
 
 Rules (spec v1; defaults apply when the recorded optimizer dict omits a key):
   sgd:      θ = θ + g                                  (lr folded into c_i)
@@ -63,13 +65,17 @@ class OptimizerState:
     step: int = 0
     buffers: dict[str, dict[str, torch.Tensor]] = field(default_factory=dict)
 
-    def reset(self, name: str) -> None:
-        self.name, self.step, self.buffers = name, 0, {b: {} for b in BUFFERS[name]}
+    def reset(self, name: str, keep: Sequence[str] = ()) -> None:
+        """Start rule ``name`` from zero state, keeping the ``keep`` buffers (a kind's
+        ``carried`` ones, e.g. quant_codes' residual, which belong to no rule)."""
+        kept = {b: self.buffers[b] for b in keep if b in self.buffers}
+        self.name, self.step, self.buffers = name, 0, {b: {} for b in BUFFERS[name]} | kept
 
-    def buffer(self, kind: str, name: str, like: torch.Tensor) -> torch.Tensor:
+    def buffer(self, kind: str, name: str, like: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """Buffer ``kind`` of tensor ``name``: zeros shaped like ``like`` (of ``dtype``) at first."""
         bufs = self.buffers.setdefault(kind, {})
         if name not in bufs:
-            bufs[name] = torch.zeros_like(like)
+            bufs[name] = torch.zeros_like(like, dtype=dtype)
         return bufs[name]
 
 
@@ -139,17 +145,14 @@ def apply_step(master: dict[str, torch.Tensor], state: OptimizerState, step: Any
         path_rule = paths.settings(opt, step.index, len(every_key))
     pert.prepare(master)  # before any state changes: the kind's form (quant_scales quantizes once), fp32 checked
     if state.name != name:
-        state.reset(name)  # a fork may switch rules: state restarts from zero
+        state.reset(name, keep=pert.carried)  # a fork may switch rules: state restarts from zero
     state.step += 1
     if name == paths.NAME:
         items = [(tname, theta) for tname, theta in master.items() if pert.trained(tname, theta.shape)]
         paths.apply(items, state, path_rule,
                     lambda tname, theta, c: _delta(theta, tname, *((keys, coefs) if c is None else _nonzero(every_key, c))))
         return
-    kinds = BUFFERS[name]
-    pert.apply([(tname, theta, [state.buffer(b, tname, theta) for b in kinds])
-                for tname, theta in master.items() if pert.trained(tname, theta.shape)],
-               keys, coefs, RULES[name], _scalars(name, opt, state.step))
+    pert.update(master, state, BUFFERS[name], keys, coefs, RULES[name], _scalars(name, opt, state.step))
 
 
 def _delta(theta: torch.Tensor, name: str, keys: Sequence[int], coefs: Sequence[float]) -> torch.Tensor:

@@ -29,7 +29,7 @@ BASE_LOGPROBS = "base_logprobs"  # token log-probabilities under the frozen base
 
 def perturbation_kind(cfg: Any) -> str:
     """The run's perturbation kind as its replay kind names itself (`full`, `lowrank`,
-    `lora`, `quant_scales`: `replay.kinds`), read from the config before any resolution."""
+    `lora`, `quant_scales`, `quant_codes`: `replay.kinds`), read from the config before any resolution."""
     return cfg.perturbation_type().label
 
 

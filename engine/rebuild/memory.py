@@ -87,14 +87,15 @@ def bound_bytes() -> tuple[int, str] | None:
 
 
 def check_rebuild_memory(what: str, model_dir: Path, optimizers: Iterable[Mapping[str, Any] | None],
-                         adapter: LoraSpec | None) -> None:
+                         adapter: LoraSpec | None, carried: int = 0) -> None:
     """Refuse in one line when replaying `what` (its steps' optimizer dicts, from base
-    `model_dir`, training `adapter` or every weight) needs more than `bound_bytes`."""
+    `model_dir`, training `adapter` or every weight, with `carried` buffers of the kind's own
+    beside the optimizer's: quant_codes' residual) needs more than `bound_bytes`."""
     bound = bound_bytes()
     if bound is None:
         return
     base, trained = model_params(model_dir, adapter)
-    buffers = max((step_buffers(o) for o in optimizers), default=0)
+    buffers = max((step_buffers(o) for o in optimizers), default=0) + carried
     need = estimate_bytes(base, trained, buffers)
     if need > bound[0]:
         raise SeedLedgerError(

@@ -39,8 +39,8 @@ def _fits(what: str, base: str, noise_spec: str, param_selection: str, steps: li
     the bound (`engine.rebuild.memory`): a planted file's paths each cost a copy of the model."""
     if is_module_model(base):  # a small torch.nn.Module: no safetensors headers to read the size from
         return
-    adapter = from_run(noise_spec, param_selection).adapter  # None: the model's own weights are trained
-    check_rebuild_memory(what, resolve_model(base), [s.optimizer for s in steps], adapter)
+    kind = from_run(noise_spec, param_selection)  # adapter None: the model's own weights are trained
+    check_rebuild_memory(what, resolve_model(base), [s.optimizer for s in steps], kind.adapter, len(kind.carried))
 
 
 def _start(src: Source, base: str | None, device: str) -> Start:

@@ -10,7 +10,10 @@ module behind the protocol of ``base.PerturbationKind``:
 - ``lowrank``: ``"lowrank-v1:r=R"`` / ``"suffix:..."``, E = A·Bᵀ/√R on the targeted
   linears (``lowrank.LowRank``);
 - ``quant_scales``: ``"v1"`` / ``"int8-scales-v1:targets=..."``, the per-row scales of an
-  int8 weight-only model, codes frozen, v1 noise on the scales (``quant_scales.QuantScales``).
+  int8 weight-only model, codes frozen, v1 noise on the scales (``quant_scales.QuantScales``);
+- ``quant_codes``: ``"v1"`` / ``"int8-codes-v1:targets=..."``, the int8 codes themselves,
+  scales frozen, members perturbing the dequantized weights with v1 noise, the update kept in
+  an fp32 residual (``quant_codes.QuantCodes``).
 
 Stored strings must be canonical (``from_run`` refuses any pair that does not print back
 identically), so one perturbation has exactly one spelling in a ledger or a seed file.
@@ -28,14 +31,15 @@ from .adapter import Adapter
 from .base import PerturbationKind, member_scale, short
 from .full import Full
 from .lowrank import DEFAULT_TARGETS, LowRank
-from .quant_scales import QuantScales
+from .quant_codes import QuantCodes
+from .quant_scales import Int8Kind, QuantScales
 
 # The order in which kinds claim a pair of strings (the first that claims it parses it).
-KINDS: tuple[type[PerturbationKind], ...] = (Adapter, QuantScales, Full, LowRank)
+KINDS: tuple[type[PerturbationKind], ...] = (Adapter, QuantScales, QuantCodes, Full, LowRank)
 KNOWN_SPECS = tuple(dict.fromkeys(spec for kind in KINDS for spec in kind.known_specs))
 
-__all__ = ["DEFAULT_TARGETS", "KINDS", "KNOWN_SPECS", "Adapter", "Full", "LowRank", "PerturbationKind",
-           "QuantScales", "from_run", "member_scale", "step_kind"]
+__all__ = ["DEFAULT_TARGETS", "KINDS", "KNOWN_SPECS", "Adapter", "Full", "Int8Kind", "LowRank", "PerturbationKind",
+           "QuantCodes", "QuantScales", "from_run", "member_scale", "step_kind"]
 
 
 def from_run(noise_spec: str, param_selection: str) -> PerturbationKind:

@@ -51,6 +51,7 @@ class PerturbationKind(ABC):
     scales_rows: ClassVar[bool] = False  # members differ by per-row output scales (`row_scales`)
     label: ClassVar[str]  # how messages name it: "full", "lowrank", "lora"
     usual_sigma: ClassVar[float] = 1e-3  # the σ it usually trains with (the paper's 1e-3)
+    carried: ClassVar[tuple[str, ...]] = ()  # replay-state buffers kept across rule changes (quant_codes' residual)
 
     # --- the stored strings -------------------------------------------------------------
 
@@ -86,17 +87,37 @@ class PerturbationKind(ABC):
     def check_master(self, master: Mapping[str, torch.Tensor]) -> None:
         """Refuse (one-line SeedLedgerError) a master this kind cannot train, changing
         nothing: here, any tensor that is not contiguous fp32 (e.g. a quantized master's
-        int8 codes: a fork cannot leave quant_scales)."""
+        int8 codes: a fork cannot leave the int8 kinds)."""
         for tname, theta in master.items():
             if theta.dtype == torch.int8:
                 raise SeedLedgerError(f"master tensor {tname!r} holds int8 codes (a quantized master): "
-                                      "only train: quant_scales trains it")
+                                      "only train: quant_scales or quant_codes trains it")
             if theta.dtype != torch.float32 or not theta.is_contiguous():
                 raise SeedLedgerError(f"master tensor {tname!r} must be contiguous fp32")
 
     def master_names(self, shapes: Mapping[str, Shape]) -> list[str]:
         """The tensor names of a master with these (name -> shape) once ``prepare``d."""
         return list(shapes)
+
+    def update(self, master: dict[str, torch.Tensor], state: Any, buffers: Sequence[str], keys: Sequence[int],
+               coefs: Sequence[float], rule: int, scal: Sequence[float]) -> None:
+        """One generation's step on ``master`` (``prepare``d), in place: ``apply`` on every
+        trained tensor with its ``buffers`` from ``state`` (``replay.update.OptimizerState``).
+        A kind whose step needs more of the master than its trained tensors overrides this."""
+        self.apply([(n, t, [state.buffer(b, n, t) for b in buffers]) for n, t in master.items() if self.trained(n, t.shape)],
+                   keys, coefs, rule, scal)
+
+    def member_weights(self, master: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The weights a member's noise is added to, by the model's parameter names: the
+        master itself, unless the kind evaluates another form of it (quant_codes: the
+        dequantized weights)."""
+        return master
+
+    @property
+    def member_kind(self) -> PerturbationKind:
+        """The kind whose one-term SGD step on ``member_weights`` builds a member's genome
+        (``replay.rebuild.apply_member``): this one, unless its step is no plain addition."""
+        return self
 
     @abstractmethod
     def apply(self, items: Sequence[Item], keys: Sequence[int], coefs: Sequence[float], rule: int,

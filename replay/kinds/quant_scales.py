@@ -14,6 +14,9 @@ at its first step); the way back is refused, the codes being no fp32 weights.
 A member's scales are cast(s + scale_m·ε_m); the evaluated linear is
 y = (x·Qᵀ)·diag(s + scale_m·ε_m): members share the integer matmul and differ by a
 per-row factor on its output (``row_scales``; the HF backend's ``hf_quant.ScaleRows``).
+
+``Int8Kind`` is what this kind shares with ``quant_codes`` (the int8 codes trained through
+a residual): the targets, the stored strings, quantizing on the first step.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
@@ -36,49 +40,47 @@ _TARGET = re.compile(r"[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*")
 
 
 @dataclass(frozen=True)
-class QuantScales(Full):
-    """The per-row scales of the int8 linears whose names end in one of ``targets``."""
+class Int8Kind(Full):
+    """What the int8 kinds share: the targeted linears (``targets``), their stored strings
+    (``prefix`` + the targets, noise spec 'v1') and the master's form (``prepare``
+    quantizes the targeted fp32 weights once). A subclass says what it trains."""
 
     targets: tuple[str, ...] = DEFAULT_TARGETS
 
-    name = "quant_scales"
-    label = "quant_scales"
-    known_specs = (SPEC,)
-    usual_sigma = 1e-5  # scales are absmax/127, about 1e-3: σ·ε moves them by ~1%
-    keeps_master = True
-    keeps_paths = False  # members ride on shared codes: no path terms on their scales
-    scales_rows = True
+    prefix: ClassVar[str]  # "int8-scales-v1:targets="
+    trains: ClassVar[str]  # how messages name what it trains: "scales", "codes"
+    keeps_paths = False  # members share codes and scales: no path terms
 
     @classmethod
-    def of(cls, targets: Sequence[str] = DEFAULT_TARGETS) -> QuantScales:
+    def of(cls, targets: Sequence[str] = DEFAULT_TARGETS) -> Int8Kind:
         """A checked kind: a non-empty list of distinct linear-module name suffixes."""
         targets = tuple(targets)
         if not targets or len(set(targets)) != len(targets):
-            raise SeedLedgerError("quant_scales targets must be a non-empty list without repeats")
+            raise SeedLedgerError(f"{cls.name} targets must be a non-empty list without repeats")
         for t in targets:
             if not isinstance(t, str) or not _TARGET.fullmatch(t):
-                raise SeedLedgerError(f"bad quant_scales target {short(t)} (letters, digits, _ and inner dots)")
+                raise SeedLedgerError(f"bad {cls.name} target {short(t)} (letters, digits, _ and inner dots)")
         return cls(targets)
 
     @classmethod
     def claims(cls, noise_spec: str, param_selection: str) -> bool:
-        return param_selection.startswith(PREFIX.partition(":")[0] + ":")
+        return param_selection.startswith(cls.prefix.partition(":")[0] + ":")
 
     @classmethod
-    def parse(cls, noise_spec: str, param_selection: str) -> QuantScales:
+    def parse(cls, noise_spec: str, param_selection: str) -> Int8Kind:
         if noise_spec != SPEC:
-            raise SeedLedgerError(f"quantization scales are perturbed with noise spec 'v1', not {short(noise_spec)}")
-        if not param_selection.startswith(PREFIX):
-            raise SeedLedgerError(f"bad quant_scales parameter selection {short(param_selection)} "
-                                  f"(expected {PREFIX}NAME,...)")
-        kind = cls.of(param_selection[len(PREFIX):].split(","))
+            raise SeedLedgerError(f"quantization {cls.trains} are perturbed with noise spec 'v1', not {short(noise_spec)}")
+        if not param_selection.startswith(cls.prefix):
+            raise SeedLedgerError(f"bad {cls.name} parameter selection {short(param_selection)} "
+                                  f"(expected {cls.prefix}NAME,...)")
+        kind = cls.of(param_selection[len(cls.prefix):].split(","))
         if kind.param_selection != param_selection:
-            raise SeedLedgerError(f"quant_scales parameter selection {short(param_selection)} is not canonical")
+            raise SeedLedgerError(f"{cls.name} parameter selection {short(param_selection)} is not canonical")
         return kind
 
     @property
     def param_selection(self) -> str:
-        return PREFIX + ",".join(self.targets)
+        return self.prefix + ",".join(self.targets)
 
     # --- replay ---------------------------------------------------------------------------
 
@@ -86,16 +88,12 @@ class QuantScales(Full):
         """Is ``name`` (a 2-D weight) one of the linears this kind quantizes?"""
         return len(shape) == 2 and any(name == f"{t}.weight" or name.endswith(f".{t}.weight") for t in self.targets)
 
-    def trained(self, name: str, shape: Sequence[int]) -> bool:
-        return (len(shape) == 1 and name.endswith(quant.SCALE_SUFFIX)
-                and self.quantizes(quant.weight_name(name), (int(shape[0]), 0)))
-
     def prepare(self, master: dict[str, torch.Tensor]) -> None:
         """Quantize the targeted fp32 weights in place (a no-op once quantized), then check."""
         self.check_master(master)
         quant.quantize_master_(master, self.quantizes)
         if not any(self.trained(n, t.shape) for n, t in master.items()):
-            raise SeedLedgerError(f"no linear weight of the master matches the quant_scales targets {list(self.targets)}")
+            raise SeedLedgerError(f"no linear weight of the master matches the {self.name} targets {list(self.targets)}")
 
     def check_master(self, master: Mapping[str, torch.Tensor]) -> None:
         """Plain (contiguous fp32) or quantized by this kind: int8 codes only on targeted
@@ -103,7 +101,7 @@ class QuantScales(Full):
         for tname, theta in master.items():
             if theta.dtype == quant.CODE_DTYPE and quant.scale_name(tname) in master:
                 if not self.quantizes(tname, tuple(theta.shape)):
-                    raise SeedLedgerError(f"master tensor {tname!r} is quantized, but not a quant_scales target "
+                    raise SeedLedgerError(f"master tensor {tname!r} is quantized, but not a {self.name} target "
                                           f"of this run ({list(self.targets)})")
                 continue
             if theta.dtype != torch.float32 or not theta.is_contiguous():
@@ -112,14 +110,32 @@ class QuantScales(Full):
     def master_names(self, shapes: Mapping[str, Shape]) -> list[str]:
         return quant.quantized_names(shapes, self.quantizes)
 
+    @property
+    def targets_label(self) -> str:
+        return f"{self.name} targets {self.targets}"
+
+
+@dataclass(frozen=True)
+class QuantScales(Int8Kind):
+    """The per-row scales of the int8 linears whose names end in one of ``targets``."""
+
+    name = "quant_scales"
+    label = "quant_scales"
+    known_specs = (SPEC,)
+    prefix = PREFIX
+    trains = "scales"
+    usual_sigma = 1e-5  # scales are absmax/127, about 1e-3: σ·ε moves them by ~1%
+    keeps_master = True
+    scales_rows = True
+
+    def trained(self, name: str, shape: Sequence[int]) -> bool:
+        return (len(shape) == 1 and name.endswith(quant.SCALE_SUFFIX)
+                and self.quantizes(quant.weight_name(name), (int(shape[0]), 0)))
+
     # --- evaluation -----------------------------------------------------------------------
 
     def row_linear(self, module: str, shape: Shape) -> bool:
         return self.quantizes(f"{module}.weight", shape)
-
-    @property
-    def targets_label(self) -> str:
-        return f"quant_scales targets {self.targets}"
 
     def row_scales(self, linears: Sequence[str], master: Mapping[str, torch.Tensor], keys: Sequence[int | None],
                    scales: Sequence[float], *, device: torch.device) -> dict[str, torch.Tensor]:

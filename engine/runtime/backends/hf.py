@@ -6,16 +6,15 @@ by subtraction (that drifts in low precision).
 
 Decoding guarantee. Greedy (the default, `seed=None` or `temperature=0`) and seeded
 sampling are deterministic for the same prompts, batch size, device and dtype. In seeded
-sampling the uniform draws for prompt i come from a CPU generator seeded by
-`(seed, i)` alone (i = index in the `prompts` list), one draw per new token, and the token
-is picked by inverse CDF (over the probability-sorted, top-p-truncated distribution when
-top_p < 1, else in vocabulary order); the stream never depends on the batch's other prompts. The logits themselves may
+sampling the uniform draws for prompt i come from a CPU generator seeded by `(seed, i)`
+alone (i = index in `prompts`), one draw per new token, and the token is picked by inverse
+CDF (over the probability-sorted, top-p-truncated distribution when top_p < 1, else in
+vocabulary order); the stream never depends on the batch's other prompts. The logits may
 still differ in the last bits when padding changes (another batch composition), which can,
 rarely, flip a near-tie; bit-exact outputs across batch compositions are not promised.
 
-Several samples per prompt (`samples=n`, for pass@k): the output holds n completions per
-prompt, prompt-major; sample s of prompt i draws from the stream seeded by `(seed, i, s)`.
-Sample 0 is seeded by `(seed, i)` as with `samples=1` (plain seeded sampling).
+`samples=n` (pass@k): n completions per prompt, prompt-major; sample s of prompt i draws
+from the stream seeded by `(seed, i, s)`, sample 0 by `(seed, i)` as with `samples=1`.
 """
 
 from __future__ import annotations
@@ -53,11 +52,8 @@ def prompt_stream_seed(seed: int, index: int, sample: int = 0) -> int:
 
 
 class _SeededSampler:
-    """Logits processor that samples one token per row from its own pre-drawn uniforms.
-
-    It returns scores that are -inf except at the chosen token, so the (greedy) decoder
-    picks exactly that token.
-    """
+    """Logits processor that samples one token per row from its own pre-drawn uniforms: the
+    scores it returns are -inf except at the chosen token, which the greedy decoder picks."""
 
     def __init__(self, uniforms: torch.Tensor, prompt_len: int, temperature: float, top_p: float):
         self.uniforms = uniforms  # [batch, max_new_tokens], float64 on CPU
@@ -168,12 +164,9 @@ class HFBackend:
     @torch.no_grad()
     def load_member(self, master: dict[str, torch.Tensor], key: int, sign: int, sigma: float, *,
                     paths: Sequence[float] = (), state: Any = None) -> None:
-        """Set the model to `cast(master + sign*sigma*eps(key))`, tensor by tensor, in place;
-        with `paths` (a GA survivor's offsets, `replay.paths`), to
-        `cast((master + sign*sigma*eps(key)) + Σⱼ pathsⱼ·Mⱼ)`, the sum in fp32 one tensor at a
-        time (memory: a few fp32 temporaries the size of one tensor beside the model). The
-        scale is `replay.kinds.member_scale`, so the product with eps is exact in fp32 on every
-        device; a zero scale copies the master bit for bit (negative zeros included)."""
+        """Set the model to `cast(w + sign*sigma*eps(key))` (w: the kind's `member_weights`;
+        untrained tensors copied), with `paths` (GA survivors) `+ Σⱼ pathsⱼ·Mⱼ` in fp32. The scale
+        is `member_scale` (exact with eps); a zero scale copies the master bit for bit."""
         if self.perturbation.frozen_base:
             raise ValueError("adapter members are evaluated together: use evaluate()")
         scale = member_scale(sign, sigma)
@@ -185,9 +178,13 @@ class HFBackend:
         if scale == 0.0:
             self.load_master(master)
             return
+        kind, weights = self.perturbation.member_kind, self.perturbation.member_weights(master)  # quant_codes: dequantized
         for name, param in self._params.items():
-            src = master[name].to(param.device)
-            noise.perturb_(param.data, src, noise.tensor_key(key, name), scale)
+            src = weights[name].to(param.device)
+            if kind.trained(name, src.shape):
+                noise.perturb_(param.data, src, noise.tensor_key(key, name), scale)
+            else:
+                param.data.copy_(src)
 
     @torch.no_grad()
     def load_master(self, master: dict[str, torch.Tensor]) -> None:
@@ -196,8 +193,9 @@ class HFBackend:
         if self.perturbation.frozen_base or self.perturbation.scales_rows:
             self._rows.set_resident(self.perturbation, master)
             return
+        weights = self.perturbation.member_weights(master)
         for name, param in self._params.items():
-            param.data.copy_(master[name])
+            param.data.copy_(weights[name])
 
     # ------------------------------------------------------------------ evaluation
 
