@@ -175,22 +175,19 @@ def evaluate(
     record: bool = True,
     progress: bool = False,
 ) -> EvaluationResult:
-    """Score `ref` (RUN or RUN@G) on held-out test rows (a module run: held-out episode
-    seeds, engine.rebuild.module_evaluation), greedily, against `against`
+    """Score `ref` (RUN or RUN@G) on held-out test rows, greedily (a module run: on its
+    task's held-out seeds, nothing decoded), against `against`
     (`base`: generation 0 of its lineage, or another RUN@G of the same model and task) on
     the same rows (`seedledger evaluate`): both means, the paired change with its standard
     error, per-component means and a few before/after samples. `rows` test rows after
     `skip` (default: the config's `evaluation.rows`); recorded as an `evaluation` event
-    unless `record=False`. `trust_code` as for `resume`; `progress` says on stderr what it scores."""
+    unless `record=False`. `trust_code` as for `resume` (a module run's stored factory and
+    fitness are code); `progress` says on stderr what it scores."""
     import sys
 
-    from seedledger.engine.config import is_module_model
-    from seedledger.engine.rebuild.module_evaluation import evaluate_module
-    from seedledger.engine.refs import resolve_ref
-    from seedledger.engine.runtime.evaluation import evaluate as evaluate_lm
+    from seedledger.engine.runtime.evaluation import evaluate as score
 
     with ledger_for_call(ledger) as led:
-        score = evaluate_module if is_module_model(resolve_ref(led, ref)[0].base_model) else evaluate_lm
         return score(led, ref, rows, skip, against, trust_code=trust_code, record=record,
                      say=(lambda line: print(line, file=sys.stderr, flush=True)) if progress else None)
 
@@ -210,10 +207,9 @@ def history_frame(run: str, *, ledger: LedgerArg = None) -> pandas.DataFrame:
     generation (what `seedledger log` shows), with columns run, reward_mean, reward_max,
     reward_min, reward_std, lr, sigma, population, fingerprint, committed_at and one
     `time_<phase>` per timed phase (`generation` is the index, not a column). Needs pandas."""
-    try:
-        import pandas
-    except ImportError:
-        raise ImportError("history_frame needs pandas: pip install pandas") from None
+    from seedledger.ledger.extras import require
+
+    pandas = require("pandas", "history_frame")
     from seedledger.engine.refs import resolve_ref
 
     with ledger_for_call(ledger) as led:

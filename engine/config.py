@@ -186,9 +186,8 @@ class TrainConfig(Strict):
             if self.workers.pool == "ray" and "in-process:" in f"{self.model} {self.task}":
                 raise ValueError("workers.pool ray: Ray workers import the model and fitness by name; objects "
                                  "handed to seedledger.evolve in this process (in-process:) do not reach them")
-            if self.evaluation.every is not None or self.keep_samples:
-                raise ValueError("evaluation.every and keep_samples score completions: they do not apply to a "
-                                 "torch.nn.Module run")
+            if self.keep_samples:
+                raise ValueError("keep_samples keeps completions: it does not apply to a torch.nn.Module run")
         return self
 
     @model_validator(mode="after")

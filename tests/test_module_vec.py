@@ -1,6 +1,7 @@
 """Module runs at speed and complete (issue 34): `gym:...?vectorized=true` (members ×
 episodes stepped together, one batched forward per step), and `diff` / `evaluate` of module
-runs."""
+runs, with `evaluation.every` and `tune`'s held-out objective on the one held-out path
+(engine.runtime.evaluator.held_out_scores)."""
 
 from __future__ import annotations
 
@@ -165,7 +166,10 @@ def test_evaluate_scores_a_module_run_on_held_out_episodes(tmp_path, policies):
     assert again.rewards == out["rewards"][2:]  # held-out rows are fixed seeds: the same episodes
     with sl.open_ledger(led) as ledger:
         events = ledger.events("a", "evaluation")
-    assert len(events) == 1 and events[0].payload["rows"] == 4
+    assert len(events) == 1 and events[0].payload["rows"] == 4 and events[0].payload["greedy"] is False
+    human = seedledger("evaluate", "a", "--ledger", led, "--rows", "3", "--skip", "1", "--trust-code")
+    assert human.stdout.splitlines()[0] == "held-out episode seeds 1..3 (3)"  # not greedy decoding of rows
+    assert "scoring a@3 on held-out episode seeds 1..3" in human.stderr
 
 
 def test_evaluate_a_fitness_run_against_another_run(tmp_path):
@@ -182,6 +186,65 @@ def test_evaluate_a_fitness_run_against_another_run(tmp_path):
     assert len(set(result.rewards)) > 1  # each row passes its own seed
     with pytest.raises(sl.SeedLedgerError, match="runs only with --trust-code"):
         sl.evaluate("b", rows=2, ledger=led)
+
+
+TOY = """import torch
+
+def mlp():
+    return torch.nn.Sequential(torch.nn.Linear(2, 4), torch.nn.Tanh(), torch.nn.Linear(4, 1))
+
+def fit(model, seed):
+    x = torch.tensor([[seed % 7 / 7.0, 1.0]])
+    return -float((model(x) - 0.5).abs().sum())
+"""
+
+
+@pytest.fixture
+def toy(tmp_path) -> Path:
+    path = tmp_path / "toy.py"
+    path.write_text(TOY)
+    return path
+
+
+def test_evaluation_every_scores_a_module_run_beside_training(tmp_path, toy):
+    """`evaluation.every` on a module run: RUN@G scored on the task's held-out seeds while it
+    trains, recorded as `evaluation` events with the figures `evaluate` gives afterwards."""
+    led = tmp_path / "l.db"
+    sl.evolve(f"module:{toy}:mlp", f"fitness:{toy}:fit", population=8, sigma=0.1, lr=0.1, generations=3,
+              ledger=led, run="a", config={"evaluation": {"every": 2, "rows": 4}})
+    with sl.open_ledger(led) as ledger:
+        events = [e.payload for e in ledger.events("a", "evaluation")]
+    assert [(e["generation"], e["by"], e["rows"], e["greedy"]) for e in events] == [
+        (2, "training", 4, False), (3, "training", 4, False)]
+    again = sl.evaluate("a@3", rows=4, ledger=led, trust_code=True, record=False)
+    assert again.mean == events[-1]["mean"] and again.against_mean == events[-1]["against_mean"]
+    assert again.change == events[-1]["change"] and len(set(again.rewards)) > 1
+
+
+def test_tune_with_a_held_out_objective_on_a_module_run(tmp_path, toy):
+    """Two trials of two generations on a tiny MLP `fitness:` run, each reported and scored
+    on the task's held-out seeds (engine.runtime.heldout.HeldOut, as for a language model)."""
+    pytest.importorskip("optuna")
+    import yaml
+
+    from seedledger.engine.search.tune import tune
+
+    (tmp_path / "toy.yaml").write_text(yaml.safe_dump({
+        "model": f"module:{toy}:mlp", "task": f"fitness:{toy}:fit", "population": 4, "sigma": 0.1,
+        "lr": 0.1, "generations": 2}))
+    study = tmp_path / "s.yaml"
+    study.write_text(yaml.safe_dump({
+        "config": "toy.yaml", "study": "s", "trials": 2, "objective": {"rows": 3, "every": 1},
+        "sampler": {"name": "tpe", "seed": 11, "startup_trials": 2}, "pruner": {"name": "none"},
+        "space": {"lr": {"type": "float", "low": 0.01, "high": 0.5, "log": True}}}))
+    led = tmp_path / "l.db"
+    with sl.open_ledger(led, create=True) as ledger:
+        trials = tune(ledger, study)["trials"]
+        trained = [ledger.latest_generation(t["run"]) for t in trials]
+        held = sl.evaluate("s-t001", rows=3, ledger=ledger, trust_code=True, record=False)
+    assert [t["state"] for t in trials] == ["complete", "complete"] and trained == [2, 2], trials
+    assert trials[0]["params"] != trials[1]["params"] and all(isinstance(t["value"], float) for t in trials)
+    assert trials[1]["value"] == held.mean  # the objective is the held-out mean `evaluate` gives
 
 
 @pytest.mark.ray

@@ -33,7 +33,7 @@ def evaluate(
     as_json: JsonOpt = False,
 ):
     """Score RUN@G on the task's held-out test rows, greedily, against the base or another
-    run on the same rows.
+    run on the same rows (a torch.nn.Module run: its task's held-out seeds).
 
     Prints both mean rewards, the paired change with its standard error and how many rows
     got better or worse, per-component means, and a few rows whose answers changed. The
@@ -55,7 +55,8 @@ def render(r: dict[str, Any]) -> str:
     me, them = f"{r['run']}@{r['generation']}", r["against"]
     width = max(len(me), len(them), 10)
     last = r["skip"] + r["rows"] - 1
-    lines = [f"held-out rows {r['skip']}..{last} ({r['rows']}, greedy decoding)",
+    how = ", greedy decoding" if r["greedy"] else ""
+    lines = [f"held-out {r['unit']} {r['skip']}..{last} ({r['rows']}{how})",
              f"{'':<24}{me:>{width}}  {them:>{width}}",
              f"{'mean reward':<24}{r['mean']:>{width}.4f}  {r['against_mean']:>{width}.4f}"]
     for name in dict.fromkeys([*r["components"], *r["against_components"]]):

@@ -4,8 +4,11 @@
 RUN@G and what it is compared against (`base`: generation 0 of its lineage, or another
 RUN@G of the same model and task) answer the same test rows greedily through one
 `HeldOut` replica rebuilt from the ledger, so the paired change cancels the rows'
-difficulty. Each evaluation is recorded as an `evaluation` event of RUN; nothing here
-touches the training update, so fingerprints never depend on it.
+difficulty. A module run's rows are its task's held-out seeds (episodes no training
+generation plays), scored the same way with no decoding; its stored factory and fitness run
+only with `trust_code`, as any stored code does. Each evaluation is recorded as an
+`evaluation` event of RUN; nothing here touches the training update, so fingerprints never
+depend on it.
 """
 
 from __future__ import annotations
@@ -67,12 +70,14 @@ class EvaluationResult:
     against_completions: list[str]
     samples: list[dict[str, Any]]  # row, question, both completions and rewards
     event_error: str | None = None  # why the `evaluation` event was not recorded (a read-only ledger)
+    unit: str = "rows"  # what a row is (a module run's: its task's held-out seeds)
+    greedy: bool = True  # rows answered by greedy decoding (a module run's: no decoding)
 
     def payload(self, by: str) -> dict[str, Any]:
         """The `evaluation` event: the figures, not the rows (`by`: who scored)."""
         keep = ("generation", "rows", "skip", "mean", "components", "against", "against_mean",
                 "against_components", "change")
-        return {k: getattr(self, k) for k in keep} | {"greedy": True, "by": by}
+        return {k: getattr(self, k) for k in keep} | {"greedy": self.greedy, "by": by}
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -80,7 +85,8 @@ class EvaluationResult:
 
 def compare(run: str, generation: int, against: str, skip: int,
             before: HeldOutScores, after: HeldOutScores, samples: int = SAMPLES) -> EvaluationResult:
-    """The figures of `after` (RUN@G) against `before` on the same rows."""
+    """The figures of `after` (RUN@G) against `before` on the same rows (`samples` of
+    them shown; none when nothing was decoded: a module run's rows have no answers)."""
     return EvaluationResult(
         run=run, generation=generation, against=against, rows=len(after.rewards), skip=skip,
         mean=mean_reward(after.rewards), against_mean=mean_reward(before.rewards),
@@ -88,7 +94,8 @@ def compare(run: str, generation: int, against: str, skip: int,
         change=paired_change(before.rewards, after.rewards),
         rewards=after.rewards, against_rewards=before.rewards,
         completions=after.completions, against_completions=before.completions,
-        samples=_examples(before, after, skip, samples),
+        samples=_examples(before, after, skip, samples if after.greedy else 0),
+        unit=after.unit, greedy=after.greedy,
     )
 
 
@@ -150,7 +157,7 @@ def evaluate(
     scorer = HeldOut(cfg, count, skip, owner="evaluate")
     scored = {}
     for name, gen in sorted({(other.name, og), (info.name, g)}, key=lambda p: (p[0] != info.name, p[1])):
-        say(f"scoring {name}@{gen} on rows {skip}..{skip + count - 1} (greedy)…")
+        say(f"scoring {name}@{gen} on {_rows(scorer, skip, count)}…")
         scored[name, gen] = scorer.scores(ledger, name, gen)
     result = compare(info.name, g, f"{other.name}@{og}", skip, scored[other.name, og], scored[info.name, g])
     if record:
@@ -159,6 +166,12 @@ def evaluate(
         except SeedLedgerError as exc:  # a read-only ledger: the figures still stand
             result.event_error = str(exc)
     return result
+
+
+def _rows(scorer: HeldOut, skip: int, count: int) -> str:
+    """The rows `scorer` scores, as progress names them."""
+    last = skip + count - 1
+    return f"rows {skip}..{last} (greedy)" if scorer.greedy else f"held-out {scorer.unit} {skip}..{last}"
 
 
 class DuringTraining:

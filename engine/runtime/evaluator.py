@@ -7,7 +7,10 @@ replay share one code path (docs/design.md invariant 2).
 Decoding. Training follows `sampling`: greedy at temperature 0, else seeded sampling with
 the member's seed `member_key(run_key, generation, 1_000_000 + member)`, which the
 backend splits per prompt (batch position) and per sample. Held-out evaluation is always
-greedy, whatever `sampling` says, so its figures are deterministic and comparable.
+greedy, whatever `sampling` says, so its figures are deterministic and comparable. A
+module run's held-out rows are its task's held-out seeds (`ModelTask.held_out_seeds`: episodes
+no training generation plays), one reward per seed, with no decoding; the task names its rows
+(`held_out_unit`), and `evaluate`'s report says so.
 
 pass@k (`passk: {n, k}`): each prompt is sampled n times (sample s of prompt i seeded by
 (member seed, i, s); sample 0 is the plain sampling's draw), every sample is scored by
@@ -56,12 +59,15 @@ class Batch:
 
 @dataclass
 class HeldOutScores:
-    """One model's greedy answers on held-out rows, row by row (`held_out_scores`)."""
+    """One model's answers on held-out rows, row by row (`held_out_scores`): greedy
+    completions, or for a module run (`greedy` False) none, its rows being seeds."""
 
     questions: list[str]
     completions: list[str]
     rewards: list[float | None]
     components: dict[str, list[float | None]]
+    unit: str = "rows"  # what a row is, as the report names it (the task's `held_out_unit`)
+    greedy: bool = True  # the rows were answered by greedy decoding
 
     def component_means(self) -> dict[str, float | None]:
         return {name: _mean(values) for name, values in self.components.items()}
@@ -275,6 +281,8 @@ class Evaluator:
         """`held_out_rewards` with what `evaluate` prints beside them: each row's question,
         completion and reward components. Always greedy (temperature 0), whatever the
         training's `sampling`: held-out figures are deterministic and need no seed."""
+        if getattr(self.task, "scores_models", False):  # a module run: held-out seeds, no decoding
+            return self._held_out_models(limit, skip)
         rows = self.task.test_rows()[skip : skip + limit]
         self.backend.load_master(self.master)
         prompts = [self.task.prompt(row) for row in rows]
@@ -283,6 +291,22 @@ class Evaluator:
         )
         rewards, components = self.task.held_out_reward(prompts, completions, rows)
         return HeldOutScores([_prompt_text(p) for p in prompts], completions, rewards, components)
+
+    def held_out_size(self) -> int:
+        """How many held-out rows the task has (`HeldOut` checks rows and skip against it)."""
+        if getattr(self.task, "scores_models", False):
+            return self.task.held_out_size
+        return len(self.task.test_rows())
+
+    def _held_out_models(self, limit: int, skip: int) -> HeldOutScores:
+        """A module run's held-out scores: the master's module scored by the task on each
+        held-out seed alone (`ModelTask.held_out`)."""
+        seeds = self.task.held_out_seeds(skip, limit)
+        self.backend.load_master(self.master)
+        with torch.no_grad():  # a fitness reads the model, as in training
+            rewards = self.task.held_out(self.backend.module, seeds)
+        return HeldOutScores([f"seed {s}" for s in seeds], [""] * len(seeds), list(rewards), {},
+                             unit=self.task.held_out_unit, greedy=False)
 
 
 def _prompt_text(prompt: Any) -> str:

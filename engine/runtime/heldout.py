@@ -6,7 +6,8 @@ of the ledger alone, so a resumed tuner scores exactly what an uninterrupted one
 Scoring the next generation of the same run replays only the new records (each checked
 against its recorded fingerprint); anything else is a rebuild from a kept copy of the base
 (anchors used when present).
-Decoding is greedy (`Evaluator.held_out_rewards`); rows are `rows` test rows after `skip`.
+Decoding is greedy (`Evaluator.held_out_rewards`); rows are `rows` test rows after `skip`
+(a module run's: its task's held-out seeds, `Evaluator.held_out_scores`).
 """
 
 from __future__ import annotations
@@ -23,11 +24,15 @@ from seedledger.replay import update
 class HeldOut:
     def __init__(self, cfg: TrainConfig, rows: int, skip: int = 0, owner: str = "objective"):
         self.evaluator = Evaluator(cfg, resolve_model(cfg.model))
-        available = len(self.evaluator.task.test_rows())
+        task = self.evaluator.task
+        # what a row is, and whether greedy decoding answers it (a module run's: a seed, no)
+        self.unit: str = getattr(task, "held_out_unit", "rows")
+        self.greedy = not getattr(task, "scores_models", False)
+        available = self.evaluator.held_out_size()
         if skip + rows > available:
+            what, hint = ("test rows", "raise the task's test_size or ") if self.greedy else (f"held-out {self.unit}", "")
             raise SeedLedgerError(
-                f"{owner}: rows {skip}..{skip + rows - 1} are beyond the task's {available} "
-                "test rows (raise the task's test_size or lower rows/skip)"
+                f"{owner}: rows {skip}..{skip + rows - 1} are beyond the task's {available} {what} ({hint}lower rows/skip)"
             )
         self.rows, self.skip = rows, skip
         self._base = {k: v.clone() for k, v in self.evaluator.master.items()}

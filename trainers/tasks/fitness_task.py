@@ -75,6 +75,8 @@ class ModelTask:
     decodes = False
     likelihood_rewards: list = []
     rewards: list = []
+    held_out_size = HELD_OUT_ROWS  # held-out rows (`evaluate`, `evaluation.every`, tune): seeds
+    held_out_unit = "seeds"  # what a held-out row is, as `evaluate`'s report names it
 
     def __init__(self, episodes: int = 1):
         if isinstance(episodes, bool) or not isinstance(episodes, int) or not 1 <= episodes <= 4096:
@@ -98,8 +100,8 @@ class ModelTask:
         return [self.score([model], [seed], [0])[0] for seed in seeds]
 
     def test_rows(self) -> list:
-        raise SeedLedgerError(f"{self.label} scores a torch.nn.Module, with no held-out text rows: `evaluate` "
-                              "scores it on held-out episode seeds; held-out objectives are for language-model runs")
+        raise SeedLedgerError(f"{self.label} scores a torch.nn.Module, with no held-out text rows: its held-out "
+                              "rows are seeds (held_out_seeds)")
 
     def set_level(self, level: int) -> None:
         """Module tasks have one level (a curriculum is refused by the config)."""

@@ -39,6 +39,7 @@ def gymnasium():
 
 class GymTask(ModelTask):
     name = "gym"
+    held_out_unit = "episode seeds"  # one episode per held-out seed
 
     def __init__(self, env_id: str, episodes: int = 1, max_steps: int | None = None, vectorized: bool = False):
         super().__init__(episodes)
