@@ -2,14 +2,15 @@
 against LoRA-ES on the int8 base and full-precision low-rank ES, on SmolLM2 with the HF
 backend, at the same wall time.
 
-    learn   each kind trains configs/arithmetic.yaml until `--seconds` of wall time have
+    learn   each kind trains `--config` (the demo's: words, likelihood fitness; or
+            configs/arithmetic.yaml, exact match of decoded answers) until `--seconds` of wall time have
             passed (the generation in flight then finishes); base and final model score
             the same held-out rows greedily: gain with its paired standard error, seconds
             per generation, the seed file's size at the end
     memory  peak resident memory of one generation of each kind through the real loop,
             a fresh process per kind (benchmarks/lora_bench.py's `_generation`)
 
-    .venv/bin/python benchmarks/quant_bench.py learn [--seconds 1800] [--rows 200]
+    .venv/bin/python benchmarks/quant_bench.py learn [--seconds 1800] [--rows 100] [--config demo]
     PYTHONPATH=.venv/int8 .venv/bin/python benchmarks/quant_bench.py memory
 
 `lora-int8` needs torchao (`make` installs it in .venv/int8; without it that kind is
@@ -73,7 +74,7 @@ def learn(args) -> None:
             with Ledger.open(str(ledger_path)) as led:
                 if not led.has_run(kind):
                     try:
-                        session.start(led, str(ROOT / "configs" / "arithmetic.yaml"), kind, overrides, None,
+                        session.start(led, str(args.config), kind, overrides, None,
                                       hooks=Hooks(on_generation_end=stop))
                     except Budget:
                         pass
@@ -102,6 +103,13 @@ def learn(args) -> None:
         print(json.dumps({"gain_difference": f"{kinds[0]} - {other}", "value": round(diff, 4), "se": round(se, 4)}))
 
 
+def _config(name: str) -> Path:
+    """The training config `--config` names: the packaged demo's, the arithmetic one, or a file."""
+    from seedledger.engine.cli.demo import CONFIG
+
+    return {"demo": CONFIG, "arithmetic": ROOT / "configs" / "arithmetic.yaml"}.get(name, Path(name))
+
+
 def memory(args) -> None:
     for kind in args.kinds:
         proc = subprocess.run([sys.executable, __file__, "_generation", kind, "--model", args.model],
@@ -117,7 +125,9 @@ def main() -> None:
     ap.add_argument("--model", default=MODEL)
     ap.add_argument("--kinds", nargs="*", default=list(KINDS))
     ap.add_argument("--seconds", type=float, default=1800)
-    ap.add_argument("--rows", type=int, default=200)
+    ap.add_argument("--rows", type=int, default=100)
+    ap.add_argument("--config", type=_config, default="demo",
+                    help="'demo' (the demo's task and settings), 'arithmetic' (configs/arithmetic.yaml) or a path")
     ap.add_argument("--population", type=int, default=8)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--new-tokens", type=int, default=16)

@@ -106,3 +106,22 @@ def box():
     sandbox = Sandbox()
     yield sandbox
     sandbox.close()
+
+
+# Minutes each long file took (pytest --durations=0, 2026-11-26, on a loaded 2-core
+# machine: ranks, not timings; test_pbt.py's Ray test took 16 of its 20 there, 75 s alone). `--dist loadfile` hands whole files to the workers in
+# collection order, so the long files go first: the short ones then fill the gaps, and
+# the workers finish together instead of one running a long file alone at the end.
+LONG_FILES = {
+    "test_pbt.py": 5.0, "test_cli_friction.py": 12.9, "test_untrusted_cli.py": 12.4, "test_ray_pool.py": 11.7,
+    "test_cli_walkthrough.py": 8.0, "test_cli_contract.py": 7.8, "test_ga_survivors.py": 6.8,
+    "test_many_writers.py": 6.7, "test_vllm_lora_es.py": 5.9, "test_extras.py": 4.4, "test_ga.py": 4.0,
+    "test_module_es.py": 4.0, "test_search_hostile.py": 3.6, "test_cli_safety.py": 3.6,
+    "test_quant_scales.py": 3.3, "test_quant_codes.py": 3.3, "test_training_hard_tasks.py": 3.2,
+    "test_vllm_lora.py": 3.1,
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Long files first (LONG_FILES), the rest in their usual order (a stable sort)."""
+    items.sort(key=lambda item: -LONG_FILES.get(item.path.name, 0.0))
