@@ -5,7 +5,6 @@ checkpoint transformers loads."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +21,7 @@ from seedledger.replay.kinds import QuantCodes, QuantScales, from_run
 from seedledger.replay.kinds.quant_codes import RESIDUAL, move_codes_
 from seedledger.replay.rebuild import apply_member
 from seedledger.replay.update import OptimizerState, apply_step
-from tests.support.runs import cli as _cli
+from tests.support.int8_runs import checkpoint_round_trip, fork_refuses_another_kind
 from tests.support.runs import fingerprints as _fingerprints
 from tests.support.runs import kill_train_and_resume
 
@@ -309,41 +308,14 @@ def test_fork_continues_the_codes_and_refuses_another_kind(reference):
         assert verify_ref(led, "higher-lr")["fingerprint"] == child.fingerprint
         other_rule = session.fork(led, "ref@2", "sgd", ["optimizer=sgd", "lr=1e-2"], 1)  # the residual carries over
         assert verify_ref(led, "sgd")["fingerprint"] == other_rule.fingerprint
-        for i, change in enumerate(("train=full", "train.targets=[q_proj]", "perturbation=lowrank")):
-            with pytest.raises(SeedLedgerError) as info:
-                session.fork(led, "ref@2", f"bad{i}", [change], 1)
-            assert "\n" not in str(info.value)
-            assert not led.has_run(f"bad{i}")
+        fork_refuses_another_kind(led, "ref@2")
 
 
 def test_seed_file_round_trip_and_a_checkpoint_transformers_loads(reference, tmp_path):
-    from safetensors.torch import load_file
-    from transformers import AutoModelForCausalLM
-
-    ledger_path, fps, _, _ = reference
-    led_args = ["--ledger", str(ledger_path)]
-    _cli("export", "ref@3", "-o", str(tmp_path / "ref.seeds"), *led_args)
-    from_ledger = json.loads(_cli("rebuild", "ref@3", "-o", str(tmp_path / "a"), "--json", *led_args).stdout)
-    from_seeds = json.loads(_cli("rebuild", str(tmp_path / "ref.seeds"), "-o", str(tmp_path / "b"), "--json").stdout)
-    assert from_ledger["fingerprint"] == from_seeds["fingerprint"] == fps[2]
-    assert from_ledger["format"] == from_seeds["format"] == "compressed-tensors-int8"
-    assert (tmp_path / "a" / "model.safetensors").read_bytes() == (tmp_path / "b" / "model.safetensors").read_bytes()
-    _cli("import", str(tmp_path / "ref.seeds"), "--run", "imported", "--ledger", str(tmp_path / "i.db"))
-    _cli("verify", "imported", "--ledger", str(tmp_path / "i.db"))
-
     import seedledger as sl
 
-    master = sl.rebuild("ref@3", ledger=ledger_path)
-    assert fingerprint(master) == fps[2]
-    written = load_file(tmp_path / "a" / "model.safetensors")
-    model = AutoModelForCausalLM.from_pretrained(tmp_path / "a")  # compressed-tensors, dequantized as it loads
-    params = dict(model.named_parameters())
-    for name, t in master.items():
-        if t.dtype == torch.int8:
-            assert torch.equal(written[name], t)
-            assert torch.equal(params[name].detach(), quant.dequantize(t, master[quant.scale_name(name)]))
-        elif not name.endswith(quant.SCALE_SUFFIX):
-            assert torch.equal(params[name].detach(), t)
+    ledger_path, fps, _, _ = reference
+    master, _, _ = checkpoint_round_trip(ledger_path, fps, tmp_path)
     member = sl.rebuild("ref@3#0", ledger=ledger_path)  # the fp32 weights member 0 was evaluated with
     assert list(member) == [n for n in master if not n.endswith(quant.SCALE_SUFFIX)]
     assert all(t.dtype == torch.float32 for t in member.values())
