@@ -21,7 +21,12 @@ from seedledger.replay.kinds import QuantCodes, QuantScales, from_run
 from seedledger.replay.kinds.quant_codes import RESIDUAL, move_codes_
 from seedledger.replay.rebuild import apply_member
 from seedledger.replay.update import OptimizerState, apply_step
-from tests.support.int8_runs import checkpoint_round_trip, fork_refuses_another_kind
+from tests.support.int8_runs import (
+    CONFIG_REFUSALS,
+    checkpoint_round_trip,
+    config_refuses,
+    fork_refuses_another_kind,
+)
 from tests.support.runs import fingerprints as _fingerprints
 from tests.support.runs import kill_train_and_resume
 
@@ -98,19 +103,9 @@ def test_kind_strings_round_trip_and_refusals():
         assert "\n" not in str(info.value)
 
 
-@pytest.mark.parametrize("extra, refusal", [
-    ({"algorithm": "lmmaes", "mirrored": False}, "algorithm lmmaes: its paths are m copies"),
-    ({"algorithm": "ga", "ga": {"survivors": 2}, "mirrored": False}, "ga.survivors: survivors are kept"),
-    ({"backend": "vllm"}, "train: quant_codes runs on the hf backend"),
-    ({"base_quantization": "int8"}, "a quant_codes run quantizes the base itself"),
-])
+@pytest.mark.parametrize("extra, refusal", CONFIG_REFUSALS)
 def test_what_a_codes_run_cannot_do_is_refused_in_the_config(extra, refusal):
-    from seedledger.engine.config import validate
-
-    with pytest.raises(SeedLedgerError, match=refusal) as info:
-        validate({"model": "tiny", "task": "arithmetic", "train": {"kind": "quant_codes"}, **extra})
-    assert "\n" not in str(info.value)
-    assert validate({"model": "tiny", "task": "arithmetic", "train": "quant_codes"}).train.kind == "quant_codes"
+    config_refuses("quant_codes", extra, refusal)
 
 
 def _step(index: int, keys, coefs, optimizer, targets=("q_proj",)) -> ReplayStep:

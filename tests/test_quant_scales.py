@@ -20,7 +20,12 @@ from seedledger.replay import noise, quant
 from seedledger.replay.fingerprint import fingerprint
 from seedledger.replay.kinds import Full, QuantScales, from_run
 from seedledger.replay.update import OptimizerState, apply_step
-from tests.support.int8_runs import checkpoint_round_trip, fork_refuses_another_kind
+from tests.support.int8_runs import (
+    CONFIG_REFUSALS,
+    checkpoint_round_trip,
+    config_refuses,
+    fork_refuses_another_kind,
+)
 from tests.support.runs import cli as _cli
 from tests.support.runs import fingerprints as _fingerprints
 from tests.support.runs import kill_train_and_resume
@@ -103,17 +108,9 @@ def test_kind_strings_round_trip_and_refusals():
         assert "\n" not in str(info.value)
 
 
-@pytest.mark.parametrize("extra, refusal", [
-    ({"algorithm": "lmmaes", "mirrored": False}, "algorithm lmmaes: its paths are m copies"),
-    ({"algorithm": "ga", "ga": {"survivors": 2}, "mirrored": False}, "ga.survivors: survivors are kept"),
-    ({"backend": "vllm"}, "train: quant_scales runs on the hf backend"),
-    ({"base_quantization": "int8"}, "a quant_scales run quantizes the base itself"),
-])
+@pytest.mark.parametrize("extra, refusal", CONFIG_REFUSALS)
 def test_what_a_scales_run_cannot_do_is_refused_in_the_config(extra, refusal):
-    from seedledger.engine.config import validate
-
-    with pytest.raises(SeedLedgerError, match=refusal):
-        validate({"model": "tiny", "task": "arithmetic", "train": {"kind": "quant_scales"}, **extra})
+    config_refuses("quant_scales", extra, refusal)
 
 
 def test_one_step_quantizes_then_moves_only_the_scales_golden():

@@ -60,3 +60,22 @@ def checkpoint_round_trip(ledger_path: Path, fps: list[str], tmp_path: Path):
         elif not name.endswith(quant.SCALE_SUFFIX):
             assert torch.equal(params[name].detach(), t)
     return master, written, params
+
+
+CONFIG_REFUSALS = [  # (config additions, the refusal; {kind} is the train kind)
+    ({"algorithm": "lmmaes", "mirrored": False}, "algorithm lmmaes: its paths are m copies"),
+    ({"algorithm": "ga", "ga": {"survivors": 2}, "mirrored": False}, "ga.survivors: survivors are kept"),
+    ({"backend": "vllm"}, "train: {kind} runs on the hf backend"),
+    ({"base_quantization": "int8"}, "a {kind} run quantizes the base itself"),
+]
+
+
+def config_refuses(kind: str, extra: dict, refusal: str) -> None:
+    """A `train: {kind: KIND}` config with `extra` is refused in one line naming `refusal`;
+    without it (and as the `train: KIND` shorthand) it validates."""
+    from seedledger.engine.config import validate
+
+    with pytest.raises(SeedLedgerError, match=refusal.format(kind=kind)) as info:
+        validate({"model": "tiny", "task": "arithmetic", "train": {"kind": kind}, **extra})
+    assert "\n" not in str(info.value)
+    assert validate({"model": "tiny", "task": "arithmetic", "train": kind}).train.kind == kind
