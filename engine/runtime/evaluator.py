@@ -145,7 +145,7 @@ class Evaluator:
             batch = self.batch(generation, level)
         elif batch.level is not None:
             self.task.set_level(batch.level)
-        if getattr(self.task, "scores_models", False):  # a module run: no prompts, no decoding
+        if self.task.scores_models:  # a module run: no prompts, no decoding
             return self._score_models(members, sigma, batch, on_member)
         indices, rows = batch.indices, batch.rows
         prompts = [self.task.prompt(row) for row in rows]
@@ -281,7 +281,7 @@ class Evaluator:
         """`held_out_rewards` with what `evaluate` prints beside them: each row's question,
         completion and reward components. Always greedy (temperature 0), whatever the
         training's `sampling`: held-out figures are deterministic and need no seed."""
-        if getattr(self.task, "scores_models", False):  # a module run: held-out seeds, no decoding
+        if self.task.scores_models:  # a module run: held-out seeds, no decoding
             return self._held_out_models(limit, skip)
         rows = self.task.test_rows()[skip : skip + limit]
         self.backend.load_master(self.master)
@@ -291,12 +291,6 @@ class Evaluator:
         )
         rewards, components = self.task.held_out_reward(prompts, completions, rows)
         return HeldOutScores([_prompt_text(p) for p in prompts], completions, rewards, components)
-
-    def held_out_size(self) -> int:
-        """How many held-out rows the task has (`HeldOut` checks rows and skip against it)."""
-        if getattr(self.task, "scores_models", False):
-            return self.task.held_out_size
-        return len(self.task.test_rows())
 
     def _held_out_models(self, limit: int, skip: int) -> HeldOutScores:
         """A module run's held-out scores: the master's module scored by the task on each

@@ -26,9 +26,9 @@ class HeldOut:
         self.evaluator = Evaluator(cfg, resolve_model(cfg.model))
         task = self.evaluator.task
         # what a row is, and whether greedy decoding answers it (a module run's: a seed, no)
-        self.unit: str = getattr(task, "held_out_unit", "rows")
-        self.greedy = not getattr(task, "scores_models", False)
-        available = self.evaluator.held_out_size()
+        self.unit: str = task.held_out_unit
+        self.greedy = not task.scores_models
+        available = task.held_out_size
         if skip + rows > available:
             what, hint = ("test rows", "raise the task's test_size or ") if self.greedy else (f"held-out {self.unit}", "")
             raise SeedLedgerError(

@@ -51,6 +51,9 @@ def as_conversation(completion: Any) -> Any:
 class Task:
     """A dataset with a fixed split, a prompt format and its reward functions."""
 
+    scores_models = False  # it scores completions (fitness_task.ModelTask scores modules)
+    held_out_unit = "rows"  # what a held-out row is, as `evaluate`'s report names it
+
     def __init__(
         self,
         name: str,
@@ -108,6 +111,11 @@ class Task:
 
     def test_rows(self) -> list[dict[str, Any]]:
         return list(self._test)
+
+    @property
+    def held_out_size(self) -> int:
+        """How many held-out rows there are (`evaluate`, `evaluation.every`, tune objectives)."""
+        return len(self.test_rows())
 
     def prompt(self, row: dict[str, Any]) -> Messages:
         return self._prompt(row)
