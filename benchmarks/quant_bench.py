@@ -6,7 +6,8 @@ backend, at the same wall time.
             configs/arithmetic.yaml, exact match of decoded answers) until `--seconds` of wall time have
             passed (the generation in flight then finishes); base and final model score
             the same held-out rows greedily: gain with its paired standard error, seconds
-            per generation, the seed file's size at the end
+            per generation, the seed file's size at the end, and the training reward's
+            curve (its mean over five stretches of the run)
     memory  peak resident memory of one generation of each kind through the real loop,
             a fresh process per kind (benchmarks/lora_bench.py's `_generation`)
 
@@ -88,6 +89,7 @@ def learn(args) -> None:
                 base = [r or 0.0 for r in ev.held_out_rewards(args.rows)]
                 ev.restore(led, kind, latest, None)
                 final = [r or 0.0 for r in ev.held_out_rewards(args.rows)]
+                curve = _reward_curve(led.records(kind))
         except SeedLedgerError as exc:  # e.g. lora-int8 without torchao
             print(json.dumps({"kind": kind, "skipped": str(exc)}))
             continue
@@ -96,11 +98,21 @@ def learn(args) -> None:
         print(json.dumps({"kind": kind, "generations": latest, "wall_s": round(wall),
                           "seconds_per_generation": round(wall / max(latest, 1), 2),
                           "base": lora_bench._mean(base), "final": lora_bench._mean(final),
-                          "gain": round(gain, 4), "gain_se": round(se, 4), "seed_file_bytes": seeds.stat().st_size}))
+                          "gain": round(gain, 4), "gain_se": round(se, 4), "seed_file_bytes": seeds.stat().st_size,
+                          "train_reward": curve}))
     kinds = list(gains)
     for other in kinds[1:]:
         diff, se = lora_bench._paired(gains[kinds[0]], gains[other])
         print(json.dumps({"gain_difference": f"{kinds[0]} - {other}", "value": round(diff, 4), "se": round(se, 4)}))
+
+
+def _reward_curve(records, points: int = 5) -> dict[str, float]:
+    """The mean training reward (the fitness, on each generation's own batch) averaged over
+    `points` equal stretches of the run: the signal even where greedy held-out rows stay at 0."""
+    means = [r.reward_stats()["mean"] for r in records if r.index > 0 and r.reward_stats()["mean"] is not None]
+    size = max(1, -(-len(means) // points))
+    return {f"gens {i + 1}-{min(i + size, len(means))}": round(sum(means[i:i + size]) / len(means[i:i + size]), 4)
+            for i in range(0, len(means), size)}
 
 
 def _config(name: str) -> Path:

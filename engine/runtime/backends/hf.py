@@ -163,10 +163,10 @@ class HFBackend:
 
     @torch.no_grad()
     def load_member(self, master: dict[str, torch.Tensor], key: int, sign: int, sigma: float, *,
-                    paths: Sequence[float] = (), state: Any = None) -> None:
-        """Set the model to `cast(w + sign*sigma*eps(key))` (w: the kind's `member_weights`;
-        untrained tensors copied), with `paths` (GA survivors) `+ Σⱼ pathsⱼ·Mⱼ` in fp32. The scale
-        is `member_scale` (exact with eps); a zero scale copies the master bit for bit."""
+                    paths: Sequence[float] = (), state: Any = None, weights: dict | None = None) -> None:
+        """Set the model to `cast(w + sign*sigma*eps(key))` (w: `weights`, the kind's `member_weights`
+        built once per population; untrained tensors copied), with `paths` (GA survivors) `+ Σⱼ
+        pathsⱼ·Mⱼ` in fp32. The scale is `member_scale` (exact with eps); 0 copies the master."""
         if self.perturbation.frozen_base:
             raise ValueError("adapter members are evaluated together: use evaluate()")
         scale = member_scale(sign, sigma)
@@ -178,7 +178,7 @@ class HFBackend:
         if scale == 0.0:
             self.load_master(master)
             return
-        kind, weights = self.perturbation.member_kind, self.perturbation.member_weights(master)  # quant_codes: dequantized
+        kind, weights = self.perturbation.member_kind, weights or self.perturbation.member_weights(master)
         for name, param in self._params.items():
             src = weights[name].to(param.device)
             if kind.trained(name, src.shape):
@@ -222,10 +222,12 @@ class HFBackend:
             if population.shrink != 1.0:
                 raise ValueError("LM-MA-ES members (shrink α) need an adapter run")
             path_rows = population.paths or [()] * len(population)
+            weights = self.perturbation.member_weights(master)  # once, not per member (quant_codes dequantizes)
             for key, sign, seed, row in zip(population.keys, population.signs, population.seeds, path_rows,
                                             strict=True):
                 started = time.perf_counter()
-                self.load_member(master, key, sign, population.sigma, paths=row, state=population.state)
+                self.load_member(master, key, sign, population.sigma, paths=row, state=population.state,
+                                 weights=weights)
                 loaded = time.perf_counter()
                 mine = self.generate_ids(prompts, max_new_tokens, seed, samples=samples)
                 if self._reference is not None:

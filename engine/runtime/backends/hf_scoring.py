@@ -119,12 +119,17 @@ def loglik(
     contexts = prompt_ids(tok, prompts)
     targets = reference_ids(tok, end_of_turn(backend.model.generation_config.eos_token_id, tok), references)
     vocab, pad, members = backend.model.config.vocab_size, tok.pad_token_id, len(population)
+    loading = 0.0
     if backend._rows is None:
         chunks = budget_chunks(contexts, targets, vocab)
         lps: list[list[float]] = []
+        weights = backend.perturbation.member_weights(master)  # once, not per member (quant_codes dequantizes)
         for key, sign, row in zip(population.keys, population.signs, population.paths or [()] * members,
                                   strict=True):
-            backend.load_member(master, key, sign, population.sigma, paths=row, state=population.state)
+            began = time.perf_counter()
+            backend.load_member(master, key, sign, population.sigma, paths=row, state=population.state,
+                                weights=weights)
+            loading += time.perf_counter() - began
             lps += token_logprobs(backend.model, pad, backend.device, contexts, targets, chunks)
     else:
         owner = [m for m in range(members) for _ in prompts]
@@ -136,4 +141,4 @@ def loglik(
     scores = [mean_logprob(lp) for lp in lps]
     per = len(prompts)
     return LikelihoodOutput([scores[m * per : (m + 1) * per] for m in range(members)],
-                            {"score": time.perf_counter() - started})
+                            {"load_member": loading, "score": time.perf_counter() - started - loading})
