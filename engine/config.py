@@ -89,42 +89,74 @@ def is_module_model(ref: Any) -> bool:
 
 
 class TrainConfig(Strict):
-    model: str = "smollm2-135m-instruct"
+    model: str = Field(
+        "smollm2-135m-instruct", description="an alias (`smollm2-135m-instruct`, `tiny`), a local "
+        "Hugging Face directory, or a torch.nn.Module by code (`module:pkg.mod:factory`)"
+    )
     algorithm: Literal["es", "ga", "cmaes", "lmmaes"] = Field(
         "es", description="the policy (trainers.policy.ALGORITHMS)"
     )
     ga: GASpec | None = Field(None, description="the GA's settings (algorithm: ga; trainers.ga)")
     cmaes: CMAESSpec | None = Field(None, description="CMA-ES settings (algorithm: cmaes; trainers.cmaes)")
     lmmaes: LMMAESSpec | None = Field(None, description="LM-MA-ES settings (algorithm: lmmaes; trainers.lmmaes)")
-    task: str | dict[str, Any] = "arithmetic"
+    task: str | dict[str, Any] = Field(
+        "arithmetic", description="what members are scored on: a name (`arithmetic`, `jsonl:PATH`, "
+        "...), a mapping with its options and `rewards`, or a `mix`"
+    )
     population: int = Field(8, ge=1, le=MAX_POPULATION, description="at most what a seed file holds")
-    mirrored: bool = True
-    sigma: float = Field(1e-3, gt=0.0, le=MAX_SCALE)
-    lr: float = Field(5e-4, gt=0.0, le=MAX_SCALE)
-    optimizer: OptimizerSpec = OptimizerSpec()
-    schedule: Schedules = Schedules()
+    mirrored: bool = Field(
+        True, description="antithetic pairs: members w ± σε share one key (population even)"
+    )
+    sigma: float = Field(1e-3, gt=0.0, le=MAX_SCALE, description="noise scale: a member is w + σ·ε")
+    lr: float = Field(5e-4, gt=0.0, le=MAX_SCALE, description="learning rate α of the es update "
+                      "(cmaes and lmmaes step by their `cm`, a GA by 1)")
+    optimizer: OptimizerSpec = Field(
+        OptimizerSpec(), description="the update rule applied to the gradient estimate"
+    )
+    schedule: Schedules = Field(Schedules(), description="per-generation multipliers of lr and σ")
     adaptation: AdaptationSpec | None = Field(
         None, description="adapt σ (and lr) during the run from the rewards (trainers.adaptation)"
     )
-    shaping: Literal["zscore", "centered_rank", "difference", "pareto"] = "zscore"
-    generations: int = Field(10, ge=0, le=MAX_GENERATIONS)
-    batch_size: int = Field(16, ge=1, le=MAX_BATCH)
-    max_new_tokens: int = Field(32, ge=1, le=MAX_NEW_TOKENS)
-    sampling: Sampling = Sampling()
-    seed: int = Field(0, ge=0, lt=2**63)
+    shaping: Literal["zscore", "centered_rank", "difference", "pareto"] = Field(
+        "zscore", description="rewards to member weights: (r − mean)/std, centred ranks in "
+        "[−0.5, 0.5], (r − mean)/σ, or NSGA-II ranks of the reward components"
+    )
+    generations: int = Field(10, ge=0, le=MAX_GENERATIONS, description="the run's target "
+                             "generation (schedules span it; resume and fork continue towards it)")
+    batch_size: int = Field(16, ge=1, le=MAX_BATCH, description="training rows per generation, "
+                            "the same rows for every member")
+    max_new_tokens: int = Field(
+        32, ge=1, le=MAX_NEW_TOKENS, description="at most this many tokens per completion"
+    )
+    sampling: Sampling = Field(
+        Sampling(), description="how training completions are decoded (seeded per member)"
+    )
+    seed: int = Field(
+        0, ge=0, lt=2**63, description="the run key (noise, batches, sampling) derives from it"
+    )
     backend: Literal["auto", "hf", "vllm", "module"] = Field(
         "auto", description="vllm where installed and able, else hf: chosen when the run is created "
         "(engine.runtime.backend_choice); `module` for a torch.nn.Module model (set by `model: module:...`)"
     )
-    device: str = "cpu"
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
-    workers: Workers = Workers()
+    device: str = Field(
+        "cpu", description="torch device that evaluates members (`cpu`, `cuda`, `cuda:N`)"
+    )
+    dtype: Literal["float32", "bfloat16", "float16"] = Field(
+        "float32", description="dtype members are evaluated in; the master stays fp32"
+    )
+    workers: Workers = Field(
+        Workers(), description="where members are evaluated: in process or on Ray workers"
+    )
     anchor_every: int = Field(0, ge=0, le=MAX_GENERATIONS, description="save an anchor every K generations; 0 = never")
-    report_to: list[Literal["tensorboard", "mlflow", "wandb"]] = []
+    report_to: list[Literal["tensorboard", "mlflow", "wandb"]] = Field(
+        [], description="experiment trackers that mirror the metrics (the ledger stays the record)"
+    )
     keep_samples: bool = Field(False, description="store every completion in the ledger (audit)")
-    evaluation: Evaluation = Evaluation()
-    curriculum: CurriculumConfig | None = None
-    passk: PassKConfig | None = None
+    evaluation: Evaluation = Field(Evaluation(), description="held-out scoring, decoded greedily")
+    curriculum: CurriculumConfig | None = Field(
+        None, description="move the task level by the success rate; none: a fixed level"
+    )
+    passk: PassKConfig | None = Field(None, description="pass@k rewards over n samples; none: off")
     perturbation: Annotated[Literal["full"] | PerturbationSection, BeforeValidator(shorthand(("full", "lowrank")))] = Field(
         "full", description="full-rank noise on every parameter, or low-rank on the targeted linears"
     )
@@ -134,7 +166,7 @@ class TrainConfig(Strict):
     base_quantization: Literal["none", "int8"] = Field(
         "none", description="an adapter run's frozen base: as stored, or int8 weight-only (torchao)"
     )
-    kl: KLConfig | None = None
+    kl: KLConfig | None = Field(None, description="reward − β·KL(member ‖ base); none: no penalty")
     members_per_forward: int | None = Field(
         None, ge=1, le=MAX_POPULATION,
         description="members evaluated together in one batched forward (low-rank); omitted: "

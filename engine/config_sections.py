@@ -47,27 +47,37 @@ POOL_CAPABILITIES: dict[str, frozenset[str]] = {
 
 
 class Workers(Strict):
-    pool: Literal["local", "ray"] = "local"
-    count: int = Field(1, ge=1, le=MAX_WORKERS)
+    pool: Literal["local", "ray"] = Field(
+        "local", description="`local`: members evaluated in this process; `ray`: on Ray actors"
+    )
+    count: int = Field(
+        1, ge=1, le=MAX_WORKERS, description="Ray actors, one model replica each (pool: ray)"
+    )
     address: str | None = Field(None, description="Ray cluster address; default $RAY_ADDRESS or local")
 
 
 class Schedules(Strict):
-    lr: Schedule = Schedule()
-    sigma: Schedule = Schedule()
+    lr: Schedule = Field(Schedule(), description="scales `lr` per generation")
+    sigma: Schedule = Field(Schedule(), description="scales `sigma` per generation")
 
 
 class Sampling(Strict):
     temperature: float = Field(0.0, ge=0.0, le=100.0, description="0 = greedy")
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="nucleus sampling's mass; 1 = off")
 
 
 class CurriculumConfig(Strict):
     """Move the task's difficulty level by the recent success rate (trainers.rewards.curriculum)."""
 
     window: int = Field(5, ge=1, le=MAX_GENERATIONS, description="generations averaged before a change")
-    raise_above: float = Field(0.7, ge=0.0, le=1.0)
-    lower_below: float = Field(0.2, ge=0.0, le=1.0)
+    raise_above: float = Field(
+        0.7, ge=0.0, le=1.0,
+        description="raise the level when the window's mean success rate exceeds this",
+    )
+    lower_below: float = Field(
+        0.2, ge=0.0, le=1.0,
+        description="lower the level when the window's mean success rate is below this",
+    )
     threshold: float = Field(1.0, description="a sample counts as a success at reward >= this")
 
     @model_validator(mode="after")
@@ -114,7 +124,10 @@ class KLConfig(Strict):
     the member and the frozen base model (trainers.rewards.kl)."""
 
     beta: float = Field(0.05, ge=0.0, le=100.0, allow_inf_nan=False, description="β, or its start when adapted")
-    estimator: Literal["k1", "k3"] = "k3"
+    estimator: Literal["k1", "k3"] = Field(
+        "k3", description="per-token estimate: k1 = log π − log π₀, or k3 = (ρ − 1) − log ρ with "
+        "ρ = π₀/π (never negative, lower variance)"
+    )
     target: float | None = Field(
         None, gt=0.0, allow_inf_nan=False,
         description="a KL per completion to steer β toward (adaptive controller); none: β fixed",
@@ -128,7 +141,7 @@ class LowRank(Strict):
 
     kind_type: ClassVar[type[PerturbationKind]] = LowRankKind
 
-    kind: Literal["lowrank"] = "lowrank"
+    kind: Literal["lowrank"] = Field("lowrank", description="selects low-rank noise")
     rank: Literal[1, 4, 16, 64] = Field(1, description="a power of 4, so 1/√rank is exact")
     targets: list[str] = Field(
         list(DEFAULT_TARGETS), min_length=1,
@@ -153,8 +166,10 @@ class LoraTrain(Strict):
 
     kind_type: ClassVar[type[PerturbationKind]] = Adapter
 
-    kind: Literal["lora"] = "lora"
-    rank: int | None = Field(None, ge=1, le=4096)
+    kind: Literal["lora"] = Field("lora", description="selects a LoRA adapter on the frozen base")
+    rank: int | None = Field(
+        None, ge=1, le=4096, description="the adapter's rank r (default: `init`'s, else 8)"
+    )
     alpha: float | None = Field(None, gt=0.0, description="the model adds (alpha/rank)·B·A")
     target_modules: list[str] | None = Field(None, min_length=1, description="linear-module name suffixes")
     init: str | None = Field(None, description="a PEFT adapter directory to start from (SFT warm start)")
@@ -226,7 +241,9 @@ class QuantScalesTrain(Int8Train):
     kind_type: ClassVar[type[Int8Kind]] = QuantScales
     hf_only: ClassVar[str] = "its members scale the shared matmul's rows"
 
-    kind: Literal["quant_scales"] = "quant_scales"
+    kind: Literal["quant_scales"] = Field(
+        "quant_scales", description="selects ES over an int8 model's per-row scales"
+    )
     targets: list[str] = Field(
         list(DEFAULT_TARGETS), min_length=1,
         description="suffixes of the linear layers quantized to int8, whose scales are trained",
@@ -247,7 +264,9 @@ class QuantCodesTrain(Int8Train):
     hf_only: ClassVar[str] = "its members are the dequantized weights plus noise"
     other_backends: ClassVar[tuple[str, ...]] = ("vllm", "module")
 
-    kind: Literal["quant_codes"] = "quant_codes"
+    kind: Literal["quant_codes"] = Field(
+        "quant_codes", description="selects ES over an int8 model's integer codes"
+    )
     targets: list[str] = Field(
         list(DEFAULT_TARGETS), min_length=1,
         description="suffixes of the linear layers quantized to int8, whose codes are trained",

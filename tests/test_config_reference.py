@@ -99,3 +99,10 @@ def test_a_new_field_appears_by_itself():
     assert read_back(table["extra.depth"][1]) == 3 and table["inner.depth"][3] == "how deep"
     assert "## inner\n\nAn inner section." in text
     assert reference.missing_descriptions(Outer) == ["mode", "inner", "extra"]
+
+
+def test_every_shipped_field_has_a_description():
+    """The reference leaves no meaning blank: a new field without `description=` fails here,
+    named by its dotted key."""
+    missing = reference.missing_descriptions()
+    assert missing == [], f"fields without a description: {', '.join(missing)}"

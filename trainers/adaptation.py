@@ -46,11 +46,13 @@ class SigmaAdaptation(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    rule: Literal["pairs"] = "pairs"
+    rule: Literal["pairs"] = Field(
+        "pairs", description="`pairs`: σ from the mirrored pairs' rewards (the only rule)"
+    )
     rate: float = Field(0.2, gt=0.0, le=1.0, description="largest change of log σ per generation")
     target: float = Field(0.5, gt=0.0, lt=1.0, description="share of the reward spread in the odd part")
-    min: float = Field(1e-5, gt=0.0)
-    max: float = Field(0.05, gt=0.0)
+    min: float = Field(1e-5, gt=0.0, description="the smallest σ the rule sets")
+    max: float = Field(0.05, gt=0.0, description="the largest σ the rule sets")
 
     @model_validator(mode="after")
     def _bounds_in_order(self) -> SigmaAdaptation:
@@ -62,8 +64,12 @@ class SigmaAdaptation(BaseModel):
 class AdaptationSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    sigma: SigmaAdaptation | None = None
-    lr: Literal["fixed", "follow_sigma"] = "fixed"
+    sigma: SigmaAdaptation | None = Field(
+        None, description="adapt σ from the mirrored pairs' rewards; none: σ follows its schedule"
+    )
+    lr: Literal["fixed", "follow_sigma"] = Field(
+        "fixed", description="`fixed`: lr follows its schedule; `follow_sigma`: lr/σ stays constant"
+    )
 
 
 def odd_share(rewards: list[float]) -> float | None:

@@ -98,7 +98,9 @@ class GASpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    selection: Literal["truncation", "tournament"] = "truncation"
+    selection: Literal["truncation", "tournament"] = Field(
+        "truncation", description="the `parents` best, or the winners of `parents` tournaments"
+    )
     parents: int = Field(2, ge=1, description="genomes selected as parents of the next master")
     tournament: int = Field(2, ge=2, description="genomes per tournament (selection: tournament)")
     crossover: float = Field(0.5, ge=0.0, le=1.0, description="probability of arithmetic crossover")

@@ -30,7 +30,9 @@ class OptimizerSpec(BaseModel):
         """A bare name is shorthand: `optimizer: adam` means `{name: adam}`."""
         return {"name": value} if isinstance(value, str) else value
 
-    name: Literal["sgd", "momentum", "adam"] = "sgd"
+    name: Literal["sgd", "momentum", "adam"] = Field(
+        "sgd", description="`sgd`: the paper's update; `momentum`, `adam`: state replay rebuilds"
+    )
     beta: float = Field(0.9, ge=0.0, lt=1.0, description="momentum coefficient")
     dampening: float = Field(
         DEFAULT_DAMPENING,
@@ -39,9 +41,9 @@ class OptimizerSpec(BaseModel):
         description="v = β·v + (1 − dampening)·g; default damped (replay's default for a "
         "record without the key is 0.0, so records always carry it)",
     )
-    beta1: float = Field(0.9, ge=0.0, lt=1.0)
-    beta2: float = Field(0.999, ge=0.0, lt=1.0)
-    eps: float = Field(1e-8, gt=0.0, le=1.0)
+    beta1: float = Field(0.9, ge=0.0, lt=1.0, description="adam: decay β₁ of the first moment m")
+    beta2: float = Field(0.999, ge=0.0, lt=1.0, description="adam: decay β₂ of the second moment v")
+    eps: float = Field(1e-8, gt=0.0, le=1.0, description="adam: ε added to √v̂ in the denominator")
 
     @property
     def folds_lr(self) -> bool:
