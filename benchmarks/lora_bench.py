@@ -6,19 +6,19 @@
     memory  peak resident memory (ru_maxrss) of one ES generation run by the real loop
             (`session.start`, 1 generation) in a fresh process per kind: full-parameter,
             low-rank, LoRA, LoRA on an int8 base; also the resident memory after it
-    learn   held-out reward gain on the demo task at equal wall time, LoRA-ES vs low-rank
-            full-parameter ES, with paired standard errors over the same test rows
+    learn   held-out reward gain at equal wall time (`equal_wall`), LoRA-ES vs low-rank
+            full-parameter ES, with paired standard errors over the same test rows, on
+            `--config` (default configs/arithmetic.yaml; 'demo': the demo's words task)
 
     .venv/bin/python benchmarks/lora_bench.py speed [--members 8] [--prompts 8] [--new-tokens 32]
     .venv/bin/python benchmarks/lora_bench.py memory
-    .venv/bin/python benchmarks/lora_bench.py learn [--seconds 1800] [--rows 200]
+    .venv/bin/python benchmarks/lora_bench.py learn [--seconds 1800] [--rows 200] [--config arithmetic]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import resource
 import subprocess
@@ -29,6 +29,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -67,14 +68,12 @@ def trained_adapter(master: dict) -> dict:
 
 def speed(args) -> None:
     import torch
+    from population_bench import QUESTIONS, _members
 
     from seedledger.engine.runtime.backends.hf import HFBackend
     from seedledger.engine.runtime.models import resolve_model
     from seedledger.replay import noise
     from seedledger.replay.perturbation import Perturbation
-
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    from population_bench import QUESTIONS, _members
 
     model_dir = resolve_model(args.model)
     prompts = [[{"role": "user", "content": q}] for q in (QUESTIONS * 8)[: args.prompts]]
@@ -147,66 +146,20 @@ def one_generation(args) -> None:
 
 
 def learn(args) -> None:
-    """Each kind trains the demo config until `seconds` of wall time have passed (the
-    generation in flight then finishes), then base and final score the same test rows."""
-    from seedledger.engine.config import validate
-    from seedledger.engine.runtime import session
-    from seedledger.engine.runtime.evaluator import Evaluator
-    from seedledger.engine.runtime.hooks import Hooks
-    from seedledger.engine.runtime.models import resolve_model
-    from seedledger.ledger import Ledger
-
-    class Budget(Exception):
-        pass
+    """Each kind trains `--config` for `--seconds` of wall time (`equal_wall`); base and final
+    score the same test rows."""
+    from equal_wall import config_path, differences, train_for
 
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="lora-bench-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    scores: dict[str, list[float]] = {}
-    base_scores: dict[str, list[float]] = {}
+    results = []
     for kind in args.learn_kinds:
-        ledger_path = workdir / f"{kind}.db"
-        started = time.perf_counter()
-
-        def stop(record, _seconds, started=started):
-            if time.perf_counter() - started > args.seconds:
-                raise Budget()
-
-        overrides = KINDS[kind] + [f"model={args.model}", "generations=100000", "anchor_every=0"]
+        overrides = KINDS[kind] + [f"model={args.model}"]
         overrides += [f"sigma={args.sigma}", f"lr={args.lr}"] if kind.startswith("lora") else []
-        with Ledger.open(str(ledger_path)) as led:
-            if not led.has_run(kind):
-                try:
-                    session.start(led, str(ROOT / "configs" / "arithmetic.yaml"), kind, overrides, None,
-                                  hooks=Hooks(on_generation_end=stop))
-                except Budget:
-                    pass
-            run = led.get_run(kind)
-            latest = led.latest_generation(kind)
-            cfg = validate(run.config)
-            ev = Evaluator(cfg, resolve_model(cfg.model))
-            base_scores[kind] = [r or 0.0 for r in ev.held_out_rewards(args.rows)]
-            ev.restore(led, kind, latest, None)
-            scores[kind] = [r or 0.0 for r in ev.held_out_rewards(args.rows)]
-        gain, se = _paired(scores[kind], base_scores[kind])
-        print(json.dumps({"kind": kind, "generations": latest, "wall_s": round(time.perf_counter() - started),
-                          "base": _mean(base_scores[kind]), "final": _mean(scores[kind]),
-                          "gain": round(gain, 4), "gain_se": round(se, 4)}))
-    if len(scores) == 2:
-        a, b = args.learn_kinds
-        diff, se = _paired([x - y for x, y in zip(scores[a], base_scores[a], strict=True)],
-                           [x - y for x, y in zip(scores[b], base_scores[b], strict=True)])
-        print(json.dumps({"gain_difference": f"{a} - {b}", "value": round(diff, 4), "se": round(se, 4)}))
-
-
-def _mean(xs: list[float]) -> float:
-    return round(sum(xs) / len(xs), 4)
-
-
-def _paired(a: list[float], b: list[float]) -> tuple[float, float]:
-    d = [x - y for x, y in zip(a, b, strict=True)]
-    m = sum(d) / len(d)
-    var = sum((x - m) ** 2 for x in d) / (len(d) - 1)
-    return m, math.sqrt(var / len(d))
+        results.append(train_for(workdir, kind, config_path(args.config), overrides, args.seconds, args.rows))
+        print(json.dumps(results[-1].summary()))
+    for line in differences(results):
+        print(json.dumps(line))
 
 
 def main() -> None:
@@ -226,6 +179,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=1800)
     ap.add_argument("--rows", type=int, default=200)
     ap.add_argument("--learn-kinds", nargs=2, default=["lora", "lowrank"])
+    ap.add_argument("--config", default="arithmetic", help="'arithmetic', 'demo' or a config file's path")
     ap.add_argument("--sigma", type=float, default=1e-2, help="LoRA runs' σ (the adapter's scale differs)")
     ap.add_argument("--lr", type=float, default=5e-3, help="LoRA runs' lr")
     ap.add_argument("--workdir")
