@@ -186,7 +186,7 @@ class Evaluator:
         """A module run's members scored by its task (`fitness_task.ModelTask.score`) on
         their modules (`backends.module.ModuleBackend.members`): one at a time, or the
         whole group at once for a batched fitness."""
-        together = len(members) if getattr(self.task, "batched", False) else 1
+        together = len(members) if self.task.batched else 1
         scored = []
         for start in range(0, len(members), together):
             chunk = members[start : start + together]

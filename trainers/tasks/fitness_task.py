@@ -77,6 +77,7 @@ class ModelTask:
     rewards: list = []
     held_out_size = HELD_OUT_ROWS  # held-out rows (`evaluate`, `evaluation.every`, tune): seeds
     held_out_unit = "seeds"  # what a held-out row is, as `evaluate`'s report names it
+    batched = False  # True: `score` takes all the members' modules at once (one batched fitness)
 
     def __init__(self, episodes: int = 1):
         if isinstance(episodes, bool) or not isinstance(episodes, int) or not 1 <= episodes <= 4096:
