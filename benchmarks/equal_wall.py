@@ -118,7 +118,7 @@ def held_out_loglik(ev, rows: int) -> list[float] | None:
 def reward_curve(records, points: int = 5) -> dict[str, float]:
     """The mean training reward (the fitness on each generation's own batch) averaged over
     `points` equal stretches of the run: the signal even where greedy held-out rows stay at 0."""
-    means = [r.reward_stats()["mean"] for r in records if r.index > 0 and r.reward_stats()["mean"] is not None]
+    means = [m for m in (r.reward_stats()["mean"] for r in records if r.index > 0) if m is not None]
     size = max(1, -(-len(means) // points))
     return {f"gens {i + 1}-{min(i + size, len(means))}": round(sum(means[i:i + size]) / len(means[i:i + size]), 4)
             for i in range(0, len(means), size)}

@@ -29,7 +29,7 @@ from seedledger.replay.adapter import (
 from seedledger.replay.perturbation import Perturbation
 from tests.support.runs import cli as _cli
 from tests.support.runs import fingerprints as _fingerprints
-from tests.support.runs import kill_train_and_resume
+from tests.support.runs import kill_train_and_resume, rebuilt_from_ledger_and_seed_file
 
 SIGMA = noise.round_coefficient(0.05)  # large enough that members really differ on `tiny`
 PROMPTS = [
@@ -316,9 +316,7 @@ def test_fork_continues_the_adapter_and_refuses_another(reference, tmp_path):
 def test_seed_file_rebuild_equals_ledger_rebuild_and_peft_dir(reference, tmp_path):
     ledger_path, fps, _ = reference
     led_args = ["--ledger", str(ledger_path)]
-    _cli("export", "ref@2", "-o", str(tmp_path / "ref.seeds"), *led_args)
-    from_ledger = json.loads(_cli("rebuild", "ref@2", "-o", str(tmp_path / "a"), "--json", *led_args).stdout)
-    from_seeds = json.loads(_cli("rebuild", str(tmp_path / "ref.seeds"), "-o", str(tmp_path / "b"), "--json").stdout)
+    from_ledger, from_seeds = rebuilt_from_ledger_and_seed_file("ref@2", ledger_path, tmp_path)
     assert from_ledger["fingerprint"] == from_seeds["fingerprint"] == fps[1]
     assert from_ledger["format"] == from_seeds["format"] == "peft"
     for name in ("adapter_model.safetensors", "adapter_config.json"):

@@ -3,7 +3,6 @@ what a fork may not change, and the seed-file and checkpoint round trip of a `re
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,7 @@ from seedledger.ledger import Ledger
 from seedledger.ledger.errors import SeedLedgerError
 from seedledger.replay import quant
 from seedledger.replay.fingerprint import fingerprint
-from tests.support.runs import cli
+from tests.support.runs import cli, rebuilt_from_ledger_and_seed_file
 
 KIND_CHANGES = ("train=full", "train.targets=[q_proj]", "perturbation=lowrank")
 
@@ -38,10 +37,7 @@ def checkpoint_round_trip(ledger_path: Path, fps: list[str], tmp_path: Path):
 
     import seedledger as sl
 
-    led_args = ["--ledger", str(ledger_path)]
-    cli("export", "ref@3", "-o", str(tmp_path / "ref.seeds"), *led_args)
-    from_ledger = json.loads(cli("rebuild", "ref@3", "-o", str(tmp_path / "a"), "--json", *led_args).stdout)
-    from_seeds = json.loads(cli("rebuild", str(tmp_path / "ref.seeds"), "-o", str(tmp_path / "b"), "--json").stdout)
+    from_ledger, from_seeds = rebuilt_from_ledger_and_seed_file("ref@3", ledger_path, tmp_path)
     assert from_ledger["fingerprint"] == from_seeds["fingerprint"] == fps[2]
     assert from_ledger["format"] == from_seeds["format"] == "compressed-tensors-int8"
     assert (tmp_path / "a" / "model.safetensors").read_bytes() == (tmp_path / "b" / "model.safetensors").read_bytes()

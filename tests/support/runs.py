@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -22,6 +23,15 @@ def cli(*args: str | os.PathLike[str], env: dict | None = None, check: bool = Tr
     if check and proc.returncode != 0:
         raise AssertionError(f"{cmd} exited {proc.returncode}: {proc.stderr[-2000:]}")
     return proc
+
+
+def rebuilt_from_ledger_and_seed_file(ref: str, ledger_path: Path, tmp_path: Path) -> tuple[dict, dict]:
+    """`ref` exported as tmp_path/ref.seeds, then rebuilt from the ledger into tmp_path/a and
+    from the seed file into tmp_path/b: both `rebuild --json` reports (ledger's first)."""
+    cli("export", ref, "-o", tmp_path / "ref.seeds", "--ledger", ledger_path)
+    from_ledger = json.loads(cli("rebuild", ref, "-o", tmp_path / "a", "--json", "--ledger", ledger_path).stdout)
+    from_seeds = json.loads(cli("rebuild", tmp_path / "ref.seeds", "-o", tmp_path / "b", "--json").stdout)
+    return from_ledger, from_seeds
 
 
 def fingerprints(ledger_path: Path, run: str) -> list[str]:
