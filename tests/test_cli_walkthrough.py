@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.cli import seedledger
+
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,11 +37,6 @@ VOLATILE_COLUMNS = {"seconds", "sec"}  # wall times differ from run to run
 BYTES = re.compile(r"\(\d[\d,]* bytes\)")  # a seed file's header names the host
 
 
-def _cli() -> list[str]:
-    script = Path(sys.executable).with_name("seedledger")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "seedledger.engine.cli"]
-
-
 def _env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "SEEDLEDGER_DB"}
     env.setdefault("OMP_NUM_THREADS", "1")  # shared CI cores; results do not depend on it
@@ -48,18 +45,16 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 class Cli:
-    """Runs `seedledger` in a subprocess against one ledger (via $SEEDLEDGER_DB)."""
+    """Runs `seedledger` against one ledger (via $SEEDLEDGER_DB) in `workdir`: in this
+    process unless `process` (tests.support.cli)."""
 
     def __init__(self, workdir: Path, ledger: str = "ledger.db"):
         self.workdir = workdir
         self.env = _env(SEEDLEDGER_DB=str(workdir / ledger))
 
-    def run(self, *args: str, code: int = 0) -> subprocess.CompletedProcess:
+    def run(self, *args: str, code: int = 0, process: bool = False) -> subprocess.CompletedProcess:
         started = time.perf_counter()
-        proc = subprocess.run(
-            [*_cli(), *args], cwd=self.workdir, env=self.env, capture_output=True, text=True,
-            timeout=300,
-        )
+        proc = seedledger(args, cwd=self.workdir, env=self.env, process=process, timeout=300)
         print(f"{time.perf_counter() - started:6.1f}s  seedledger {' '.join(args)}")  # shown with -s
         assert proc.returncode == code, (
             f"seedledger {' '.join(args)} exited {proc.returncode}, expected {code}\n"

@@ -117,8 +117,9 @@ def _warning_line(message, category, filename, lineno, line=None) -> str:
     return printable(redact(f"warning: {' '.join(str(message).split())}"), limit=2000) + "\n"
 
 
-def main() -> None:
-    """Console-script entry point: map errors to one line and an exit code."""
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point: map errors to one line and an exit code (`SystemExit`).
+    `argv` defaults to the command line; tests pass it to run a command in process."""
     import warnings
 
     from seedledger.engine.runtime.interrupts import RunInterrupted
@@ -127,7 +128,7 @@ def main() -> None:
     quiet_hf_env()  # no hub, no library progress bars: an error must stay one line
     warnings.formatwarning = _warning_line
     try:
-        code = app(standalone_mode=False)
+        code = app(args=argv, prog_name="seedledger", standalone_mode=False)
     except RunInterrupted as exc:  # SIGINT / SIGTERM during train, resume or fork
         say(str(exc))
         # objects the interrupt left half-built (llvmlite's, inside numba's JIT) complain in

@@ -7,21 +7,22 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 from seedledger.ledger import Ledger
+from tests.support.cli import seedledger
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def cli(*args: str | os.PathLike[str], env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
-    """`python -m engine.cli ARGS` from the repository root (paths may be given as Path);
-    with `check`, a non-zero exit fails the test with the end of its stderr."""
-    cmd = [sys.executable, "-m", "seedledger.engine.cli", *map(str, args)]
-    proc = subprocess.run(cmd, cwd=ROOT, env=env or os.environ.copy(), capture_output=True, text=True)
+def cli(*args: str | os.PathLike[str], env: dict | None = None, check: bool = True,
+        process: bool = False) -> subprocess.CompletedProcess:
+    """`seedledger ARGS` from the repository root (paths may be given as Path), in this
+    process unless `process` or a failpoint is armed (tests.support.cli); with `check`, a
+    non-zero exit fails the test with the end of its stderr."""
+    proc = seedledger(args, cwd=ROOT, env=env, process=process)
     if check and proc.returncode != 0:
-        raise AssertionError(f"{cmd} exited {proc.returncode}: {proc.stderr[-2000:]}")
+        raise AssertionError(f"seedledger {proc.args[1:]} exited {proc.returncode}: {proc.stderr[-2000:]}")
     return proc
 
 
