@@ -52,6 +52,7 @@ from seedledger.ledger.checks import Malformed, finite, integer, json_object, ne
 from seedledger.ledger.errors import SeedLedgerError
 from seedledger.ledger.provenance import EXPORTED, INPUTS_EVENT
 from seedledger.ledger.records import EventInfo, GenerationRecord
+from seedledger.ledger.rows import utc
 from seedledger.ledger.seedformat import MAX_NAME, SeedFile
 
 MAGIC = b"SLHIST\x00\x00"
@@ -255,9 +256,11 @@ def _time(v: Any, what: str, optional: bool = False) -> str | None:
         return None
     text(v, what, MAX_TIME)
     try:
-        datetime.fromisoformat(v)
+        utc(datetime.fromisoformat(v))  # as the ledger stores it: in UTC, within years 1..9999
     except ValueError:
         raise Malformed(f"bad {what}") from None
+    except OverflowError:  # 9999-12-31T23:59:59-14:00 is past year 9999 in UTC
+        raise Malformed(f"bad {what} (out of range in UTC)") from None
     return v
 
 

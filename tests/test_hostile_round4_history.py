@@ -1,0 +1,49 @@
+"""Issue 46, round 4 (history files): times out of range are one line (item 11). One
+trained `tiny` ledger, evaluated and exported with its history, is shared by the module;
+hostile history files are forged as their author would (tests.support.historyforge)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from test_cli_walkthrough import Cli
+
+import seedledger as sl
+from tests.support import historyforge
+from tests.support.configs import TINY
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def sender(tmp_path_factory) -> Path:
+    """Run `r` (2 generations, r@1 evaluated) exported as r.seeds with r.seeds.history."""
+    tmp = tmp_path_factory.mktemp("round4")
+    led = tmp / "l.db"
+    sl.train(TINY, run="r", ledger=led)
+    sl.evaluate("r@1", rows=2, ledger=led)
+    sl.export("r", tmp / "r.seeds", ledger=led, with_history=True)
+    return tmp
+
+
+@pytest.mark.parametrize("when", ["9999-12-31T23:59:59-14:00", "0001-01-01T00:00:00+14:00"])
+@pytest.mark.parametrize("where", ["event", "commit"])
+def test_a_time_outside_utcs_years_is_one_line_and_writes_nothing(sender, tmp_path, when, where):
+    """Item 11: a time that parses but leaves years 1..9999 once in UTC (the ledger stores
+    UTC) was an OverflowError and exit 1; now the reader refuses it like any bad time."""
+    shutil.copy(sender / "r.seeds", tmp_path / "r.seeds")
+
+    def edit(d: dict) -> None:
+        if where == "event":
+            d["events"][0]["at"] = when
+        else:
+            d["generations"][1]["committed_at"] = when
+
+    historyforge.forge(sender / "r.seeds", sender / "r.seeds.history", tmp_path / "r.seeds.history", edit)
+    line = Cli(tmp_path, "l.db").bad("import", "r.seeds")
+    what = "event time" if where == "event" else "commit time of generation 2"
+    assert line.endswith(f"r.seeds.history: bad {what} (out of range in UTC)")
+    with sl.open_ledger(tmp_path / "l.db") as led:
+        assert led.list_runs() == []
