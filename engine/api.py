@@ -180,9 +180,9 @@ def evaluate(
     (`base`: generation 0 of its lineage, or another RUN@G of the same model and task) on
     the same rows (`seedledger evaluate`): both means, the paired change with its standard
     error, per-component means and a few before/after samples. `rows` test rows after
-    `skip` (default: the config's `evaluation.rows`); recorded as an `evaluation` event
-    unless `record=False`. `trust_code` as for `resume` (a module run's stored factory and
-    fitness are code); `progress` says on stderr what it scores."""
+    `skip` (default: the config's `evaluation.rows`, else the test rows up to 64); recorded
+    as an `evaluation` event unless `record=False`. `trust_code` as for `resume` (a module
+    run's stored factory and fitness are code); `progress` says on stderr what it scores."""
     import sys
 
     from seedledger.engine.runtime.evaluation import evaluate as score

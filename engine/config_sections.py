@@ -108,11 +108,17 @@ class PassKConfig(Strict):
         return self
 
 
+DEFAULT_EVALUATION_ROWS = 64  # `evaluation.rows` left out: this many test rows, or all of fewer
+
+
 class Evaluation(Strict):
     """Held-out evaluation (`evaluate`, the demo) decodes greedily whatever `sampling` says,
     so its figures are deterministic and comparable between runs."""
 
-    rows: int = Field(64, ge=1, le=MAX_ROWS, description="held-out rows scored by `evaluate`")
+    rows: int | None = Field(
+        None, ge=1, le=MAX_ROWS, description="held-out rows scored by `evaluate` and `evaluation.every`; "
+        f"default: the task's test rows, at most {DEFAULT_EVALUATION_ROWS}",
+    )
     every: int | None = Field(
         None, ge=1, description="during training, score the held-out rows every K generations "
         "and at the session's end (`evaluation` events; never used by the update)",

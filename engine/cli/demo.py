@@ -21,12 +21,14 @@ from seedledger.engine.rebuild.rebuilding import rebuild_ref, verify_ref
 from seedledger.engine.runtime import session
 from seedledger.engine.runtime.evaluation import compare, mean_reward
 from seedledger.engine.runtime.evaluator import Evaluator
+from seedledger.engine.runtime.heldout import held_out_rows
 from seedledger.engine.runtime.models import resolve_model
 from seedledger.engine.runtime.progress import TrainingProgress
 from seedledger.ledger import Ledger
 from seedledger.ledger.errors import SeedLedgerError
 from seedledger.ledger.seedio import export_seedfile
 from seedledger.replay.noise import member_key
+from seedledger.trainers.tasks import load_task
 
 CONFIG = Path(str(files("seedledger.engine") / "configs" / "demo.yaml"))  # package data: works when installed
 
@@ -67,12 +69,14 @@ def run_demo(
 
     console.rule("1. the base model")
     started = time.perf_counter()
+    task = load_task(cfg.task, seed=cfg.seed)
+    rows = held_out_rows(task, cfg.evaluation.rows, owner="demo")  # before any model loads
     base_dir = resolve_model(cfg.model)
     console.print(f"{cfg.model}: {base_dir}")
-    base = Evaluator(cfg, base_dir).held_out_scores(cfg.evaluation.rows)  # greedy, whatever `sampling`
+    base = Evaluator(cfg, base_dir, task=task).held_out_scores(rows)  # greedy, whatever `sampling`
     question, base_answer = base.questions[0], base.completions[0]
     base_reward = mean_reward(base.rewards)
-    console.print(f"held-out reward of the base model ({cfg.evaluation.rows} test rows): {base_reward:.4f}")
+    console.print(f"held-out reward of the base model ({rows} test rows): {base_reward:.4f}")
     console.print(f"{question!r} → {base_answer!r}", markup=False)
 
     console.rule(f"2. ES training, {cfg.generations} generations × {cfg.population} members")
@@ -88,7 +92,7 @@ def run_demo(
         verified = verify_ref(ledger, f"demo@{latest}")
         seeds = workdir / "demo.seeds"
         export_seedfile(ledger, "demo", latest, seeds, key_fn=member_key)
-        final = Evaluator(cfg, rebuilt).held_out_scores(cfg.evaluation.rows)  # the rebuilt files' answers
+        final = Evaluator(cfg, rebuilt, task=task).held_out_scores(rows)  # the rebuilt files' answers
         evaluation = compare("demo", latest, "demo@0", 0, base, final)
         ledger.log_event("demo", "evaluation", evaluation.payload("demo"))  # `plot` draws it
         final_reward = evaluation.mean

@@ -23,7 +23,8 @@ from seedledger.engine.cli.training import TrustCode
 def evaluate(
     ref: Annotated[str, typer.Argument(help="RUN@G to score (RUN alone: its latest generation).")],
     rows: Annotated[int | None, typer.Option(
-        "--rows", help="Held-out test rows to score (default: the config's evaluation.rows).")] = None,
+        "--rows", help="Held-out test rows to score (default: the config's evaluation.rows, "
+        "else the task's test rows up to 64).")] = None,
     skip: Annotated[int, typer.Option("--skip", help="Start after the first K test rows.")] = 0,
     against: Annotated[str, typer.Option(
         "--against", help="What to compare with on the same rows: `base` (generation 0 of RUN's "

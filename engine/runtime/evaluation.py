@@ -141,8 +141,8 @@ def evaluate(
     *, trust_code: bool = False, record: bool = True, say: Callable[[str], None] | None = None,
 ) -> EvaluationResult:
     """Score RUN@G (RUN: its latest) and `against` on `rows` test rows after `skip`
-    (default: the config's `evaluation.rows`) and, with `record`, log it as an
-    `evaluation` event of RUN. Reward code the stored configs name is imported only with
+    (default: the config's `evaluation.rows`, else the task's test rows up to 64) and,
+    with `record`, log it as an `evaluation` event of RUN. Reward code the stored configs name is imported only with
     `trust_code` (as `resume`), checked before any task is built."""
     from seedledger.engine.runtime.stored_code import check_stored_code, stored_code
 
@@ -153,11 +153,10 @@ def evaluate(
     other, og = _comparison(ledger, info, cfg, against, trust_code)
     if skip < 0 or (rows is not None and rows < 1):
         raise SeedLedgerError("evaluate: --rows must be at least 1 and --skip at least 0")
-    count = rows if rows is not None else cfg.evaluation.rows
-    scorer = HeldOut(cfg, count, skip, owner="evaluate")
+    scorer = HeldOut(cfg, rows if rows is not None else cfg.evaluation.rows, skip, owner="evaluate")
     scored = {}
     for name, gen in sorted({(other.name, og), (info.name, g)}, key=lambda p: (p[0] != info.name, p[1])):
-        say(f"scoring {name}@{gen} on {_rows(scorer, skip, count)}…")
+        say(f"scoring {name}@{gen} on {_rows(scorer, skip, scorer.rows)}…")
         scored[name, gen] = scorer.scores(ledger, name, gen)
     result = compare(info.name, g, f"{other.name}@{og}", skip, scored[other.name, og], scored[info.name, g])
     if record:

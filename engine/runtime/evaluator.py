@@ -87,10 +87,11 @@ def generation_batch(task, cfg: TrainConfig, generation: int, level: int | None 
 
 
 class Evaluator:
-    def __init__(self, cfg: TrainConfig, model_dir: Path):
+    def __init__(self, cfg: TrainConfig, model_dir: Path, task: Any = None):
+        """`task`: the config's task when the caller loaded it already (HeldOut checks its rows first)."""
         self.cfg = cfg
         self.backend = make_backend(cfg, model_dir)
-        self.task = load_task(cfg.task, seed=cfg.seed)
+        self.task = task if task is not None else load_task(cfg.task, seed=cfg.seed)
         self.master = self.backend.master()
         self.state = update.OptimizerState()
         self.generation = 0

@@ -2,9 +2,9 @@
 
 `train`, `fork` and `resume` call `check` once the model is provisioned and before a run
 row exists or a status changes, so a CPU-only torch asked for `device: cuda`, or vLLM
-asked to run a model its CPU attention cannot, is one line and exit 2, not a dead
-0-generation run that holds its name. Only what can be checked cheaply is: no engine is
-started, no weights are loaded.
+asked to run a model its CPU attention cannot, or `evaluation.rows` beyond the task's test
+rows, is one line and exit 2, not a dead 0-generation run that holds its name. Only what
+can be checked cheaply is: no engine is started, no weights are loaded.
 """
 
 from __future__ import annotations
@@ -29,6 +29,11 @@ def check(cfg: TrainConfig, model_dir: Path) -> None:
     if cfg.backend == "vllm":
         check_vllm(cfg, model_dir)
     loggers.check(cfg.report_to)  # a tracker's library, before the run that would mirror to it
+    if cfg.evaluation.every is not None and cfg.evaluation.rows is not None:
+        from seedledger.engine.runtime.heldout import held_out_rows
+        from seedledger.trainers.tasks import load_task
+
+        held_out_rows(load_task(cfg.task, seed=cfg.seed), cfg.evaluation.rows, owner="evaluation.rows")
 
 
 def check_vllm(cfg: TrainConfig, model_dir: Path) -> None:

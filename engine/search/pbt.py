@@ -63,6 +63,14 @@ def _event(ledger: Ledger, run: str, kind: str, **match: Any) -> dict | None:
     return None
 
 
+def _rows(cfg, rows: int | None, skip: int) -> int:
+    """The held-out rows every round scores, as a number (the recorded settings compare it)."""
+    from seedledger.engine.runtime.heldout import held_out_rows
+    from seedledger.trainers.tasks import load_task
+
+    return held_out_rows(load_task(cfg.task, seed=cfg.seed), rows, skip, owner="pbt")
+
+
 class PBT:
     def __init__(
         self, ledger: Ledger, config: str | Path, population: int, rounds: int, *,
@@ -80,7 +88,7 @@ class PBT:
         self.K, self.R = population, rounds
         self.interval = interval or max(1, self.cfg.generations // rounds)
         self.replace = max(1, math.floor(population * fraction))
-        self.rows, self.skip = rows or self.cfg.evaluation.rows, skip
+        self.rows, self.skip = _rows(self.cfg, rows or self.cfg.evaluation.rows, skip), skip
         self.seed = self.cfg.seed
         self.trust_code = trust_code
         self.own = set(session.stored_code(self.cfg.model_dump(mode="json")))  # the user's code
