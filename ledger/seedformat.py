@@ -35,6 +35,12 @@ MAX_DTYPE_POLICY = 64
 LEDGER_BYTES_PER_MEMBER = 70  # what an imported member costs a SQLite ledger, measured
 MAX_INPUT_SESSIONS = 1 << 12  # sessions' input records a header may list
 
+# Members an import takes without being asked (~18 MB of SQLite ledger, a few seconds):
+# far more than a real run (500 generations x 30 = 15,000), far less than a file can
+# declare (2,097,152 members, ~150 MB). `import --max-members N` raises it.
+IMPORT_MAX_MEMBERS = 1 << 18
+
+
 @dataclass(frozen=True)
 class SeedMember:
     """Member `index` of generation `generation`, which a version-3 file names on top of

@@ -33,12 +33,8 @@ from seedledger.ledger.records import (
     missing_fingerprint,
 )
 from seedledger.ledger.seedfile import KeyFn, SeedFile, SeedMember, encode, read_seedfile
+from seedledger.ledger.seedformat import IMPORT_MAX_MEMBERS
 from seedledger.ledger.seedread import parse_seedfile
-
-# Members an import takes without being asked (~18 MB of SQLite ledger, a few seconds):
-# far more than a real run (500 generations x 30 = 15,000), far less than a file can
-# declare (2,097,152 members, ~150 MB). `import --max-members N` raises it.
-IMPORT_MAX_MEMBERS = 1 << 18
 
 
 def export_seedfile(

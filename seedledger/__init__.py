@@ -1,31 +1,64 @@
 """seedledger from Python: `import seedledger as sl`.
 
 The functions are engine.api's (the command line calls the same ones); see its docstring
-for how ledgers and references are named.
+for how ledgers and references are named. They are looked up on first use (PEP 562), so
+that the console script, which imports this package first, starts without the ledger's
+SQL stack or torch until a command needs them.
 """
 
-from seedledger.engine.api import (
-    DEFAULT_LEDGER,
-    evaluate,
-    export,
-    fork,
-    history,
-    history_frame,
-    import_seeds,
-    open_ledger,
-    rebuild,
-    rebuild_model,
-    rebuild_to,
-    resume,
-    train,
-    verify,
-)
-from seedledger.engine.evolve import evolve
-from seedledger.ledger import GenerationRecord, Ledger, RunInfo
-from seedledger.ledger.errors import SeedLedgerError
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from seedledger.engine.api import (
+        DEFAULT_LEDGER,
+        evaluate,
+        export,
+        fork,
+        history,
+        history_frame,
+        import_seeds,
+        open_ledger,
+        rebuild,
+        rebuild_model,
+        rebuild_to,
+        resume,
+        train,
+        verify,
+    )
+    from seedledger.engine.evolve import evolve
+    from seedledger.ledger import GenerationRecord, Ledger, RunInfo
+    from seedledger.ledger.errors import SeedLedgerError
+
+_API = "seedledger.engine.api"
+_WHERE = {
+    **dict.fromkeys(
+        ("DEFAULT_LEDGER", "evaluate", "export", "fork", "history", "history_frame", "import_seeds", "open_ledger",
+         "rebuild", "rebuild_model", "rebuild_to", "resume", "train", "verify"),
+        _API,
+    ),
+    "evolve": "seedledger.engine.evolve",
+    "GenerationRecord": "seedledger.ledger", "Ledger": "seedledger.ledger", "RunInfo": "seedledger.ledger",
+    "SeedLedgerError": "seedledger.ledger.errors",
+}
 
 __all__ = [
     "DEFAULT_LEDGER", "GenerationRecord", "Ledger", "RunInfo", "SeedLedgerError", "evaluate", "evolve", "export", "fork",
     "history", "history_frame", "import_seeds", "open_ledger", "rebuild", "rebuild_model", "rebuild_to",
     "resume", "train", "verify",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    where = _WHERE.get(name)
+    if where is None:
+        raise AttributeError(f"module 'seedledger' has no attribute {name!r}")
+    value = getattr(importlib.import_module(where), name)
+    globals()[name] = value  # looked up once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -18,7 +18,7 @@ from seedledger.engine.cli.app import (
     emit,
     open_ledger,
 )
-from seedledger.ledger.seedio import IMPORT_MAX_MEMBERS  # light: no torch
+from seedledger.ledger.seedformat import IMPORT_MAX_MEMBERS  # light: no SQL, no numpy
 
 
 @app.command()

@@ -21,7 +21,6 @@ from seedledger.engine.cli.app import (
     emit,
     open_ledger,
 )
-from seedledger.ledger.db import display_location
 
 Sets = Annotated[
     list[str] | None,
@@ -59,6 +58,7 @@ def _session(ledger: str, as_json: bool, body, create: bool = False) -> None:
     from seedledger.engine.runtime.fresh_ledger import removed_if_unused
     from seedledger.engine.runtime.interrupts import RunInterrupted, sigterm_raises
     from seedledger.engine.runtime.progress import TrainingProgress
+    from seedledger.ledger.db import display_location
 
     # under --json, stdout is the JSON document alone: log lines (provisioning) go to stderr
     quiet = contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext()

@@ -10,7 +10,6 @@ from typing import Any
 
 from seedledger.ledger import Ledger, RunInfo
 from seedledger.ledger.errors import SeedLedgerError
-from seedledger.replay import quant
 
 
 def _common_prefix(a: list, b: list) -> int:
@@ -112,6 +111,7 @@ def diff(ledger: Ledger, ref_a: str, ref_b: str, device: str = "cpu") -> dict[st
     import torch
 
     from seedledger.engine.refs import resolve_member
+    from seedledger.replay import quant
 
     (run_a, g_a, m_a), (run_b, g_b, m_b) = resolve_member(ledger, ref_a), resolve_member(ledger, ref_b)
     a = (run_a, g_a if m_a is None else g_a - 1)

@@ -18,7 +18,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-from seedledger.engine.config import MODULE_MODELS
 from seedledger.engine.runtime.model_cache import _read_manifest, sha256_file
 from seedledger.engine.runtime.models import (
     ALIASES,
@@ -39,6 +38,9 @@ MODEL_FILES = ("config.json", "generation_config.json")  # hashed with the weigh
 def provenance(ref: str | os.PathLike[str] | None, model_dir: Path | None = None) -> dict[str, Any]:
     """The provenance of model `ref` (an alias or a local directory; `model_dir`: where it
     resolved, when the caller has it) as JSON-able data."""
+    # here, not at the top: the config imports torch, and `show` needs only `describe`
+    from seedledger.engine.config import MODULE_MODELS
+
     ref = str(ref) if ref is not None else DEFAULT_MODEL
     if ref.startswith(MODULE_MODELS):  # a torch.nn.Module's factory: its weights are the run's base anchor
         return {"source": "module", "model": ref}
