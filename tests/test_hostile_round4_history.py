@@ -47,3 +47,34 @@ def test_a_time_outside_utcs_years_is_one_line_and_writes_nothing(sender, tmp_pa
     assert line.endswith(f"r.seeds.history: bad {what} (out of range in UTC)")
     with sl.open_ledger(tmp_path / "l.db") as led:
         assert led.list_runs() == []
+
+
+def test_log_of_a_tiny_history_with_huge_payloads_is_quick_and_cut(sender, tmp_path):
+    """Item 6: a history whose events carry megabytes (14 MB of payload in a ~700 KB file,
+    300 events) made `log` run for minutes laying out table cells; now each event's line is
+    cut at a bound with a pointer to --json, and the table lists the latest events only."""
+    import json
+    import time
+
+    from seedledger.engine.cli.audit_render import CELL, MAX_ROWS, MORE
+
+    shutil.copy(sender / "r.seeds", tmp_path / "r.seeds")
+    big = list(range(1_800_000))  # ~14 MB of JSON, compressible within the reader's ratio bound
+
+    def edit(d: dict) -> None:
+        at = d["events"][-1]["at"]
+        d["events"] += [{"kind": "note", "at": at, "payload": {"i": i}} for i in range(300)]
+        d["events"].append({"kind": "planted", "at": at, "payload": {"numbers": big, "text": "x" * 100_000}})
+
+    historyforge.forge(sender / "r.seeds", sender / "r.seeds.history", tmp_path / "r.seeds.history", edit)
+    cli = Cli(tmp_path, "l.db")
+    cli.run("import", "r.seeds")
+    started = time.perf_counter()
+    out = cli.run("log", "r").stdout
+    assert time.perf_counter() - started < 30  # 775 s before
+    assert max(len(line) for line in out.splitlines()) < 2 * CELL
+    assert "numbers=[0, 1, 2, 3" in out and MORE.strip() in " ".join(out.split())
+    assert "earlier events not shown (--json lists all)" in out
+    assert out.count("  note  ") <= MAX_ROWS
+    full = json.loads(cli.run("log", "r", "--json").stdout)
+    assert full["events"][-1]["payload"]["numbers"] == big and len(full["events"]) > 300

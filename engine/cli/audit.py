@@ -109,9 +109,11 @@ def evaluations(ledger: Ledger, run: str) -> list[dict[str, Any]]:
             for e in ledger.events(run, "evaluation")]
 
 
-def run_log(ledger: Ledger, ref: str) -> dict[str, Any]:
+def run_log(ledger: Ledger, ref: str, *, strict: bool = True) -> dict[str, Any]:
     """A run's lineage generation by generation (inherited ones name their run), up to G
-    for `RUN@G`, read from the generation rows alone (`Ledger.summaries`)."""
+    for `RUN@G`, read from the generation rows alone (`Ledger.summaries`). `strict`: event
+    payloads as strict JSON (NaN as None), which walks all of them; the table, which shows
+    a bounded line of each, passes False."""
     from seedledger.engine.refs import resolve_ref
 
     info, upto = resolve_ref(ledger, ref)
@@ -125,11 +127,12 @@ def run_log(ledger: Ledger, ref: str) -> dict[str, Any]:
         for row in rows:
             if r.first <= row["generation"] <= r.last:
                 row["inputs"] = r.digest
-    held_out = {e["generation"]: e["mean"] for e in evaluations(ledger, run)}  # the latest per generation
+    held_out = {e["generation"]: e["mean"] for e in evaluations(ledger, run)  # the latest per generation
+                if isinstance(e["generation"], int)}
     for row in rows:
         row["held_out"] = held_out.get(row["generation"])
     events = [
-        {"at": e.at.isoformat(), "kind": e.kind, "payload": _strict(e.payload)}
+        {"at": e.at.isoformat(), "kind": e.kind, "payload": _strict(e.payload) if strict else e.payload}
         for e in ledger.events(run)
     ]
     return {"run": run_summary(ledger, info, summaries), "generations": rows, "events": events,

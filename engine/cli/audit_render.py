@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from rich.console import Console, Group, RenderableType
@@ -14,7 +15,9 @@ from seedledger.engine.cli.audit import FP_PREFIX
 # σ as applied: rounded to 12 significant bits (≈ 3.6 digits), so 6 show that 0.001 became
 # 0.000999928; `log` and `show` print it alike
 SIGMA = ".6g"
-MAX_ROWS = 100  # generations (log RUN) and members (show) a table lists; --json lists all
+MAX_ROWS = 100  # generations and events (log RUN) and members (show) a table lists; --json lists all
+CELL = 160  # characters of free text (an event's payload, a name) a table prints; --json gives all
+MORE = " … (--json shows all)"
 
 
 def _elided(what: str, hidden: int) -> Text:
@@ -37,8 +40,54 @@ def safe(data: Any) -> Any:
     return data
 
 
+def clip(text: str, limit: int = CELL) -> str:
+    """`text` cut to `limit` characters, saying where the rest is."""
+    return text if len(text) <= limit else text[:limit] + MORE
+
+
+def payload_text(payload: dict[str, Any], limit: int = CELL) -> str:
+    """An event's payload as `k=v, k=v` (each value as str() prints it), built piece by
+    piece and stopped once past `limit` characters: a payload of megabytes costs what the
+    line shows, never its size (a table cell of megabytes took rich minutes to lay out)."""
+    out: list[str] = []
+    size = 0
+    for piece in _pieces(payload, top=True):
+        out.append(piece[: limit + 1 - size])
+        size += len(out[-1])
+        if size > limit:
+            break
+    return clip("".join(out), limit)
+
+
+def _pieces(value: Any, top: bool = False) -> Iterator[str]:
+    """The text of `value` as str() writes it (`top`: a payload's `k=v, ...`), lazily."""
+    if isinstance(value, dict):
+        yield "" if top else "{"
+        for i, (k, v) in enumerate(value.items()):
+            yield ", " if i else ""
+            yield f"{k}=" if top else f"{_repr(k)}: "
+            yield from (_pieces(v) if not (top and isinstance(v, str)) else (v,))
+        yield "" if top else "}"
+    elif isinstance(value, list | tuple):
+        yield "["
+        for i, v in enumerate(value):
+            yield ", " if i else ""
+            yield from _pieces(v)
+        yield "]"
+    else:
+        yield _repr(value)
+
+
+def _repr(value: Any) -> str:
+    """repr(value), of a long string's start only (the line is cut anyway)."""
+    return repr(value[: CELL + 1] if isinstance(value, str) else value)
+
+
 def _f(x: float | None, fmt: str = ".3f") -> str:
-    return "–" if x is None else format(x, fmt)
+    """A number as `fmt` formats it; None as a dash, anything else (a payload's) as text."""
+    if x is None:
+        return "–"
+    return format(x, fmt) if isinstance(x, int | float) and not isinstance(x, bool) else clip(str(x))
 
 
 def _fp(fp: str | None) -> str:
@@ -54,15 +103,29 @@ def runs_table(rows: list[dict[str, Any]]) -> RenderableType:
         t.add_column(col, justify=just)
     for r in rows:
         best = "–" if r["best_reward"] is None else f"{r['best_reward']:.3f} @{r['best_generation']}"
-        t.add_row(r["name"], r["base_model"], str(r["generations"]), r["status"], best,
-                  r["parent"] or "")
+        t.add_row(clip(r["name"]), clip(r["base_model"]), str(r["generations"]), r["status"], best,
+                  clip(r["parent"] or ""))
     return t
 
 
+def log_shown(data: dict[str, Any]) -> dict[str, Any]:
+    """What the table of `log RUN` prints of its data, escaped (`safe`): the latest
+    MAX_ROWS generations and events, each event as its bounded line (`event_line`), so
+    that escaping and layout cost what is shown, whatever the payloads hold."""
+    events = data["events"]
+    shown = [{"at": e["at"], "kind": e["kind"], "line": event_line(e["kind"], e["payload"])}
+             for e in events[-MAX_ROWS:]]
+    return safe({**data, "generations": data["generations"][-MAX_ROWS:], "events": shown,
+                 "hidden": {"generations": max(len(data["generations"]) - MAX_ROWS, 0),
+                            "events": max(len(events) - MAX_ROWS, 0)}})
+
+
 def run_log_view(data: dict[str, Any]) -> RenderableType:
+    """`log RUN` as tables, from `audit.run_log`'s data (escaped and cut here: `log_shown`)."""
+    data = log_shown(data)
     run = data["run"]
-    title = f"{run['name']}  ({run['base_model']}, {run['status']}"
-    title += f", forked from {run['parent']})" if run["parent"] else ")"
+    title = f"{clip(run['name'])}  ({clip(run['base_model'])}, {run['status']}"
+    title += f", forked from {clip(run['parent'])})" if run["parent"] else ")"
     t = Table(title=title, title_justify="left")
     gens = data["generations"]
     evaluated = any(g.get("held_out") is not None for g in gens)  # a column only where scored
@@ -70,28 +133,37 @@ def run_log_view(data: dict[str, Any]) -> RenderableType:
                 "fingerprint", "sec"]:
         t.add_column(col, justify="left" if col in ("run", "fingerprint") else "right",
                      no_wrap=col == "fingerprint", min_width=FP_PREFIX if col == "fingerprint" else None)
-    for g in gens[-MAX_ROWS:]:  # the latest ones: where a long run is now
+    for g in gens:  # the latest ones: where a long run is now
         t.add_row(str(g["generation"]), g["run"], _f(g["reward_mean"]), _f(g["reward_max"]),
                   *([_f(g.get("held_out"))] if evaluated else []),
                   _f(g["lr"], ".4g"), _f(g["sigma"], SIGMA), _fp(g["fingerprint"]),
                   _f(g["seconds"], ".1f"))
     parts: list[RenderableType] = [t]
-    if len(gens) > MAX_ROWS:
-        parts.append(_elided("earlier generations", len(gens) - MAX_ROWS))
+    if data["hidden"]["generations"]:
+        parts.append(_elided("earlier generations", data["hidden"]["generations"]))
     if not data["generations"]:
         parts.append(Text("no generations committed yet"))
     parts += _input_ranges_view(data.get("inputs") or [])
     if data["events"]:
         ev = Table(title="events", title_justify="left", show_header=False, box=None)
         for e in data["events"]:
-            payload = ", ".join(f"{k}={v}" for k, v in e["payload"].items())
-            if e["kind"] == "evaluation":  # the figures, not every component
-                payload = _evaluation_line(e["payload"])
-            elif e["kind"] in _EVENT_LINES:  # a summary; `show` and --json give the whole record
-                payload = _EVENT_LINES[e["kind"]](e["payload"])
-            ev.add_row(e["at"][:19].replace("T", " "), e["kind"], payload)
+            ev.add_row(e["at"][:19].replace("T", " "), clip(e["kind"]), e["line"])
         parts.append(ev)
+    if data["hidden"]["events"]:
+        parts.append(_elided("earlier events", data["hidden"]["events"]))
     return Group(*parts)
+
+
+def event_line(kind: str, payload: dict[str, Any]) -> str:
+    """One event in `log`: a summary for the kinds that have one, else its payload; at most
+    CELL characters either way (`show` and --json give the whole record)."""
+    summary = _evaluation_line if kind == "evaluation" else _EVENT_LINES.get(kind)  # evaluation: the figures
+    if summary is not None:
+        try:
+            return clip(summary(payload))
+        except (TypeError, ValueError, KeyError, AttributeError):  # a payload of other types: as it is
+            pass
+    return payload_text(payload)
 
 
 def _inputs_line(p: dict[str, Any]) -> str:
@@ -104,7 +176,7 @@ def _accepted_line(p: dict[str, Any]) -> str:
     """An `inputs-accepted` event in `log`: the changes the session accepted."""
     from seedledger.ledger.provenance import short
 
-    changes = [c for c in p.get("changes") or [] if isinstance(c, dict)]
+    changes = [c for c in (p.get("changes") or [])[:8] if isinstance(c, dict)]  # the line shows a few
     return f"{p.get('session')} from generation {p.get('generation')}: " + "; ".join(
         f"{c.get('what')} {c.get('name')}: {short(c.get('before'))} -> {short(c.get('after'))}" for c in changes)
 
@@ -121,7 +193,7 @@ def _input_ranges_view(ranges: list[dict[str, Any]]) -> list[RenderableType]:
         if r["digest"] is None:
             lines.append(f"{span}: inputs not recorded")
         elif i and r["changes"]:
-            lines.append(f"{span} trained on changed inputs ({_fp(r['digest'])}): {'; '.join(r['changes'])}")
+            lines.append(clip(f"{span} trained on changed inputs ({_fp(r['digest'])}): {'; '.join(r['changes'][:8])}"))
     return [Text(line, style="bold") if "changed" in line else Text(line, style="dim") for line in lines]
 
 
@@ -224,11 +296,14 @@ def _evaluations_view(run: str, rows: list[dict[str, Any]]) -> RenderableType:
     for col in ["gen", "rows", "mean", "against", "its mean", "change ± s.e.", "better/worse", "by"]:
         t.add_column(col, justify="left" if col in ("against", "by") else "right")
     for e in rows[-MAX_ROWS:]:
-        c = e["change"] or {}
-        change = f"{c['mean']:+.4f} ± {c['stderr']:.4f}" if "mean" in c else "–"
-        t.add_row(str(e["generation"]), str(e["rows"]), _f(e["mean"], ".4f"), str(e["against"] or "–"),
+        c = e["change"] if isinstance(e["change"], dict) else {}
+        try:
+            change = f"{c['mean']:+.4f} ± {c['stderr']:.4f}" if "mean" in c else "–"
+        except (TypeError, ValueError, KeyError):  # not the numbers an evaluation records
+            change = "?"
+        t.add_row(clip(str(e["generation"])), clip(str(e["rows"])), _f(e["mean"], ".4f"), clip(str(e["against"] or "–")),
                   _f(e["against_mean"], ".4f"), change, f"{c.get('better', '–')}/{c.get('worse', '–')}",
-                  str(e["by"] or "–"))
+                  clip(str(e["by"] or "–")))
     return t
 
 

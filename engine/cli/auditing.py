@@ -36,14 +36,14 @@ def log(
     with open_ledger(ledger) as led:
         if graph:
             payload, view = audit.fork_graph(led), ar.graph_view
-        elif run:
-            payload, view = audit.run_log(led, run), ar.run_log_view
+        elif run:  # the table escapes and lays out only the lines it shows (ar.log_shown)
+            payload, view = audit.run_log(led, run, strict=as_json), ar.run_log_view
         else:
             payload, view = audit.list_runs(led), ar.runs_table
     if as_json:
         emit(payload, as_json)
     else:
-        ar.print_view(view(ar.safe(payload)))
+        ar.print_view(view(payload if view is ar.run_log_view else ar.safe(payload)))
 
 
 @app.command()
