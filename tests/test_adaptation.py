@@ -5,8 +5,6 @@ from __future__ import annotations
 import math
 import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +16,7 @@ from seedledger.replay.noise import round_coefficient
 from seedledger.trainers.adaptation import Hyperparameters, SigmaAdaptation, next_sigma, odd_share
 from seedledger.trainers.policy import make_policy
 from tests.support.configs import tiny_config
+from tests.support.runs import cli as seedledger
 
 ROOT = Path(__file__).resolve().parents[1]
 ADAPT = {"sigma": {"rate": 0.5, "target": 0.5}, "lr": "follow_sigma"}
@@ -74,15 +73,6 @@ def test_config_refuses_sigma_adaptation_without_pairs():
     with pytest.raises(SeedLedgerError, match="min"):
         validate({"population": 4, "adaptation": {"sigma": {"min": 1.0, "max": 0.1}}})
 
-
-def seedledger(*args: str, env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run(
-        [sys.executable, "-m", "seedledger.engine.cli", *args], cwd=ROOT, env=env or os.environ.copy(),
-        capture_output=True, text=True,
-    )
-    if check and proc.returncode != 0:
-        raise AssertionError(f"{args} exited {proc.returncode}: {proc.stderr[-2000:]}")
-    return proc
 
 
 @pytest.fixture(scope="module")

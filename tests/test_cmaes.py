@@ -4,8 +4,6 @@ an end-to-end run on `tiny` (kill-and-resume and fork equality)."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 
 import numpy as np
 import pytest
@@ -87,15 +85,3 @@ def test_run_records_and_verifies(reference):
     assert json.loads(_cli("verify", "ref", "--ledger", str(ledger_path), "--json").stdout)["ok"]
 
 
-@pytest.mark.slow
-def test_sigkill_then_resume_and_fork_reach_the_same_bits(reference, tmp_path):
-    ledger_path, fps = reference
-    crash = tmp_path / "crash.db"
-    cmd = ["train", str(_config(tmp_path, algorithm="cmaes", mirrored=True)), "--run", "c", "--ledger", str(crash)]
-    proc = _cli(*cmd, env=os.environ | {"SEEDLEDGER_FAILPOINT": "committed@2"}, check=False)
-    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
-    assert _fingerprints(crash, "c") == fps[:2]
-    _cli("resume", "c", "--ledger", str(crash))
-    assert _fingerprints(crash, "c") == fps
-    _cli("fork", "c@1", "--run", "f", "--generations", "2", "--ledger", str(crash))
-    assert _fingerprints(crash, "f") == fps

@@ -3,25 +3,17 @@ script: forking LM-MA-ES with another path layout is one line, exit 2, and leave
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 from seedledger.ledger import Ledger
+from tests.support.runs import cli as seedledger
 from tests.test_lmmaes_run import CONFIG
 
 ROOT = Path(__file__).resolve().parents[1]
-SEEDLEDGER = str(Path(sys.executable).with_name("seedledger"))
 
-
-def seedledger(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run([SEEDLEDGER, *map(str, args)], cwd=ROOT, capture_output=True, text=True)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"{args} exited {proc.returncode}: {proc.stderr[-2000:]}")
-    return proc
 
 
 @pytest.fixture(scope="module")

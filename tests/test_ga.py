@@ -5,8 +5,6 @@ seed file), survive SIGKILL + resume, and fork to the same bits."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 from pathlib import Path
 
 import numpy as np
@@ -203,18 +201,3 @@ def test_member_refs_refuse_what_does_not_exist(reference, tmp_path):
     assert not (tmp_path / "m").exists() and not (tmp_path / "m.seeds").exists()
 
 
-@pytest.mark.slow
-def test_sigkill_then_resume_and_fork_reach_the_same_bits(reference, tmp_path):
-    ledger_path, fps, cfg = reference
-    crash = tmp_path / "crash.db"
-    cmd = ["train", str(cfg), "--run", "c", "--ledger", str(crash)]
-    for point in ("member@2", "committed@2"):
-        proc = _cli(*cmd, env=os.environ | {"SEEDLEDGER_FAILPOINT": point}, check=False)
-        assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
-        done = _fingerprints(crash, "c")
-        assert done == fps[: len(done)]
-        cmd = ["resume", "c", "--ledger", str(crash)]
-    _cli(*cmd)
-    assert _fingerprints(crash, "c") == fps
-    _cli("fork", "c@1", "--run", "f", "--generations", "2", "--ledger", str(crash))
-    assert _fingerprints(crash, "f") == fps

@@ -30,7 +30,7 @@ from seedledger.replay.rebuild import apply_member, rebuild
 from seedledger.replay.update import OptimizerState, apply_step
 from seedledger.trainers.ga import BREEDING_SLOT, GA, GASpec, Sharing, breed
 from seedledger.trainers.optim import OptimizerSpec
-from tests.support.runs import cli, fingerprints, kill_train_and_resume
+from tests.support.runs import cli, fingerprints
 
 SHAPES = {"a": (6, 5), "b": (10,)}
 
@@ -291,15 +291,11 @@ def test_show_and_diff_name_survivors_and_children(ga_run):
     assert "members=[6×2]" in generation and "noise=[2×6]" in generation
 
 
-@pytest.mark.slow
-def test_sigkill_then_resume_and_forks_reach_the_same_bits(ga_run):
-    """Resume replays the offsets from the records; a fork with fewer survivors drops the
-    worst, and LM-MA-ES refuses to read a GA's offsets as its evolution paths."""
+def test_a_fork_with_fewer_survivors_drops_the_worst_and_lmmaes_refuses_the_offsets(ga_run):
+    """A fork with fewer survivors drops the worst, and LM-MA-ES refuses to read a GA's
+    offsets as its evolution paths. (Resume and same-settings forks replay the offsets:
+    tests/test_lifecycle.py[Adapter-ga+survivors].)"""
     tmp = ga_run
-    fps = fingerprints(tmp / "g.db", "g")
-    kill_train_and_resume(tmp / "ga.yaml", tmp / "crash.db", fps, failpoint="member@3")
-    cli("fork", "c@1", "--run", "f", "--generations", "2", "--ledger", tmp / "crash.db")
-    assert fingerprints(tmp / "crash.db", "f") == fps
     shutil.copy(tmp / "g.db", tmp / "forks.db")
     cli("fork", "g@2", "--run", "two", "--generations", "1", "--set", "ga.survivors=2", "--ledger", tmp / "forks.db")
     with Ledger.open(str(tmp / "forks.db")) as led:

@@ -16,7 +16,7 @@ from seedledger.replay.adapter import member_adapter, peft_adapter
 from seedledger.replay.fingerprint import fingerprint
 from seedledger.replay.noise import round_coefficient
 from seedledger.replay.rebuild import rebuild
-from tests.support.runs import cli, fingerprints, kill_train_and_resume
+from tests.support.runs import cli, fingerprints
 
 CONFIG = {
     "model": "tiny",
@@ -71,19 +71,6 @@ def test_the_run_records_the_paths_rule_verifies_and_rebuilds(lm_run):
     out = cli("rebuild", tmp / "l.seeds", "-o", tmp / "from-seeds", "--json")
     assert fps[-1] in out.stdout
     assert fingerprint(master) == fps[1]
-
-
-def test_sigkill_then_resume_from_an_anchor_and_fork_reach_the_same_bits(lm_run):
-    """The crashed run saves anchors (master and every path): resume starts from the one at
-    generation 2, and a fork of c@1 replays the paths from the records alone."""
-    tmp = lm_run
-    fps = fingerprints(tmp / "l.db", "l")
-    (tmp / "anchored.yaml").write_text(yaml.safe_dump(CONFIG | {"anchor_every": 1}))
-    kill_train_and_resume(tmp / "anchored.yaml", tmp / "crash.db", fps, failpoint="member@3")
-    with Ledger.open(str(tmp / "crash.db")) as led:
-        assert [a.generation for a in led.anchors("c")][:2] == [1, 2]
-    cli("fork", "c@1", "--run", "f", "--generations", "2", "--ledger", tmp / "crash.db")
-    assert fingerprints(tmp / "crash.db", "f") == fps
 
 
 @pytest.mark.parametrize(("change", "says"), [

@@ -29,7 +29,7 @@ from seedledger.replay.adapter import (
 from seedledger.replay.perturbation import Perturbation
 from tests.support.runs import cli as _cli
 from tests.support.runs import fingerprints as _fingerprints
-from tests.support.runs import kill_train_and_resume, rebuilt_from_ledger_and_seed_file
+from tests.support.runs import rebuilt_from_ledger_and_seed_file
 
 SIGMA = noise.round_coefficient(0.05)  # large enough that members really differ on `tiny`
 PROMPTS = [
@@ -281,17 +281,6 @@ def test_run_records_the_adapter_and_verifies(reference, tiny_model_dir):
             rebuild(led, "ref", 1, {})
 
 
-def test_sigkill_then_resume_reaches_the_same_fingerprints(reference, tmp_path):
-    _, fps, _ = reference
-    ledger_path = tmp_path / "crash.db"
-    cmd = ["train", str(_config(tmp_path)), "--run", "c", "--ledger", str(ledger_path), "--json"]
-    proc = _cli(*cmd, env=os.environ | {"SEEDLEDGER_FAILPOINT": "member@2"}, check=False)
-    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
-    assert _fingerprints(ledger_path, "c") == fps[:1]
-    assert json.loads(_cli("resume", "c", "--ledger", str(ledger_path), "--json").stdout)["latest_generation"] == 3
-    assert _fingerprints(ledger_path, "c") == fps
-
-
 def test_fork_continues_the_adapter_and_refuses_another(reference, tmp_path):
     ledger_path, fps, _ = reference
     with Ledger.open(str(ledger_path)) as led:
@@ -385,9 +374,9 @@ def test_warm_start_from_a_peft_directory(reference, tmp_path):
     assert "fingerprint" in proc.stderr
 
 
-def test_cmaes_run_on_the_adapter_moves_verifies_and_resumes_after_sigkill(tmp_path):
+def test_cmaes_run_on_the_adapter_moves_and_records_its_ranking(tmp_path):
     """`algorithm: cmaes` with `train: lora`: the CMA mean is the adapter (population 4,
-    two generations); a SIGKILL in generation 2, then `resume`, reaches the same bits."""
+    two generations). Resume, fork and seed file: tests/test_lifecycle.py[Adapter-cmaes]."""
     config = _config(tmp_path, "cmaes-lora", algorithm="cmaes", generations=2, max_new_tokens=4)
     ref = tmp_path / "ref.db"
     with Ledger.open(str(ref)) as led:
@@ -405,8 +394,6 @@ def test_cmaes_run_on_the_adapter_moves_verifies_and_resumes_after_sigkill(tmp_p
             assert sorted(rec.extra["cmaes"]["ranking"]) == [0, 1, 2, 3]
         report = verify_ref(led, "ref")
         assert report["ok"] and report["fingerprint"] == fps[-1], report
-
-    kill_train_and_resume(config, tmp_path / "crash.db", fps)
 
 
 # ----------------------------------------------------------------------------- an int8 base

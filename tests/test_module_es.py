@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 from pathlib import Path
 
@@ -15,8 +14,7 @@ import torch
 import yaml
 
 import seedledger as sl
-
-SEEDLEDGER = str(Path(sys.executable).with_name("seedledger"))
+from tests.support.runs import cli as seedledger
 
 TOY = '''
 import torch
@@ -40,13 +38,6 @@ def toy(tmp_path) -> tuple[str, str]:
     path.write_text(TOY)
     return f"module:{path}:mlp", f"fitness:{path}:fit"
 
-
-def seedledger(*args: str, env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run([SEEDLEDGER, *map(str, args)], capture_output=True, text=True,
-                          env=os.environ | (env or {}))
-    if check and proc.returncode != 0:
-        raise AssertionError(f"{args} exited {proc.returncode}: {proc.stderr[-2000:]}")
-    return proc
 
 
 def fingerprints(ledger, run: str) -> list[str]:
@@ -115,7 +106,7 @@ def test_resume_after_sigkill_reaches_the_same_fingerprints(tmp_path, toy):
     whole, killed = tmp_path / "whole.db", tmp_path / "killed.db"
     seedledger("train", config, "--run", "t", "--ledger", whole)
     proc = seedledger("train", config, "--run", "t", "--ledger", killed,
-                      env={"SEEDLEDGER_FAILPOINT": "committed@2"}, check=False)
+                      env=os.environ | {"SEEDLEDGER_FAILPOINT": "committed@2"}, check=False)
     assert proc.returncode == -signal.SIGKILL
     refused = seedledger("resume", "t", "--ledger", killed, check=False)
     assert refused.returncode == 2 and "--trust-code" in refused.stderr and model in refused.stderr

@@ -7,19 +7,16 @@ from __future__ import annotations
 
 import copy
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 import seedledger as sl
+from tests.support.runs import cli as seedledger
 
 pytest.importorskip("gymnasium")
 
-SEEDLEDGER = str(Path(sys.executable).with_name("seedledger"))
 POLICY = """import torch
 
 def cartpole():
@@ -36,12 +33,6 @@ def policies(tmp_path) -> Path:
     path.write_text(POLICY)
     return path
 
-
-def seedledger(*args, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run([SEEDLEDGER, *map(str, args)], capture_output=True, text=True, env=dict(os.environ))
-    if check and proc.returncode != 0:
-        raise AssertionError(f"{args} exited {proc.returncode}: {proc.stderr[-2000:]}")
-    return proc
 
 
 def members(obs: int, act: int, count: int) -> list[torch.nn.Module]:

@@ -6,25 +6,17 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from seedledger.ledger import Ledger
 from tests.support.configs import tiny_config
+from tests.support.runs import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 ARGS = ["--population", "4", "--rounds", "3", "--interval", "1", "--rows", "2", "--name", "p"]
 
-
-def cli(*args: str, env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "seedledger.engine.cli", *args], cwd=ROOT, capture_output=True,
-                          text=True, env=env or os.environ.copy())
-    if check and proc.returncode != 0:
-        raise AssertionError(f"{args} exited {proc.returncode}: {proc.stderr[-2000:]}")
-    return proc
 
 
 def history(db: Path) -> dict:

@@ -28,7 +28,6 @@ from tests.support.int8_runs import (
     fork_refuses_another_kind,
 )
 from tests.support.runs import fingerprints as _fingerprints
-from tests.support.runs import kill_train_and_resume
 
 TARGETS = ("q_proj", "v_proj", "down_proj")
 CONFIG = {
@@ -257,14 +256,6 @@ def test_run_trains_the_codes_and_verifies(reference):
         r, q = state.buffers[RESIDUAL][n], master[n]
         clamped = ((q == 127) & (r > 0)) | ((q == -127) & (r < 0))
         assert bool((r.abs() <= master[quant.scale_name(n)].view(-1, 1) / 2)[~clamped].all())
-
-
-def test_sigkill_then_resume_reaches_the_same_fingerprints(reference, tmp_path):
-    """Killed in generation 2 (replayed from the base) and in generation 3 (resumed from the
-    anchor at 2, which must hold the residual)."""
-    _, fps, _, _ = reference
-    kill_train_and_resume(_config(tmp_path, anchor_every=2), tmp_path / "crash.db", fps)
-    kill_train_and_resume(_config(tmp_path, anchor_every=2), tmp_path / "crash3.db", fps, failpoint="member@3")
 
 
 def test_anchors_hold_the_residual(reference):

@@ -28,7 +28,6 @@ from tests.support.int8_runs import (
 )
 from tests.support.runs import cli as _cli
 from tests.support.runs import fingerprints as _fingerprints
-from tests.support.runs import kill_train_and_resume
 
 TARGETS = ("q_proj", "v_proj", "down_proj")
 CONFIG = {
@@ -238,11 +237,6 @@ def test_run_trains_the_scales_and_verifies(reference, tiny_model_dir):
     assert all(torch.equal(master[n], base[n]) for n in codes)  # the codes never move
     assert all(not torch.equal(master[quant.scale_name(n)], base[quant.scale_name(n)]) for n in codes)
     assert all(torch.equal(master[n], base[n]) for n in master if not n.endswith(("_scale",)) and n not in codes)
-
-
-def test_sigkill_then_resume_reaches_the_same_fingerprints(reference, tmp_path):
-    _, fps, _, _ = reference
-    kill_train_and_resume(_config(tmp_path, anchor_every=2), tmp_path / "crash.db", fps)
 
 
 def test_fork_continues_the_scales_and_refuses_another_kind(reference):

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,9 +15,9 @@ import yaml
 from seedledger.ledger import Ledger
 from tests.support import ledgerforge
 from tests.support.configs import tiny_config
+from tests.support.runs import cli as seedledger
 
 ROOT = Path(__file__).resolve().parents[1]
-SEEDLEDGER = str(Path(sys.executable).with_name("seedledger"))
 LR = 0.01
 STUDY = {
     "config": "tiny.yaml", "study": "s", "trials": 1, "objective": {"rows": 2, "every": 0},
@@ -34,12 +33,6 @@ def f(prompts, completions, **columns):
     return [0.0] * len(completions)
 """
 
-
-def seedledger(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run([SEEDLEDGER, *args], cwd=ROOT, capture_output=True, text=True)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"{args} exited {proc.returncode}: {proc.stderr[-2000:]}")
-    return proc
 
 
 def refused(proc: subprocess.CompletedProcess, *words: str) -> None:

@@ -18,6 +18,7 @@ import yaml
 from seedledger.ledger import Ledger
 from seedledger.ledger.errors import SeedLedgerError
 from tests.support.configs import tiny_config
+from tests.support.runs import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDY = {
@@ -34,12 +35,6 @@ STUDY = {
     },
 }
 
-
-def cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "seedledger.engine.cli", *args], cwd=ROOT, capture_output=True, text=True)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"{args} exited {proc.returncode}: {proc.stderr[-2000:]}")
-    return proc
 
 
 def write_study(tmp: Path, **changes) -> Path:

@@ -17,6 +17,7 @@ import importlib.metadata
 import logging
 import os
 import shutil
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,6 +66,11 @@ def quiet_hf_env() -> None:
         os.environ.setdefault(name, value)
     for name in QUIET_LOGGERS:
         logging.getLogger(name).setLevel(logging.ERROR)
+    if "transformers" in sys.modules and os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] == "1":
+        # imported before us (a notebook, a caller of the API): it read the switch at import
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
 
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
