@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cache
+from itertools import product
 from typing import Any
 
 from seedledger.ledger.errors import SeedLedgerError
@@ -53,6 +55,11 @@ def make_problem(rng: Rng, level: Level) -> dict[str, Any]:
     """One question ``a op b [op c]`` and its integer answer (no division)."""
     nums = [rng.randint(level.lo, level.hi) for _ in range(level.operands)]
     ops = [rng.choice(level.ops) for _ in range(level.operands - 1)]
+    return _problem(level, nums, ops)
+
+
+def _problem(level: Level, nums: list[int], ops: list[str]) -> dict[str, Any]:
+    """The problem drawn as ``nums`` and ``ops``."""
     if level.operands == 2 and ops[0] == "-" and nums[0] < nums[1]:
         nums.reverse()  # keep two-number differences non-negative
     if "*" in ops and level.operands == 2:
@@ -83,14 +90,32 @@ def generate(
     rng = Rng(data_seed, 0xA417, level, role)
     rows: list[dict[str, Any]] = []
     seen = set(exclude or ())
+    # A small level runs dry (level 1 has 900 questions; the default asks 2,000 training
+    # rows): once every question it can draw is seen, no further attempt adds a row, so the
+    # loop stops there instead of spending all 20·count attempts; the rows are the same.
+    left = len(_questions(LEVELS[level]) - seen) if _draws(LEVELS[level]) <= 2 * (count + len(seen)) else -1
     attempts = 0
-    while len(rows) < count and attempts < 20 * count:
+    while len(rows) < count and attempts < 20 * count and left != 0:
         attempts += 1
         row = make_problem(rng, LEVELS[level])
         if row["question"] not in seen:
             seen.add(row["question"])
             rows.append(row)
+            left -= 1
     return rows
+
+
+def _draws(level: Level) -> int:
+    """How many (numbers, operators) draws `make_problem` can make at `level`."""
+    return (level.hi - level.lo + 1) ** level.operands * len(level.ops) ** (level.operands - 1)
+
+
+@cache
+def _questions(level: Level) -> frozenset[str]:
+    """Every question `make_problem` can draw at `level` (all its draws enumerated)."""
+    numbers = product(range(level.lo, level.hi + 1), repeat=level.operands)
+    return frozenset(_problem(level, list(nums), list(ops))["question"]
+                     for nums in numbers for ops in product(level.ops, repeat=level.operands - 1))
 
 
 def prompt(row: dict[str, Any]) -> Messages:
