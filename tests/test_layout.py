@@ -160,8 +160,17 @@ def test_no_import_cycles(package):
 def test_the_wheel_installs_one_package(tmp_path):
     """`pip install seedledger` puts `seedledger` alone into site-packages (no top-level
     `engine` or `migrations` to collide with a user's project), with its data files."""
+    import shutil
+
+    source = tmp_path / "source"  # setuptools builds in the source's build/: a copy, not the checkout
+    listed = ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"]
+    files = subprocess.run(listed, cwd=ROOT, check=True, capture_output=True).stdout
+    for name in filter(None, files.decode().split("\0")):
+        if (ROOT / name).is_file():
+            (source / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, source / name)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                    "-w", str(tmp_path), str(ROOT)], check=True, capture_output=True)
+                    "-w", str(tmp_path), str(source)], check=True, capture_output=True)
     (wheel,) = tmp_path.glob("seedledger-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert {n.split("/")[0] for n in names} == {"seedledger", wheel.name.split("-py")[0] + ".dist-info"}

@@ -16,10 +16,11 @@ import subprocess
 import sys
 
 import pytest
-from test_cli_walkthrough import Cli, _cli
+from test_cli_walkthrough import Cli
 
 from seedledger.engine.runtime.pools import PoolFailure, ReplicaMismatch
 from seedledger.engine.runtime.pools.ray import actor_resources, assign, check_agreement
+from tests.support.cli import script
 
 TINY = [
     "model=tiny",
@@ -87,8 +88,9 @@ def local_run(tmp_path_factory):
     return _train(tmp_path_factory.mktemp("local"), [])
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def cluster():
+    """One local cluster for the module's tests that do not start their own."""
     ray = pytest.importorskip("ray")
     owned = not ray.is_initialized()
     if owned:
@@ -248,7 +250,7 @@ def test_the_console_script_joins_an_existing_cluster(head, local_run, tmp_path)
     _, ask, _ = head
     cli = _cli_on(head, tmp_path)
     proc = subprocess.Popen(  # as Cli.run, but the driver's pid is needed
-        [*_cli(), *TRAIN], cwd=tmp_path, env=cli.env,
+        [*script(), *TRAIN], cwd=tmp_path, env=cli.env,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     out, err = proc.communicate(timeout=600)
@@ -265,7 +267,7 @@ def test_a_diverging_replica_aborts_the_run_with_exit_1(head, tmp_path):
     from seedledger.ledger import Ledger
 
     cli = _cli_on(head, tmp_path, SEEDLEDGER_RAY_DIVERGE="1@2")
-    err = cli.run(*TRAIN, code=1).stderr
+    err = cli.run(*TRAIN, code=1, process=True).stderr  # the console script's exit status
     lines = [ln for ln in err.splitlines() if ln.strip()]
     assert len(lines) == 1 and "Traceback" not in err, err
     assert "worker 1" in lines[0] and "generation 2" in lines[0] and "disagree" in lines[0]

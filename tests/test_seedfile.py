@@ -307,7 +307,9 @@ def _import_or_refuse(led, path) -> None:
         assert "\n" not in str(exc)
         assert _state(led) == before
     else:
-        assert led.replay_history(info.name) is not None
+        steps = led.replay_history(info.name)  # what the file said, as replay will read it
+        assert [s.index for s in steps] == list(range(1, led.latest_generation(info.name) + 1))
+        assert all(len(s.keys) == len(s.coefficients) for s in steps)
         led.delete_run(info.name)
 
 
