@@ -319,8 +319,11 @@ def export(ref: str, path: str | os.PathLike[str], *, ledger: LedgerArg = None,
     file is replaced only with `force` (never a directory or a ledger). `with_history`
     also writes the lineage's rewards, batches and events to `PATH.history`
     (ledger.historyfile), which `import` restores; the report adds `history` and
-    `history_bytes`."""
+    `history_bytes`. A kill while the files are published leaves a consistent pair
+    (ledger.seedio.export_seedfile; failpoints `export-staged`, `export-cleared`,
+    `export-seeds` at the exported generation)."""
     from seedledger.engine.refs import resolve_member
+    from seedledger.engine.runtime.failpoints import failpoint
     from seedledger.ledger.historyfile import companion
     from seedledger.ledger.seedio import export_seedfile
     from seedledger.replay.noise import member_key
@@ -330,7 +333,7 @@ def export(ref: str, path: str | os.PathLike[str], *, ledger: LedgerArg = None,
     with ledger_for_call(ledger) as led:
         info, gen, member = resolve_member(led, ref)
         export_seedfile(led, info.name, gen, output, key_fn=member_key, force=force, member=member,
-                        history=history)
+                        history=history, step=lambda point: failpoint(point, gen))
     report: dict[str, Any] = {"run": info.name, "generation": gen}
     if member is not None:
         report["member"] = member

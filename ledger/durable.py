@@ -138,6 +138,16 @@ def write_file_durably(dest: Path, data: bytes, force: bool = False) -> None:
     fsynced, then renamed over `dest` and the directory fsynced. `check_file_target` runs
     first and again just before the rename (for anything that appeared meanwhile). A write
     that fails (a full disk) removes the temporary file and raises one line."""
+    tmp = stage_file(dest, data, force)
+    try:
+        publish_file(tmp, dest, force)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def stage_file(dest: Path, data: bytes, force: bool = False) -> Path:
+    """`data` in a temporary file beside `dest`, fsynced, not yet published (`publish_file`
+    renames it; the caller removes it if it never does). `check_file_target` runs first."""
     check_file_target(dest, force)
     try:
         fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.")
@@ -149,9 +159,26 @@ def write_file_durably(dest: Path, data: bytes, force: bool = False) -> None:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
+    except OSError as exc:  # e.g. a full disk
+        Path(tmp).unlink(missing_ok=True)
+        raise write_error(f"-o {dest}", exc) from None
+    return Path(tmp)
+
+
+def publish_file(tmp: Path, dest: Path, force: bool = False) -> None:
+    """Rename staged `tmp` over `dest` (checked again first) and fsync the directory."""
+    try:
         check_file_target(dest, force)
         replace_durably(tmp, dest)
-    except OSError as exc:  # e.g. a full disk
+    except OSError as exc:
         raise write_error(f"-o {dest}", exc) from None
-    finally:
-        Path(tmp).unlink(missing_ok=True)
+
+
+def remove_durably(path: Path) -> None:
+    """Unlink `path` if it is there, and fsync its directory: the removal reaches the disk
+    before whatever the caller publishes next."""
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        return
+    fsync_dir(path.parent)

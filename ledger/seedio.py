@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from seedledger.ledger import historyfile
-from seedledger.ledger.durable import check_file_target, write_file_durably
+from seedledger.ledger.durable import check_file_target, publish_file, remove_durably, stage_file
 from seedledger.ledger.errors import SeedLedgerError
 from seedledger.ledger.historyfile import History, companion, read_history
 from seedledger.ledger.ledger import Ledger
@@ -47,6 +47,7 @@ def export_seedfile(
     force: bool = False,
     member: int | None = None,
     history: str | os.PathLike[str] | None = None,
+    step: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Write `run@g` (default latest) and its lineage to `path`; returns the header. With
     `member`, the file names `run@g#member` instead: the lineage up to g - 1 and that
@@ -56,10 +57,12 @@ def export_seedfile(
     seed file.
 
     Pass `key_fn=replay.noise.member_key` for compact files (keys stored as indices).
-    Each file is written atomically; an existing file is replaced only with `force`, and a
-    directory or a ledger (any SQLite database) never (`durable.check_file_target`). A
-    forced export without `history` removes the companion an earlier export left at
-    `path`, which described the file it replaces.
+    An existing file is replaced only with `force`, and a directory or a ledger (any SQLite
+    database) never (`durable.check_file_target`). Two files cannot be renamed at once, so
+    the pair is published in an order whose every prefix leaves a consistent pair on disk
+    (`_publish`): a kill at any point leaves the old pair, the old or new seed file alone,
+    or the new pair, never a history beside a seed file it was not written for. `step`
+    (tests: engine.runtime.failpoints) is called at each point of that order.
     """
     info = ledger.get_run(run)
     g = ledger.latest_generation(run) if g is None else g
@@ -75,18 +78,41 @@ def export_seedfile(
     header, data = encode(info, upto, segments, segment_runs, records, key_fn, entry,
                           base_provenance=base_provenance(ledger, run),
                           inputs=exported_inputs(ledger, run, upto))
-    replacing = Path(path).is_file()
+    companion_data = None
     if history is not None:
-        check_file_target(Path(path), force)  # before either file is written
+        check_file_target(Path(path), force)  # before either file is staged
         companion_data = historyfile.encode(parse_seedfile(data, key_fn=key_fn), records,
                                             lineage_events(ledger, run, upto))
-        write_file_durably(Path(history), companion_data, force)
-    write_file_durably(Path(path), data, force)
-    if history is None and replacing:  # the replaced file's history would now be refused on import
-        stale = historyfile.companion(path)
-        if stale.is_file():
-            stale.unlink()
+    _publish(Path(path), data, None if history is None else (Path(history), companion_data), force,
+             step or (lambda _point: None))
     return header
+
+
+def _publish(path: Path, data: bytes, history: tuple[Path, bytes] | None, force: bool,
+             step: Callable[[str], None]) -> None:
+    """Stage both files, then: remove the history now beside `path` (it describes the file
+    being replaced) and the one at the new history's place, publish the seed file, then
+    the history. Every state between is a consistent pair (`export_seedfile`)."""
+    staged: list[Path] = []
+    if history is None:  # the seed file's companion would describe another file
+        check_file_target(companion(path), force)
+    try:
+        staged.append(stage_file(path, data, force))
+        if history is not None:
+            staged.append(stage_file(history[0], history[1], force))
+        step("export-staged")
+        if force:  # an earlier export's history: it was written for the file being replaced
+            remove_durably(companion(path))
+        if history is not None:
+            remove_durably(history[0])
+        step("export-cleared")
+        publish_file(staged[0], path, force)
+        step("export-seeds")
+        if history is not None:
+            publish_file(staged[1], history[0], force=True)  # cleared above: a new file in its place
+    finally:
+        for tmp in staged:
+            tmp.unlink(missing_ok=True)
 
 
 def lineage_events(ledger: Ledger, run: str, upto: int) -> list[EventInfo]:

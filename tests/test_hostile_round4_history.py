@@ -1,10 +1,14 @@
-"""Issue 46, round 4 (history files): times out of range are one line (item 11). One
+"""Issue 46, round 4 (history files): times out of range are one line (item 11), `log`
+of huge payloads is quick and cut (item 6), a kill while `export --force` publishes leaves
+a consistent pair (item 10). One
 trained `tiny` ledger, evaluated and exported with its history, is shared by the module;
 hostile history files are forged as their author would (tests.support.historyforge)."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 from pathlib import Path
 
 import pytest
@@ -12,6 +16,7 @@ from test_cli_walkthrough import Cli
 
 import seedledger as sl
 from tests.support import historyforge
+from tests.support.cli import seedledger
 from tests.support.configs import TINY
 
 pytestmark = pytest.mark.slow
@@ -78,3 +83,39 @@ def test_log_of_a_tiny_history_with_huge_payloads_is_quick_and_cut(sender, tmp_p
     assert out.count("  note  ") <= MAX_ROWS
     full = json.loads(cli.run("log", "r", "--json").stdout)
     assert full["events"][-1]["payload"]["numbers"] == big and len(full["events"]) > 300
+
+
+@pytest.mark.parametrize(("point", "with_history", "left"), [
+    ("export-staged", True, "old pair"),
+    ("export-cleared", True, "old seed file"),
+    ("export-seeds", True, "new seed file"),
+    ("export-seeds", False, "new seed file"),
+])
+def test_a_kill_while_export_force_publishes_leaves_a_consistent_pair(sender, tmp_path, point, with_history, left):
+    """Item 10: SIGKILL at each point of `export --force` (with and without --with-history)
+    over an earlier export with its history. Two files cannot be renamed at once, so the
+    stale history goes first: whatever is left imports, with the history written for it."""
+    out = tmp_path / "out.seeds"
+    sl.export("r@1", out, ledger=sender / "l.db", with_history=True)  # the pair being replaced
+    args = ["export", "r", "-o", out, "--force", "--ledger", sender / "l.db", *(["--with-history"] * with_history)]
+    killed = seedledger(args, cwd=tmp_path, env=os.environ | {"SEEDLEDGER_FAILPOINT": f"{point}@2"})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    report = sl.import_seeds(out, "x", ledger=tmp_path / "x.db")  # never "written for another seed file"
+    generation, history = {"old pair": (1, True), "old seed file": (1, False), "new seed file": (2, False)}[left]
+    assert report["latest_generation"] == generation and ("history" in report) == history
+    done = seedledger(args, cwd=tmp_path)  # and the export, run again, completes the new pair
+    assert done.returncode == 0, done.stderr
+    again = sl.import_seeds(out, "y", ledger=tmp_path / "x.db")
+    assert again["latest_generation"] == 2 and again.get("history") == (f"{out}.history" if with_history else None)
+
+
+def test_an_export_never_pairs_a_seed_file_with_a_history_written_for_another(sender, tmp_path):
+    """Item 10: an export without history over no file, beside a history left there, would
+    publish a pair that import refuses: refused unless --force, which removes the history."""
+    (tmp_path / "o.seeds.history").write_text("an earlier export's")
+    line = Cli(sender, "l.db").bad("export", "r", "-o", str(tmp_path / "o.seeds"))
+    assert line == f"error: -o {tmp_path / 'o.seeds.history'}: exists; pass --force to replace it"
+    assert not (tmp_path / "o.seeds").exists()
+    Cli(sender, "l.db").run("export", "r", "-o", str(tmp_path / "o.seeds"), "--force")
+    assert not (tmp_path / "o.seeds.history").exists()
+    assert sl.import_seeds(tmp_path / "o.seeds", ledger=tmp_path / "x.db")["latest_generation"] == 2
