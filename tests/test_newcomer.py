@@ -8,6 +8,7 @@ path the user gave, and the hint after an interrupted module run.
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import pytest
@@ -76,3 +77,51 @@ def test_rows_beyond_the_test_split_are_refused_before_any_model_loads(tmp_path)
                   "--set", "evaluation.every=1", "--set", "evaluation.rows=64")
     assert line.startswith("error: evaluation.rows: rows 0..63 are beyond the task's 6 test rows"), line
     assert [r["name"] for r in sh.json("log")] == ["jsonl"]
+
+
+# -- 2: the quick look's run name -------------------------------------------------------------
+
+
+def _console_block(path: Path, heading: str) -> list[list[str]]:
+    """The `$ ` commands of the first console block under `heading`, as argv (comments
+    dropped; `> FILE` kept as two words)."""
+    section = path.read_text(encoding="utf-8").split(heading, 1)[1]
+    block = section.split("```console\n", 1)[1].split("\n```", 1)[0]
+    return [shlex.split(line[2:], comments=True) for line in block.splitlines() if line.startswith("$ ")]
+
+
+def _run_line(sh: Shell, argv: list[str]) -> None:
+    assert argv[0] == "seedledger", argv
+    if ">" in argv:
+        at = argv.index(">")
+        sh.write(argv[at + 1], *argv[1:at])
+    else:
+        sh.run(*argv[1:])
+
+
+def test_the_quick_look_and_the_real_run_have_their_own_names(tmp_path):
+    """The user's commands: the quick look took the name `jsonl`, so the real model's
+    `train` must say the name belongs to another model, and not suggest resuming it."""
+    sh = Shell(tmp_path)
+    _opposites(sh)
+    sh.run("train", "jsonl.yaml", "--set", "model=tiny", "--set", "generations=1")
+    line = sh.bad("train", "jsonl.yaml")
+    assert line == ("error: run 'jsonl' exists and trains tiny, not smollm2-135m-instruct: pick another "
+                    "--run (e.g. --run jsonl-smollm2-135m-instruct)")
+    assert "resume" not in line
+    # the same model: `resume` is the way on
+    assert "`seedledger resume jsonl` or pick another --run" in sh.bad("train", "jsonl.yaml", "--set", "model=tiny")
+
+
+def test_the_own_data_recipe_runs_as_printed(tmp_path, smollm2_dir):
+    """docs/data.md's console block in a fresh directory, each line as printed; only the
+    SmolLM2 run is cut to one generation (the test's time, not the user's)."""
+    sh = Shell(tmp_path)
+    lines = _console_block(DATA_MD, "## A 30-row file, start to finish")
+    assert ["seedledger", "train", "jsonl.yaml"] in lines
+    for argv in lines:
+        _run_line(sh, argv + ["--generations", "1"] if argv == ["seedledger", "train", "jsonl.yaml"] else argv)
+    runs = {r["name"]: r for r in sh.json("log")}
+    assert {n: r["base_model"] for n, r in runs.items()} == {"jsonl-tiny": "tiny", "jsonl": "smollm2-135m-instruct"}
+    events = [e for e in sh.json("log", "jsonl")["events"] if e["kind"] == "evaluation"]
+    assert [e["payload"]["rows"] for e in events] == [6]

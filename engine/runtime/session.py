@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
+import re
 import socket
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -182,6 +183,15 @@ def _restored(ledger: Ledger, lease, cfg: TrainConfig, model_dir: Path, base_of:
     return pool
 
 
+def _exists(run: RunInfo, cfg: TrainConfig) -> str:
+    """Why a new run cannot take `run`'s name, and what to do: `resume` only continues the
+    same model (a quick look on `tiny` is not the real model's run)."""
+    if run.base_model == cfg.model:
+        return f"run {run.name!r} exists: `seedledger resume {run.name}` or pick another --run"
+    return (f"run {run.name!r} exists and trains {run.base_model}, not {cfg.model}: pick another --run "
+            f"(e.g. --run {run.name}-{re.sub(r'[^A-Za-z0-9_.-]+', '-', Path(cfg.model).name)})")
+
+
 def start(
     ledger: Ledger,
     config: str | os.PathLike[str] | dict | None,
@@ -201,7 +211,7 @@ def start(
         name = check_run_name(run_name or (Path(config).stem if config else "run"))
     check_device(cfg.device)
     if ledger.has_run(name):
-        raise SeedLedgerError(f"run {name!r} exists: `seedledger resume {name}` or pick another --run")
+        raise SeedLedgerError(_exists(ledger.get_run(name), cfg))
     try:
         cfg, model_dir = _configured(cfg)  # before the run exists: a setting that cannot work is exit 2
         cfg = _batched(adapters.resolve(cfg), model_dir)
