@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit, prange, uint64
-from numba.typed import List
 
 BLOCK = 4096  # elements per parallel work item (multiple of 4); 16 KiB fp32 scratch
 PARALLEL_MIN = 1 << 16  # below this a tensor is done on the calling thread
@@ -314,17 +313,6 @@ def generate_many(keys, kxs, out, table):
         _generate_block(keys[m], kxs[m], 0, out[m], table, w - m * nb)
 
 
-def lowrank_work_items(rows: list[int], cols: list[int], block: int) -> tuple[np.ndarray, np.ndarray]:
-    """(tensor index, first row) of every work item of ``lowrank_apply_many``, in order."""
-    work_t, work_o = [], []
-    for t, (r, c) in enumerate(zip(rows, cols, strict=True)):
-        if r and c:
-            starts = range(0, r, max(1, block // c))
-            work_t += [t] * len(starts)
-            work_o += starts
-    return np.array(work_t, dtype=np.int64), np.array(work_o, dtype=np.int64)
-
-
 @njit(inline="always", **_OPTS)
 def _perturb_block(out, master, key, kx, scale, table, b):
     start = b * BLOCK
@@ -378,20 +366,4 @@ def fingerprint_many(bits, salt0, salt1, work_t, work_s):
     for w in range(nw):
         out[work_t[w], 0] += acc[w, 0]
         out[work_t[w], 1] += acc[w, 1]
-    return out
-
-
-def work_items(sizes: list[int]) -> tuple[np.ndarray, np.ndarray]:
-    """(tensor index, block start) for every BLOCK of every tensor, in order."""
-    counts = [(n + BLOCK - 1) // BLOCK for n in sizes]
-    work_t = np.repeat(np.arange(len(sizes), dtype=np.int64), counts)
-    work_s = np.concatenate([np.arange(c, dtype=np.int64) * BLOCK for c in counts] or [np.zeros(0, np.int64)])
-    return work_t, work_s.astype(np.int64)
-
-
-def typed_list(arrays: list[np.ndarray]) -> List:
-    """A numba typed list (one compiled signature for any number of tensors)."""
-    out = List()
-    for a in arrays:
-        out.append(a)
     return out

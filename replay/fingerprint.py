@@ -36,6 +36,7 @@ def _bits_np(t: torch.Tensor) -> np.ndarray:
 def all_lanes(master: Mapping[str, torch.Tensor]) -> dict[str, tuple[int, int]]:
     """Lanes of every tensor; CPU tensors of one element width share one parallel call."""
     from . import _cpu_kernels as k
+    from ._cpu_args import typed_list, work_items
 
     out: dict[str, tuple[int, int]] = {}
     groups: dict[int, list[str]] = {}
@@ -46,8 +47,8 @@ def all_lanes(master: Mapping[str, torch.Tensor]) -> dict[str, tuple[int, int]]:
             out[name] = ref.fingerprint_lanes_ref(t.contiguous())
     for names in groups.values():
         bits = [_bits_np(master[n]) for n in names]
-        work_t, work_s = k.work_items([b.shape[0] for b in bits])
-        lanes = k.fingerprint_many(k.typed_list(bits), np.uint64(ref.FP_SALTS[0]), np.uint64(ref.FP_SALTS[1]), work_t, work_s)
+        work_t, work_s = work_items([b.shape[0] for b in bits])
+        lanes = k.fingerprint_many(typed_list(bits), np.uint64(ref.FP_SALTS[0]), np.uint64(ref.FP_SALTS[1]), work_t, work_s)
         out |= {n: (int(lanes[i, 0]), int(lanes[i, 1])) for i, n in enumerate(names)}
     return out
 

@@ -93,20 +93,21 @@ def _apply_fast(items: list[Item], member_keys: list[int], s: list[float], rule:
                 rank: int) -> None:
     """Every CPU tensor in one parallel numba call (work item = a block of whole rows)."""
     from . import _cpu_kernels as k
+    from ._cpu_args import lowrank_work_items, typed_list
 
     thetas = [theta.detach().view(-1).numpy() for _, theta, _ in items]
     bufs = [[b.detach().view(-1).numpy() for b in bs] for _, _, bs in items]
     rows = [theta.shape[0] for _, theta, _ in items]
     cols = [theta.shape[1] for _, theta, _ in items]
-    work_t, work_o = k.lowrank_work_items(rows, cols, k.LOWRANK_BLOCK)
+    work_t, work_o = lowrank_work_items(rows, cols, k.LOWRANK_BLOCK)
     if work_t.shape[0] == 0:
         return
     k.lowrank_apply_many(
-        k.typed_list(thetas), np.array(rows, dtype=np.int64), np.array(cols, dtype=np.int64),
+        typed_list(thetas), np.array(rows, dtype=np.int64), np.array(cols, dtype=np.int64),
         key_table(member_keys, [n for n, _, _ in items]), np.array(s, dtype=np.float32), rank, TABLE_NP, rule,
         np.array(scal or [0.0], dtype=np.float32),
-        k.typed_list([b[0] if b else t for b, t in zip(bufs, thetas, strict=True)]),
-        k.typed_list([b[1] if len(b) > 1 else t for b, t in zip(bufs, thetas, strict=True)]), work_t, work_o,
+        typed_list([b[0] if b else t for b, t in zip(bufs, thetas, strict=True)]),
+        typed_list([b[1] if len(b) > 1 else t for b, t in zip(bufs, thetas, strict=True)]), work_t, work_o,
         k.LOWRANK_BLOCK, k.LOWRANK_SCRATCH,
     )
 

@@ -90,6 +90,7 @@ def apply_triton(items: list, coefs: Sequence[float], rule: int, scal: Sequence[
 def apply_fast(items: list, coefs: Sequence[float], rule: int, scal: Sequence[float]) -> None:
     """All CPU tensors of one generation in a single parallel numba call."""
     from .. import _cpu_kernels as k
+    from .._cpu_args import typed_list, work_items
 
     thetas = [theta.detach().view(-1).numpy() for theta, _, _ in items]
     bufs = [[b.detach().view(-1).numpy() for b in bs] for _, _, bs in items]
@@ -97,12 +98,12 @@ def apply_fast(items: list, coefs: Sequence[float], rule: int, scal: Sequence[fl
     buf2s = [b[1] if len(b) > 1 else t for b, t in zip(bufs, thetas, strict=True)]
     keys = np.array([tk for _, tk, _ in items], dtype=np.uint64).reshape(len(items), len(coefs))
     kxs = np.array([[noise_xkey(x) for x in tk] for _, tk, _ in items], dtype=np.uint64).reshape(keys.shape)
-    work_t, work_s = k.work_items([t.shape[0] for t in thetas])
+    work_t, work_s = work_items([t.shape[0] for t in thetas])
     if work_t.shape[0] == 0:
         return
     k.apply_many(
-        k.typed_list(thetas), keys, kxs, np.array(coefs, dtype=np.float32), TABLE_NP, rule,
-        np.array(scal or [0.0], dtype=np.float32), k.typed_list(buf1s), k.typed_list(buf2s), work_t, work_s,
+        typed_list(thetas), keys, kxs, np.array(coefs, dtype=np.float32), TABLE_NP, rule,
+        np.array(scal or [0.0], dtype=np.float32), typed_list(buf1s), typed_list(buf2s), work_t, work_s,
     )
 
 
