@@ -9,10 +9,17 @@ from __future__ import annotations
 
 import json
 import shlex
+import signal
+import sqlite3
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
+import yaml
 from test_cli_walkthrough import ROOT, Cli, _env
+
+from tests.support.cli import script
 
 pytestmark = pytest.mark.slow
 
@@ -125,3 +132,63 @@ def test_the_own_data_recipe_runs_as_printed(tmp_path, smollm2_dir):
     assert {n: r["base_model"] for n, r in runs.items()} == {"jsonl-tiny": "tiny", "jsonl": "smollm2-135m-instruct"}
     events = [e for e in sh.json("log", "jsonl")["events"] if e["kind"] == "evaluation"]
     assert [e["payload"]["rows"] for e in events] == [6]
+
+
+# -- 4: the hint after Ctrl-C on a module run ---------------------------------------------------
+
+SLOW_TOY = """
+import time
+
+import torch
+
+
+def line():
+    return torch.nn.Linear(2, 1)
+
+
+def fit(model):
+    time.sleep(0.05)  # slow enough to be interrupted mid-run
+    with torch.no_grad():
+        return -float(model(torch.ones(1, 2)).square().sum())
+"""
+
+
+def _status(db: Path, run: str) -> str | None:
+    """`run`'s status in `db`, read-only (None: no such ledger or run yet)."""
+    if not db.exists():
+        return None
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
+    try:
+        row = con.execute("SELECT status FROM runs WHERE name = ?", (run,)).fetchone()
+    except sqlite3.OperationalError:  # the ledger is still being created
+        return None
+    finally:
+        con.close()
+    return row[0] if row else None
+
+
+def test_the_hint_after_ctrl_c_on_a_module_run_resumes_it(tmp_path):
+    """Ctrl-C on `train cp.yaml --run cp --ledger cli.db` of a module run: the command the
+    line names runs as printed (a module run's stored factory needs --trust-code)."""
+    (tmp_path / "toy.py").write_text(SLOW_TOY)
+    (tmp_path / "cp.yaml").write_text(yaml.safe_dump(
+        {"model": "module:toy.py:line", "task": "fitness:toy.py:fit", "population": 4, "generations": 10_000}))
+    sh = Shell(tmp_path)
+    proc = subprocess.Popen([*script(), "train", "cp.yaml", "--run", "cp", "--ledger", "cli.db"], cwd=tmp_path,
+                            env=sh.env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 240
+        while _status(tmp_path / "cli.db", "cp") != "training":
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    line = err.strip().splitlines()[-1]
+    assert proc.returncode == 130, err
+    assert line.endswith("; continue with `seedledger resume cp --trust-code --ledger cli.db`"), line
+    hinted = shlex.split(line.split("`")[-2])
+    assert sh.json(*hinted[1:], "--generations", "1")["run"] == "cp"

@@ -58,25 +58,37 @@ def _session(ledger: str, as_json: bool, body, create: bool = False) -> None:
     from seedledger.engine.runtime.fresh_ledger import removed_if_unused
     from seedledger.engine.runtime.interrupts import RunInterrupted, sigterm_raises
     from seedledger.engine.runtime.progress import TrainingProgress
-    from seedledger.ledger.db import display_location
 
     # under --json, stdout is the JSON document alone: log lines (provisioning) go to stderr
     quiet = contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext()
     # a ledger this command creates is removed again if it fails before a run exists
     fresh = removed_if_unused(ledger or DEFAULT_LEDGER) if create else contextlib.nullcontext()
-    try:
-        with sigterm_raises(), quiet, fresh, open_ledger(ledger, create=create) as led, \
-                TrainingProgress(enabled=not as_json) as progress:
+    with sigterm_raises(), quiet, fresh, open_ledger(ledger, create=create) as led, \
+            TrainingProgress(enabled=not as_json) as progress:
+        try:
             result = body(led, progress.hooks())
-    except RunInterrupted as exc:
-        if exc.run is not None:
-            implied = ("", DEFAULT_LEDGER, os.environ.get("SEEDLEDGER_DB"))  # what `resume` finds alone
-            where = "" if ledger in implied else f" --ledger {shlex.quote(display_location(ledger))}"
-            exc.args = (f"{exc}; continue with `seedledger resume {exc.run}{where}`",)
-        raise
+        except RunInterrupted as exc:
+            if exc.run is not None:
+                exc.args = (f"{exc}; continue with `{_resume_command(led, exc.run, ledger)}`",)
+            raise
     if not as_json and progress.rows:
         progress.console.print(progress.summary())
     emit(_session_payload(result), as_json, f"run {result.run.name}: fingerprint {result.fingerprint}")
+
+
+def _resume_command(led, run: str, ledger: str) -> str:
+    """The `resume` that continues `run` as it stands: `--trust-code` where its stored
+    config names code (a module run's factory, reward code), `--ledger` unless implied."""
+    from seedledger.engine.runtime.stored_code import stored_code
+    from seedledger.ledger.db import display_location
+
+    implied = ("", DEFAULT_LEDGER, os.environ.get("SEEDLEDGER_DB"))  # what `resume` finds alone
+    where = "" if ledger in implied else f" --ledger {shlex.quote(display_location(ledger))}"
+    try:
+        trust = " --trust-code" if stored_code(led.get_run(run).config) else ""
+    except Exception:  # the hint must not hide the interrupt
+        trust = ""
+    return f"seedledger resume {run}{trust}{where}"
 
 
 @app.command()
