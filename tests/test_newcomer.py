@@ -134,6 +134,21 @@ def test_the_own_data_recipe_runs_as_printed(tmp_path, smollm2_dir):
     assert [e["payload"]["rows"] for e in events] == [6]
 
 
+# -- 5: a directory given as the dataset ------------------------------------------------------
+
+
+def test_a_directory_given_as_the_dataset_is_named_as_one(tmp_path):
+    sh = Shell(tmp_path)
+    _opposites(sh)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "opposites.jsonl").rename(tmp_path / "data" / "opposites.jsonl")
+    for given in (["--set", "task.path=data"], ["--set", "task=jsonl:data"]):
+        line = sh.bad("train", "jsonl.yaml", "--set", "model=tiny", *given)
+        assert line == (f"error: {tmp_path / 'data'}: a directory, not a dataset file: name one .jsonl or "
+                        ".parquet file (it holds opposites.jsonl)"), line
+    assert not (tmp_path / "seedledger.db").exists()
+
+
 # -- 4: the hint after Ctrl-C on a module run ---------------------------------------------------
 
 SLOW_TOY = """

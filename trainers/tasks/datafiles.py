@@ -15,6 +15,8 @@ from typing import Any
 
 from seedledger.ledger.errors import SeedLedgerError
 
+DATA_SUFFIXES = (".jsonl", ".json", ".ndjson", ".parquet", ".pq")
+
 Check = Callable[[Any], Any]
 """Converts a cell to the expected type, or raises ValueError with what was expected."""
 
@@ -22,6 +24,10 @@ Check = Callable[[Any], Any]
 def read_rows(path: str | Path) -> list[dict[str, Any]]:
     """All rows of a ``.jsonl``/``.json``/``.parquet`` file as dicts."""
     p = Path(path)
+    if p.is_dir():
+        inside = sorted(f.name for f in p.iterdir() if f.suffix.lower() in DATA_SUFFIXES)
+        named = f" (it holds {', '.join(inside[:3])}{', ...' if len(inside) > 3 else ''})" if inside else ""
+        raise SeedLedgerError(f"{p}: a directory, not a dataset file: name one .jsonl or .parquet file{named}")
     if not p.is_file():
         raise SeedLedgerError(f"{p}: no such dataset file")
     suffix = p.suffix.lower()
