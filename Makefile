@@ -68,7 +68,7 @@ postgres:
 test: $(STAMP) sandbox postgres
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
-	PYTHONPATH=$(INT8_PATH) $(BIN)/python -m pytest -q -p no:cacheprovider -m int8 tests/test_lora.py
+	PYTHONPATH=$(INT8_PATH) $(BIN)/python -m pytest -q -p no:cacheprovider -m int8 tests/test_lora_int8.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
