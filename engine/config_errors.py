@@ -4,6 +4,7 @@ mistyped key. Kept apart from engine.config so the schema reads as a schema."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any, get_args
 
@@ -28,7 +29,7 @@ def _describe(err: dict[str, Any], source: str, overrides: Sequence[str], root: 
     reason = err["msg"].removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":
         reason = "unknown key" + did_you_mean(str(path[-1]), _keys_at(root, path[:-1]))
-    blame = _blame(where, overrides) or source
+    blame = (_blame(where, overrides) if where else _blame_named(reason, overrides)) or source
     return f"{blame}: {where}: {reason}" if where else f"{blame}: {reason}"
 
 
@@ -42,6 +43,16 @@ def _blame(where: str, overrides: Sequence[str]) -> str | None:
     for item in reversed(overrides):
         key = item.partition("=")[0].strip()
         if where and (key == where or where.startswith(key + ".") or key.startswith(where + ".")):
+            return f"--set {item}"
+    return None
+
+
+def _blame_named(reason: str, overrides: Sequence[str]) -> str | None:
+    """For a rule between keys (no one field's error): the last `--set` whose key the
+    message names ("population must be even when mirrored" after `--set population=5`)."""
+    for item in reversed(overrides):
+        key = item.partition("=")[0].strip()
+        if key and re.search(rf"(?<![\w.]){re.escape(key)}(?![\w])", reason):
             return f"--set {item}"
     return None
 

@@ -149,6 +149,19 @@ def test_a_directory_given_as_the_dataset_is_named_as_one(tmp_path):
     assert not (tmp_path / "seedledger.db").exists()
 
 
+# -- 7: a rule between keys blames the --set that broke it ----------------------------------
+
+
+def test_a_rule_between_keys_names_the_set_that_broke_it(tmp_path):
+    sh = Shell(tmp_path)
+    sh.write("q.yaml", "example", "quickstart")
+    line = sh.bad("train", "q.yaml", "--set", "population=5")
+    assert line == "error: --set population=5: population must be even when mirrored (got 5)"
+    config = yaml.safe_load((tmp_path / "q.yaml").read_text())
+    (tmp_path / "odd.yaml").write_text(yaml.safe_dump({**config, "population": 5}))
+    assert sh.bad("train", "odd.yaml").startswith("error: odd.yaml: population must be even when mirrored")
+
+
 # -- 4: the hint after Ctrl-C on a module run ---------------------------------------------------
 
 SLOW_TOY = """
