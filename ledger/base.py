@@ -159,12 +159,14 @@ class LedgerBase:
         self._event(conn, run_id, *event)
         return conn.execute(select(Run).where(Run.id == run_id)).one()
 
-    def _event(self, conn: Connection, run_id: int | None, kind: str, payload: dict,
-               at: datetime | None = None) -> None:
-        """Record an event, now unless `at` says when (an import keeping the sender's times)."""
+    def _event(self, conn: Connection, run_id: int | None, kind: str, payload: dict, *,
+               origin: str | None = None, sent_at: datetime | None = None) -> None:
+        """Record an event now; an imported one with the `origin` it came with and the time
+        its sender recorded it (`sent_at`), so that it never reads as this ledger's own."""
         conn.execute(
             insert(Event).values(
-                run_id=run_id, at=rows.utc(at) if at else rows.now(), kind=kind, payload=codec.dumps(payload)
+                run_id=run_id, at=rows.now(), kind=kind, payload=codec.dumps(payload), origin=origin,
+                sent_at=None if sent_at is None else rows.utc(sent_at),
             )
         )
 

@@ -57,20 +57,23 @@ class CommitsMixin(IntegrityMixin):
         *,
         event: dict[str, Any] | None = None,
         trail: Sequence[tuple[str, dict[str, Any], datetime | None]] = (),
+        origin: str | None = None,
         keep_times: bool = False,
         **fields: Any,
     ) -> RunInfo:
         """Create a run and commit its generations 1..n in ONE transaction (seed-file import),
-        given its RunSpec or the RunSpec's fields as keywords; `trail`: (kind, payload, at)
-        events the file brought (its sessions' `inputs`, or a history file's events),
-        written after the import event, at `at` when given. `keep_times`: each generation
-        keeps its record's `committed_at` (a history file's), else it is committed now."""
+        given its RunSpec or the RunSpec's fields as keywords; `trail`: (kind, payload,
+        sent_at) events the file brought (its sessions' `inputs`, or a history file's
+        events), written after the import event as imported ones: marked with `origin` (the
+        file's digest), recorded now, the sender's time beside. `keep_times`: each
+        generation keeps its record's `committed_at` (a history file's), else it is
+        committed now."""
         spec = run_spec(spec, fields)
         grows = [rows.generation_row(0, r, r.committed_at if keep_times else None) for r in records]
         with self.transaction() as conn:
             row = self._create_run(conn, name, spec, None, "imported", ("import", event or {}))
-            for kind, payload, at in trail:
-                self._event(conn, row.id, kind, payload, at)
+            for kind, payload, sent_at in trail:
+                self._event(conn, row.id, kind, payload, origin=origin or "", sent_at=sent_at)
             for rec, grow in zip(records, grows, strict=True):
                 self._insert_generation(conn, name, row, rec, grow)
             return self._info(conn, row)

@@ -74,6 +74,7 @@ MAX_ENTRIES = 256  # timings, or reward components of a member
 MAX_EVENTS = 1 << 20
 MAX_KIND = 64  # events.kind
 MAX_TIME = 64
+IMPORT_MARKS = ("imported_from", "source_run")  # what ledger.seedio's import adds to a generation's `extra`
 
 
 @dataclass(frozen=True)
@@ -91,8 +92,11 @@ class GenerationHistory:
 
     @classmethod
     def of(cls, r: GenerationRecord) -> GenerationHistory:
+        """The history of record `r`, without what an import added to its `extra` (the next
+        import adds its own), so that an imported history exports again at its size."""
+        extra = {k: v for k, v in (r.extra or {}).items() if k not in IMPORT_MARKS}
         return cls(r.index, [m.reward for m in r.members], [dict(m.components or {}) for m in r.members],
-                   list(r.batch_indices or []), dict(r.timings or {}), dict(r.extra or {}),
+                   list(r.batch_indices or []), dict(r.timings or {}), extra,
                    r.committed_at.isoformat() if r.committed_at else None)
 
     def to_json(self) -> dict[str, Any]:
@@ -148,7 +152,7 @@ def encode(sf: SeedFile, records: list[GenerationRecord], events: list[EventInfo
         "generation": sf.generation,
         "seed_file": sf.digest,
         "generations": [GenerationHistory.of(r).to_json() for r in records],
-        "events": [HistoryEvent(e.kind, e.at.isoformat(), e.payload).to_json() for e in events],
+        "events": [HistoryEvent(e.kind, (e.sent_at or e.at).isoformat(), e.payload).to_json() for e in events],
     }
     try:
         _parse(doc, sf)

@@ -79,7 +79,7 @@ def inputs_along(ledger: Ledger, run: str, upto: int | None = None) -> list[tupl
     out: list[tuple[int, str, dict[str, Any]]] = []
     if info.parent is not None:
         out += inputs_along(ledger, info.parent[0], info.parent[1])
-    for e in ledger.events(run, INPUTS_EVENT):
+    for e in ledger.events(run, INPUTS_EVENT, imported=True):  # an imported run's sessions came with it
         start = e.payload.get("from_generation")
         if isinstance(start, int) and (upto is None or start < max(upto, 1)):
             out.append((start, run, e.payload))
@@ -108,7 +108,8 @@ def in_force(entries: list[tuple[int, str, dict[str, Any]]], g: int) -> dict[str
 
 def base_provenance(ledger: Ledger, run: str) -> dict[str, Any] | None:
     """The base model's provenance as the lineage recorded it: the first session's
-    `model`, or the one a seed file brought (`import` event), else None."""
+    `model`, or the one a seed file brought (`import` event), else None. This ledger's own
+    events only: an imported history's could say anything."""
     info = ledger.get_run(run)
     while info.parent is not None:
         info = ledger.get_run(info.parent[0])

@@ -130,13 +130,22 @@ class AnchorInfo:
 
 @dataclass
 class EventInfo:
-    """One audit-trail entry (resume, fork, verify, lease change, error...)."""
+    """One audit-trail entry (resume, fork, verify, lease change, error...). An imported one
+    (a history file's, or a seed file's sessions) names the seed file it came with
+    (`origin`, its digest) and when the sender recorded it (`sent_at`; `at` is when it was
+    imported): the sender's trail, never this ledger's own."""
 
     id: int
     run: str | None
     at: datetime
     kind: str
     payload: dict[str, Any]
+    origin: str | None = None
+    sent_at: datetime | None = None
+
+    @property
+    def imported(self) -> bool:
+        return self.origin is not None
 
 
 def missing_fingerprint(

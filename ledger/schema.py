@@ -146,6 +146,10 @@ class Event(Base):
     at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     kind: Mapped[str] = mapped_column(String(64))
     payload: Mapped[str] = mapped_column(Text)  # JSON
+    # an event an import brought (migration 0006): the digest of the seed file it came with,
+    # and when the sender's ledger recorded it (`at`: when it was imported). NULL: our own.
+    origin: Mapped[str | None] = mapped_column(String(64))
+    sent_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class Lease(Base):

@@ -119,12 +119,17 @@ def lineage_events(ledger: Ledger, run: str, upto: int) -> list[EventInfo]:
     """The events that travel with `run@upto`, in the order they happened: the sessions'
     `inputs` the seed file lists (ledger.provenance.inputs_along), every other event of
     `run` but those naming a later generation, and its ancestors' events that name a
-    generation of their segment of the lineage (evaluations, no-signal, resumes, ...)."""
+    generation of their segment of the lineage (evaluations, no-signal, resumes, ...).
+    Events an import brought travel again at their sender's time; the run's own `import`
+    event does not (the next import writes its own), so a history re-exported after an
+    import is no larger than the one imported (historyfile.GenerationHistory.of)."""
     sessions = [(name, payload) for _start, name, payload in inputs_along(ledger, run, upto)]
     out: list[EventInfo] = []
     for name, first, last in ledger.ancestors(run, upto):
-        for e in ledger.events(name):
+        for e in ledger.events(name, imported=True):
             g = _generation_named(e.payload)
+            if e.kind == "import" and not e.imported:
+                continue
             if e.kind == INPUTS_EVENT:
                 keep = (name, e.payload) in sessions
             elif name == run:
@@ -265,7 +270,7 @@ def import_seedfile(
     if sf.base_provenance is not None:  # what the base is travels on (ledger.provenance.base_provenance)
         event["base_provenance"] = sf.base_provenance
     return ledger.import_run(name, records, spec, event=event | _restored(hpath, past),
-                             trail=_trail(sf, past), keep_times=past is not None)
+                             trail=_trail(sf, past), origin=sf.digest, keep_times=past is not None)
 
 
 def _restored(path: Path, past: History | None) -> dict[str, Any]:
@@ -276,9 +281,9 @@ def _restored(path: Path, past: History | None) -> dict[str, Any]:
 
 
 def _trail(sf: SeedFile, past: History | None) -> list[tuple[str, dict[str, Any], datetime | None]]:
-    """The events an import writes after its own: the history's as the sender held them
-    (at the sender's times), else the sessions' inputs the seed file lists (marked with its
-    digest, recorded now); show, log and verify read them."""
+    """The events an import writes after its own, as imported ones (kind, payload, the
+    sender's time): the history's as the sender held them, else the sessions' inputs the
+    seed file lists (their payload also names its digest); show, log and verify read them."""
     if past is not None:
         return [(e.kind, e.payload, _when(e.at)) for e in past.events]
     return [(INPUTS_EVENT, {**e, "imported_from": sf.digest}, None) for e in sf.inputs]

@@ -69,14 +69,21 @@ class TrailMixin(LedgerBase):
             rid = self._run_row(conn, name).id if name is not None else None
             self._event(conn, rid, kind, payload)
 
-    def events(self, name: str | None = None, kind: str | None = None) -> list[EventInfo]:
+    def events(self, name: str | None = None, kind: str | None = None, *, imported: bool = False) -> list[EventInfo]:
+        """The audit trail (of run `name`, of `kind`), oldest first: this ledger's own events,
+        and with `imported` also those an import brought (`EventInfo.origin`), which are the
+        sender's account: whatever acts on an event (tune, pbt, a module run's base) reads
+        its own only; what shows or carries a lineage's history asks for both."""
         with self._read() as conn:
             q = select(Event, Run.name).join(Run, Run.id == Event.run_id, isouter=True)
             if name is not None:
                 q = q.where(Event.run_id == self._run_row(conn, name).id)
             if kind is not None:
                 q = q.where(Event.kind == kind)
+            if not imported:
+                q = q.where(Event.origin.is_(None))
             return [
-                EventInfo(e.id, e.name, rows.utc(e.at), e.kind, codec.loads(e.payload))
+                EventInfo(e.id, e.name, rows.utc(e.at), e.kind, codec.loads(e.payload), e.origin,
+                          None if e.sent_at is None else rows.utc(e.sent_at))
                 for e in conn.execute(q.order_by(Event.id))
             ]

@@ -50,10 +50,15 @@ def sender(tmp_path_factory) -> Path:
 
 def _normalized(log: dict) -> dict:
     """`log --json` without what the import itself makes: the run's status and creation
-    time, and its own event (generations and events keep the sender's times)."""
+    time, its own event, and the marks on the events it brought (imported now, at the
+    sender's time beside: `sent_at` stands for `at`); generations keep the sender's times."""
     log = json.loads(json.dumps(log))
     del log["run"]["status"], log["run"]["created_at"]
     log["events"] = [e for e in log["events"] if e["kind"] != "import"]
+    for e in log["events"]:
+        sent = e.pop("imported")
+        if sent is not None:
+            e["at"] = sent["sent_at"]
     return log
 
 
@@ -75,7 +80,8 @@ def test_a_seed_file_with_history_round_trips_log_show_plot_and_verify(sender):
     for key in ("batch_indices", "members", "reward", "timings", "seconds", "inputs", "fingerprint", "hyperparameters"):
         assert got[key] == sent[key], key
     assert {k: v for k, v in got["extra"].items() if k not in ("imported_from", "source_run")} == sent["extra"]
-    assert got["evaluations"] == sent["evaluations"] and got["committed_at"] == sent["committed_at"]
+    assert [{**e, "at": e["imported"]["sent_at"], "imported": None} for e in got["evaluations"]] == sent["evaluations"]
+    assert got["committed_at"] == sent["committed_at"]
     assert drawn and (sender / "r.png").stat().st_size > 1000
     kept = read_history(sender / "r.seeds.history", read_seedfile(sender / "r.seeds", key_fn=member_key))
     assert kept.generations[0].committed_at == sent["committed_at"]  # the file keeps the sender's times

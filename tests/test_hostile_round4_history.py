@@ -1,6 +1,7 @@
 """Issue 46, round 4 (history files): times out of range are one line (item 11), `log`
-of huge payloads is quick and cut (item 6), a kill while `export --force` publishes leaves
-a consistent pair (item 10). One
+of huge payloads is quick and cut (item 6), imported events are marked as the sender's
+(item 9), a history at the size limit exports again after its import (item 12), a kill
+while `export --force` publishes leaves a consistent pair (item 10). One
 trained `tiny` ledger, evaluated and exported with its history, is shared by the module;
 hostile history files are forged as their author would (tests.support.historyforge)."""
 
@@ -119,3 +120,68 @@ def test_an_export_never_pairs_a_seed_file_with_a_history_written_for_another(se
     Cli(sender, "l.db").run("export", "r", "-o", str(tmp_path / "o.seeds"), "--force")
     assert not (tmp_path / "o.seeds.history").exists()
     assert sl.import_seeds(tmp_path / "o.seeds", ledger=tmp_path / "x.db")["latest_generation"] == 2
+
+
+PLANTED = ["verify", "inputs-accepted", "lease-taken-over", "tune-trial", "pbt-score", "module"]
+SENT = "2001-02-03T04:05:06+00:00"
+
+
+def test_imported_events_are_the_senders_never_the_receivers_own(sender, tmp_path):
+    """Item 9: events a history brings are marked with the seed file they came with and
+    recorded at the importer's time, the sender's beside it; whatever acts on events (tune,
+    pbt, a module run's base) never sees them, and `log` says whose they are."""
+    import json
+
+    from seedledger.engine.search import tunecheck
+    from seedledger.ledger.seedfile import read_seedfile
+    from seedledger.replay.noise import member_key
+
+    shutil.copy(sender / "r.seeds", tmp_path / "r.seeds")
+    payloads = {"verify": {"generation": 2, "ok": True}, "tune-trial": {"study": "s", "trial": 0},
+                "pbt-score": {"pbt": "p", "round": 0}, "module": {"parameters": [["w", [1 << 30], "float32"]]}}
+
+    def plant(d: dict) -> None:
+        d["events"] += [{"kind": kind, "at": SENT, "payload": payloads.get(kind, {"planted": True})} for kind in PLANTED]
+
+    historyforge.forge(sender / "r.seeds", sender / "r.seeds.history", tmp_path / "r.seeds.history", plant)
+    digest = read_seedfile(tmp_path / "r.seeds", key_fn=member_key).digest
+    cli = Cli(tmp_path, "l.db")
+    cli.run("import", "r.seeds")
+    with sl.open_ledger(tmp_path / "l.db") as led:
+        assert [e.kind for e in led.events("r")] == ["import"]  # the receiver's own trail
+        assert all(not led.events("r", kind) for kind in PLANTED)
+        assert tunecheck.trial_event(led, "r") is None
+        brought = [e for e in led.events("r", imported=True) if e.kind in PLANTED]
+        own_import = led.events("r", "import")[0]
+    assert [e.kind for e in brought] == PLANTED
+    assert all(e.origin == digest and e.sent_at.isoformat() == SENT and e.at >= own_import.at for e in brought)
+    log = json.loads(cli.run("log", "r", "--json").stdout)
+    marks = {e["kind"]: e["imported"] for e in log["events"]}
+    assert marks["import"] is None and marks["verify"] == {"from": digest, "sent_at": SENT}
+    table = " ".join(cli.run("log", "r").stdout.split())
+    assert f"[imported from {digest[:12]}…, sent 2001-02-03 04:05:06] generation=2, ok=True" in table
+
+
+def test_a_history_at_the_size_limit_exports_again_after_its_import(sender, tmp_path):
+    """Item 12: the import added its marks (the seed file's digest and source run on every
+    generation, its own event) and the history no longer fit its bound on export. What an
+    import adds does not travel again (the next import adds its own): the re-exported
+    history is the imported one, event for event and generation for generation."""
+    from seedledger.ledger import codec
+    from seedledger.ledger.historyfile import limit
+    from seedledger.ledger.seedfile import read_seedfile
+    from seedledger.replay.noise import member_key
+
+    shutil.copy(sender / "r.seeds", tmp_path / "r.seeds")
+    sf = read_seedfile(tmp_path / "r.seeds", key_fn=member_key)
+    d = historyforge.doc(sender / "r.seeds.history")
+    d["events"].append({"kind": "note", "at": SENT, "payload": {"pad": ""}})
+    room = limit(sf) - len(codec.dumps(d).encode()) - 16  # 16 bytes below the bound, as the encoder writes it
+    d["events"][-1]["payload"]["pad"] = os.urandom(room // 2).hex()  # compresses within the ratio bound
+    historyforge.write(tmp_path / "r.seeds.history", codec.dumps(d).encode(), sf.digest)
+    sl.import_seeds(tmp_path / "r.seeds", ledger=tmp_path / "l.db")
+    again = tmp_path / "again.seeds"
+    report = sl.export("r", again, ledger=tmp_path / "l.db", with_history=True)  # refused before: over the bound
+    back = historyforge.doc(Path(report["history"]))
+    assert back["events"] == d["events"] and back["generations"] == d["generations"]
+    assert sl.import_seeds(again, "twice", ledger=tmp_path / "l.db")["history"] == report["history"]

@@ -11,7 +11,7 @@ import math
 from typing import Any
 
 from seedledger.engine.cli.weight_diff import diff, recorded_fingerprint
-from seedledger.ledger import Ledger, RunInfo
+from seedledger.ledger import EventInfo, Ledger, RunInfo
 from seedledger.ledger.errors import SeedLedgerError
 from seedledger.ledger.provenance import base_provenance, in_force, input_ranges, inputs_along
 from seedledger.ledger.rows import wall_seconds
@@ -105,8 +105,17 @@ def evaluations(ledger: Ledger, run: str) -> list[dict[str, Any]]:
     """The run's held-out evaluations (`evaluation` events, engine.runtime.evaluation), oldest first."""
     keep = ("generation", "rows", "skip", "mean", "against", "against_mean", "change", "by")
     return [{"at": e.at.isoformat()} | {k: _strict(e.payload.get(k)) for k in keep}
-            | {"mean": _strict(e.payload.get("mean", e.payload.get("held_out_reward")))}  # older demos'
-            for e in ledger.events(run, "evaluation")]
+            | {"mean": _strict(e.payload.get("mean", e.payload.get("held_out_reward"))),  # older demos'
+               "imported": imported(e)}
+            for e in ledger.events(run, "evaluation", imported=True)]
+
+
+def imported(e: EventInfo) -> dict[str, Any] | None:
+    """Where an imported event came from (the seed file's digest) and when its sender
+    recorded it; None for this ledger's own (its `at` is when it was imported)."""
+    if not e.imported:
+        return None
+    return {"from": e.origin, "sent_at": e.sent_at.isoformat() if e.sent_at else None}
 
 
 def run_log(ledger: Ledger, ref: str, *, strict: bool = True) -> dict[str, Any]:
@@ -132,8 +141,9 @@ def run_log(ledger: Ledger, ref: str, *, strict: bool = True) -> dict[str, Any]:
     for row in rows:
         row["held_out"] = held_out.get(row["generation"])
     events = [
-        {"at": e.at.isoformat(), "kind": e.kind, "payload": _strict(e.payload) if strict else e.payload}
-        for e in ledger.events(run)
+        {"at": e.at.isoformat(), "kind": e.kind, "payload": _strict(e.payload) if strict else e.payload,
+         "imported": imported(e)}
+        for e in ledger.events(run, imported=True)
     ]
     return {"run": run_summary(ledger, info, summaries), "generations": rows, "events": events,
             "inputs": [r.to_json() for r in ranges]}

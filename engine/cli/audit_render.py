@@ -113,7 +113,7 @@ def log_shown(data: dict[str, Any]) -> dict[str, Any]:
     MAX_ROWS generations and events, each event as its bounded line (`event_line`), so
     that escaping and layout cost what is shown, whatever the payloads hold."""
     events = data["events"]
-    shown = [{"at": e["at"], "kind": e["kind"], "line": event_line(e["kind"], e["payload"])}
+    shown = [{"at": e["at"], "kind": e["kind"], "line": _sent(e.get("imported")) + event_line(e["kind"], e["payload"])}
              for e in events[-MAX_ROWS:]]
     return safe({**data, "generations": data["generations"][-MAX_ROWS:], "events": shown,
                  "hidden": {"generations": max(len(data["generations"]) - MAX_ROWS, 0),
@@ -152,6 +152,15 @@ def run_log_view(data: dict[str, Any]) -> RenderableType:
     if data["hidden"]["events"]:
         parts.append(_elided("earlier events", data["hidden"]["events"]))
     return Group(*parts)
+
+
+def _sent(imported: dict[str, Any] | None) -> str:
+    """Before an imported event's line: whose it is and when its sender recorded it (the
+    time column says when it was imported)."""
+    if imported is None:
+        return ""
+    sent = str(imported.get("sent_at") or "–")[:19].replace("T", " ")
+    return f"[imported from {_fp(imported.get('from'))}…, sent {sent}] "
 
 
 def event_line(kind: str, payload: dict[str, Any]) -> str:
@@ -303,7 +312,7 @@ def _evaluations_view(run: str, rows: list[dict[str, Any]]) -> RenderableType:
             change = "?"
         t.add_row(clip(str(e["generation"])), clip(str(e["rows"])), _f(e["mean"], ".4f"), clip(str(e["against"] or "–")),
                   _f(e["against_mean"], ".4f"), change, f"{c.get('better', '–')}/{c.get('worse', '–')}",
-                  clip(str(e["by"] or "–")))
+                  clip(str(e["by"] or "–")) + (" (imported)" if e.get("imported") else ""))
     return t
 
 

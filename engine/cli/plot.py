@@ -56,7 +56,7 @@ def held_out(ledger: Ledger, run: str) -> list[tuple[int, float]]:
     ledgers from before it hold `held_out_reward`), each with its comparison when that is
     a generation of the same run (the base: `RUN@0`), once per point."""
     out = set()
-    for event in ledger.events(run, "evaluation"):
+    for event in ledger.events(run, "evaluation", imported=True):  # an imported history's too
         p = event.payload
         points = [(p.get("generation"), p.get("mean", p.get("held_out_reward")))]
         against = p.get("against")
