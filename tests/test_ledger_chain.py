@@ -9,12 +9,12 @@ import subprocess
 
 import pytest
 import sqlalchemy as sa
-from test_cli_walkthrough import _cli
 from test_ledger_kit import fill, new_run, record
 
 from seedledger.ledger import Ledger, chain, migrate
 from seedledger.ledger.db import make_engine, to_url
 from seedledger.ledger.errors import ChainBroken
+from tests.support.cli import script
 from tests.support.ledgercopy import copy_rows
 
 
@@ -150,7 +150,7 @@ def test_migration_fills_the_chain_of_an_older_ledger(tmp_path, request, db):
 
 
 def _verify_quick(path, ref: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*_cli(), "verify", ref, "--quick", "--json", "--ledger", path],
+    return subprocess.run([*script(), "verify", ref, "--quick", "--json", "--ledger", path],
                           capture_output=True, text=True, timeout=120)
 
 

@@ -11,9 +11,10 @@ import subprocess
 
 import pytest
 import sqlalchemy as sa
-from test_cli_walkthrough import Cli, _cli
+from test_cli_walkthrough import Cli
 
 from seedledger.ledger import Ledger
+from tests.support.cli import script
 from tests.support.configs import tiny_config
 
 pytestmark = pytest.mark.slow
@@ -23,7 +24,7 @@ KILLED = (1, 4, 6)  # SIGKILLed right after committing generation 1, then resume
 
 
 def _start(cli: Cli, *args: str, env: dict | None = None) -> subprocess.Popen:
-    return subprocess.Popen([*_cli(), *args, "--json"], cwd=cli.workdir, env={**cli.env, **(env or {})},
+    return subprocess.Popen([*script(), *args, "--json"], cwd=cli.workdir, env={**cli.env, **(env or {})},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 

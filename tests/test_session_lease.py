@@ -9,10 +9,11 @@ import subprocess
 import time
 
 import pytest
-from test_cli_walkthrough import Cli, _cli
+from test_cli_walkthrough import Cli
 
 from seedledger.ledger import Ledger
 from seedledger.ledger.errors import RunNotFound, SeedLedgerError
+from tests.support.cli import script
 from tests.support.configs import tiny_config
 
 CONFIG = tiny_config(generations=1)
@@ -38,7 +39,7 @@ def test_a_second_resume_is_refused_before_it_loads_anything(tmp_path):
 
     with open(tmp_path / "first.out", "w") as out:
         first = subprocess.Popen(
-            [*_cli(), "resume", "r", "--generations", "100", "--json"],
+            [*script(), "resume", "r", "--generations", "100", "--json"],
             cwd=tmp_path, env=cli.env, stdout=out, stderr=subprocess.STDOUT,
         )
     try:

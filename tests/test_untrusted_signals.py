@@ -12,8 +12,9 @@ import time
 from pathlib import Path
 
 import pytest
-from test_cli_walkthrough import Cli, _cli
+from test_cli_walkthrough import Cli
 
+from tests.support.cli import script
 from tests.support.configs import tiny_config
 
 pytestmark = pytest.mark.slow
@@ -36,7 +37,7 @@ def _interrupt(cli: Cli, run: str, sig: signal.Signals, *args: str) -> tuple[int
     """Start `seedledger ARGS --json`, send `sig` once `run` is training, return (exit
     code, stderr lines)."""
     proc = subprocess.Popen(
-        [*_cli(), *args, "--json"], cwd=cli.workdir, env=cli.env, text=True,
+        [*script(), *args, "--json"], cwd=cli.workdir, env=cli.env, text=True,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )
     try:
