@@ -21,8 +21,8 @@ from seedledger.engine.rebuild.rebuilding import rebuild_ref, verify_ref
 from seedledger.engine.runtime import session
 from seedledger.engine.runtime.evaluation import compare, mean_reward
 from seedledger.engine.runtime.evaluator import Evaluator
-from seedledger.engine.runtime.heldout import held_out_rows
 from seedledger.engine.runtime.models import resolve_model
+from seedledger.engine.runtime.preflight import held_out_rows
 from seedledger.engine.runtime.progress import TrainingProgress
 from seedledger.ledger import Ledger
 from seedledger.ledger.errors import SeedLedgerError

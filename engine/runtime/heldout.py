@@ -8,37 +8,21 @@ against its recorded fingerprint); anything else is a rebuild from a kept copy o
 (anchors used when present).
 Decoding is greedy (`Evaluator.held_out_rewards`); rows are `rows` test rows after `skip`
 (a module run's: its task's held-out seeds, `Evaluator.held_out_scores`); `rows` None: the
-task's test rows, at most `DEFAULT_EVALUATION_ROWS` (`held_out_rows`, checked before the
-model loads).
+task's test rows, at most `DEFAULT_EVALUATION_ROWS` (`preflight.held_out_rows`, checked
+before the model loads).
 """
 
 from __future__ import annotations
 
 from seedledger.engine.config import TrainConfig
-from seedledger.engine.config_sections import DEFAULT_EVALUATION_ROWS
 from seedledger.engine.runtime.dirs import anchors_dir
 from seedledger.engine.runtime.evaluator import Evaluator, HeldOutScores, _mean
 from seedledger.engine.runtime.models import resolve_model
+from seedledger.engine.runtime.preflight import held_out_rows
 from seedledger.ledger import Ledger
-from seedledger.ledger.errors import SeedLedgerError, VerifyMismatch
+from seedledger.ledger.errors import VerifyMismatch
 from seedledger.replay import update
 from seedledger.trainers.tasks import load_task
-
-
-def held_out_rows(task, rows: int | None, skip: int = 0, owner: str = "objective") -> int:
-    """How many of `task`'s held-out rows after `skip` to score: `rows`, or by default
-    (None) all of them up to `DEFAULT_EVALUATION_ROWS`; SeedLedgerError when `rows` asks
-    for more than the task holds. Needs the task only, so it refuses before any model loads."""
-    available = task.held_out_size
-    if rows is None:
-        rows = max(1, min(DEFAULT_EVALUATION_ROWS, available - skip))
-    if skip + rows > available:
-        greedy = not task.scores_models
-        what, hint = ("test rows", "raise the task's test_size or ") if greedy else (f"held-out {task.held_out_unit}", "")
-        raise SeedLedgerError(
-            f"{owner}: rows {skip}..{skip + rows - 1} are beyond the task's {available} {what} ({hint}lower rows/skip)"
-        )
-    return rows
 
 
 class HeldOut:

@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 
 from seedledger.engine.config import TrainConfig
+from seedledger.engine.config_sections import DEFAULT_EVALUATION_ROWS
 from seedledger.engine.runtime import loggers
 from seedledger.engine.runtime.devices import check_device
 from seedledger.ledger.errors import SeedLedgerError
@@ -30,7 +31,6 @@ def check(cfg: TrainConfig, model_dir: Path) -> None:
         check_vllm(cfg, model_dir)
     loggers.check(cfg.report_to)  # a tracker's library, before the run that would mirror to it
     if cfg.evaluation.every is not None and cfg.evaluation.rows is not None:
-        from seedledger.engine.runtime.heldout import held_out_rows
         from seedledger.trainers.tasks import load_task
 
         held_out_rows(load_task(cfg.task, seed=cfg.seed), cfg.evaluation.rows, owner="evaluation.rows")
@@ -62,3 +62,19 @@ def head_dim(model_dir: Path) -> int | None:
     if isinstance(hidden, int) and isinstance(heads, int) and heads > 0:
         return hidden // heads
     return None
+
+
+def held_out_rows(task, rows: int | None, skip: int = 0, owner: str = "objective") -> int:
+    """How many of `task`'s held-out rows after `skip` to score: `rows`, or by default
+    (None) all of them up to `DEFAULT_EVALUATION_ROWS`; SeedLedgerError when `rows` asks
+    for more than the task holds. Needs the task only, so it refuses before any model loads."""
+    available = task.held_out_size
+    if rows is None:
+        rows = max(1, min(DEFAULT_EVALUATION_ROWS, available - skip))
+    if skip + rows > available:
+        greedy = not task.scores_models
+        what, hint = ("test rows", "raise the task's test_size or ") if greedy else (f"held-out {task.held_out_unit}", "")
+        raise SeedLedgerError(
+            f"{owner}: rows {skip}..{skip + rows - 1} are beyond the task's {available} {what} ({hint}lower rows/skip)"
+        )
+    return rows

@@ -65,7 +65,7 @@ def _event(ledger: Ledger, run: str, kind: str, **match: Any) -> dict | None:
 
 def _rows(cfg, rows: int | None, skip: int) -> int:
     """The held-out rows every round scores, as a number (the recorded settings compare it)."""
-    from seedledger.engine.runtime.heldout import held_out_rows
+    from seedledger.engine.runtime.preflight import held_out_rows
     from seedledger.trainers.tasks import load_task
 
     return held_out_rows(load_task(cfg.task, seed=cfg.seed), rows, skip, owner="pbt")
