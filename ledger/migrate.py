@@ -14,6 +14,7 @@ create or upgrade the same ledger at once take turns instead of failing.
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import sqlite3
 from collections.abc import Iterator
@@ -22,15 +23,17 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from alembic import command
-from alembic.config import Config
-from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, inspect, text
 from sqlalchemy.exc import DBAPIError
 
 from seedledger.ledger.db import display_location, driver_error, make_engine, sqlite_path, to_url
 from seedledger.ledger.errors import SeedLedgerError
+
+if TYPE_CHECKING:
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
 
 
 @dataclass
@@ -73,6 +76,8 @@ def _script_location() -> str:
 
 
 def alembic_config(url: str | None = None) -> Config:
+    from alembic.config import Config
+
     cfg = Config()
     cfg.set_main_option("script_location", _script_location())
     if url:
@@ -82,13 +87,38 @@ def alembic_config(url: str | None = None) -> Config:
 
 @cache
 def _script() -> ScriptDirectory:
+    from alembic.script import ScriptDirectory
+
     return ScriptDirectory.from_config(alembic_config())
 
 
+@cache
 def head() -> str:
-    heads = _script().get_heads()
+    """The newest revision: the one no migration names as its `down_revision`. Read from
+    the scripts' source, not through Alembic, whose import (~0.15 s) every command that
+    opens a ledger would otherwise pay for this one string; `known_revisions` (Alembic's
+    own walk, tests/test_migrations.py) ends with the same one."""
+    links = dict(_links(path) for path in sorted((Path(_script_location()) / "versions").glob("*.py")))
+    links.pop(None, None)  # not a migration
+    heads = sorted(set(links) - {down for downs in links.values() for down in downs})
     assert len(heads) == 1, f"migrations must have one head, found {heads}"
     return heads[0]
+
+
+def _links(path: Path) -> tuple[str | None, tuple[str, ...]]:
+    """(revision, down revisions) that a migration script assigns at module level."""
+    found: dict[str, object] = {}
+    for node in ast.parse(path.read_text(encoding="utf-8"), filename=str(path)).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value = node.targets[0], node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            target, value = node.target, node.value
+        else:
+            continue
+        if isinstance(target, ast.Name) and target.id in ("revision", "down_revision"):
+            found[target.id] = ast.literal_eval(value)
+    down = found.get("down_revision")
+    return found.get("revision"), tuple(down) if isinstance(down, tuple | list) else (down,) if down else ()
 
 
 def known_revisions() -> list[str]:
@@ -199,6 +229,8 @@ def upgrade(location: str, revision: str = "head", *, backup: bool = True) -> Up
     saved = None
     if backup and path is not None and state.status != "empty":
         saved = backup_sqlite(path, state.revision)
+    from alembic import command
+
     try:
         with migration_connection(state.url) as conn:
             cfg = alembic_config(state.url)
