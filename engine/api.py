@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from seedledger.ledger import GenerationRecord, Ledger, RunInfo
-from seedledger.ledger.seedio import IMPORT_MAX_MEMBERS
+from seedledger.ledger.seedformat import IMPORT_MAX_MEMBERS
 
 if TYPE_CHECKING:
     import pandas
