@@ -1,6 +1,7 @@
 """Commits: one generation at a time under the writer lease, or a whole imported run in
 one transaction (part of `Ledger`). A generation must be latest + 1: nothing is overwritten.
-Each row gets its digest in the hash chain (ledger.chain) in the same transaction."""
+Each row gets its digest in the hash chain (ledger.chain) in the same transaction, over the
+digest of the inputs record in force (ledger.sessions)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any
 from sqlalchemy import Connection, insert
 from sqlalchemy.exc import IntegrityError
 
-from seedledger.ledger import chain, rows
+from seedledger.ledger import chain, rows, sessions
 from seedledger.ledger.base import run_spec
 from seedledger.ledger.errors import SeedLedgerError
 from seedledger.ledger.integrity import IntegrityMixin
@@ -89,6 +90,7 @@ class CommitsMixin(IntegrityMixin):
                 f"cannot commit {name}@{record.index}: the next generation is {latest + 1}"
             )
         grow["run_id"] = run.id
+        grow["inputs_digest"] = sessions.bound_digest(conn, run, record.index)  # the inputs it was trained on
         members = rows.member_rows(0, record)
         grow["digest"] = chain.generation_digest(self._prev_digest(conn, run, record.index), grow, members)
         try:

@@ -8,7 +8,7 @@ from typing import Any
 
 from sqlalchemy import Connection, select
 
-from seedledger.ledger import chain
+from seedledger.ledger import chain, sessions
 from seedledger.ledger.base import LedgerBase
 from seedledger.ledger.errors import ChainBroken
 from seedledger.ledger.schema import Generation, Member, Run
@@ -68,11 +68,38 @@ class IntegrityMixin(LedgerBase):
             members.setdefault(m.generation_id, []).append(m)
         return [(g, members.get(g.id, [])) for g in gens]
 
+    def inputs_sessions(self, name: str, upto: int | None = None) -> list[sessions.Session]:
+        """(from_generation, run, record) of every session recorded along `name`'s lineage
+        whose generations reach `upto` at most (None: all), oldest first (ledger.sessions)."""
+        with self._read() as conn:
+            return sessions.sessions(conn, self._run_row(conn, name), upto)
+
+    def check_inputs(self, name: str, upto: int | None = None) -> None:
+        """The inputs half of `check_chain`, alone: ChainBroken naming the first generation
+        up to `upto` whose row names an inputs record that was edited or deleted."""
+        with self._read() as conn:
+            row = self._run_row(conn, name)
+            last = self._latest(conn, row) if upto is None else upto
+            if last > 0:
+                sessions.check_inputs(conn, row, last)
+
+    def bound_inputs(self, name: str, upto: int | None = None) -> dict[int, str | None]:
+        """Generation -> the inputs digest its row binds in the chain (None: none, or a row
+        committed before migration 0007), for 1..upto along the lineage."""
+        out: dict[int, str | None] = {}
+        with self._read() as conn:
+            for run, first, last in self._segments(conn, name, upto):
+                q = select(Generation.idx, Generation.inputs_digest).where(
+                    Generation.run_id == self._run_row(conn, run).id, Generation.idx.between(first, last))
+                out.update((g, d) for g, d in conn.execute(q))
+        return out
+
     def check_chain(self, name: str, upto: int | None = None) -> tuple[str, int]:
         """Recompute the chain of `name@upto` (default latest) along its lineage from the
         rows as stored; returns (digest of the last generation, generations checked).
         Raises ChainBroken naming the first generation whose row (or run settings, for a
-        run's first generation) no longer matches."""
+        run's first generation) no longer matches, or whose inputs record is not the one
+        its row names (ledger.sessions.check_inputs)."""
         with self._read() as conn:
             segments = {run: (first, last) for run, first, last in self._segments(conn, name, upto)}
             lineage = [self._run_row(conn, name)]
@@ -92,6 +119,8 @@ class IntegrityMixin(LedgerBase):
                     if g.digest != got:
                         raise ChainBroken(_broken(row.name, g.idx, g.digest, g.idx == _start(row)), g.idx)
                     digests[g.idx] = head = got
+            if digests:  # each row's inputs record, as the row names it
+                sessions.check_inputs(conn, lineage[0], max(digests))
             return head, len(digests)
 
 

@@ -2,28 +2,30 @@
 training session (train, resume, fork) with the fingerprints of the files, libraries,
 tokenizer and base model it read (engine.runtime.inputs computes them), and an
 `inputs-accepted` event when a session went on with inputs that changed. A session's
-inputs are in force for the generations it trained: those after its `from_generation`.
+inputs are in force for the generations it trained: those after its `from_generation`;
+each of those rows binds the record's digest in the hash chain (ledger.sessions), so a
+record edited or deleted in SQL fails `check_chain`.
 
 Read along a lineage here, so that `show`, `log`, `verify` and seed-file export agree.
-Ledgers written before this have no such events: their sessions read "inputs not
-recorded" (no schema change, no migration).
+Digests are always recomputed from a record, never read from its `digest` field. Ledgers
+written before sessions recorded inputs read "inputs not recorded"; rows committed before
+migration 0007 bind none (`InputsRange.chained`).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from seedledger.ledger.ledger import Ledger
+from seedledger.ledger.sessions import INPUTS_EVENT, SECTIONS, digest, in_force
 
-INPUTS_EVENT = "inputs"
+__all__ = ["ACCEPTED_EVENT", "EXPORTED", "INPUTS_EVENT", "NOT_RECORDED", "SECTIONS", "Change", "InputsRange",
+           "base_provenance", "changes", "digest", "exported_inputs", "in_force", "input_ranges", "inputs_along",
+           "short", "trained_inputs", "verdict"]
+
 ACCEPTED_EVENT = "inputs-accepted"
 SHORT = 12  # hash characters in messages
-# the compared parts of a record: (section, how a message names one entry), in report order
-SECTIONS = (("files", "file"), ("tokenizer", "tokenizer file"), ("chat_template", "chat template"),
-            ("libraries", "library"), ("sandbox", "sandbox setting"))
 NOT_RECORDED = "inputs not recorded"
 
 
@@ -51,12 +53,6 @@ def short(value: Any) -> str:
     return text[:SHORT] if len(text) == 64 and all(c in "0123456789abcdef" for c in text) else text
 
 
-def digest(inputs: dict[str, Any]) -> str:
-    """sha256 over a record's compared parts, canonical JSON: equal inputs, equal digests."""
-    parts = {section: inputs.get(section) for section, _ in SECTIONS}
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-
-
 def changes(before: dict[str, Any], after: dict[str, Any]) -> list[Change]:
     """The inputs that differ between two records: entries both name with other values (a
     file only one names is a choice of the config, which the run's config records)."""
@@ -72,18 +68,18 @@ def changes(before: dict[str, Any], after: dict[str, Any]) -> list[Change]:
 
 
 def inputs_along(ledger: Ledger, run: str, upto: int | None = None) -> list[tuple[int, str, dict[str, Any]]]:
-    """(from_generation, run, payload) of every session recorded along `run`'s lineage whose
-    generations reach `upto` at most (None: all), oldest first: a fork's parent's sessions
-    before the fork point, then its own."""
-    info = ledger.get_run(run)
-    out: list[tuple[int, str, dict[str, Any]]] = []
-    if info.parent is not None:
-        out += inputs_along(ledger, info.parent[0], info.parent[1])
-    for e in ledger.events(run, INPUTS_EVENT, imported=True):  # an imported run's sessions came with it
-        start = e.payload.get("from_generation")
-        if isinstance(start, int) and (upto is None or start < max(upto, 1)):
-            out.append((start, run, e.payload))
-    return sorted(out, key=lambda item: item[0])  # stable: a run's own sessions in order
+    """(from_generation, run, payload) of every session recorded along `run`'s lineage
+    whose generations reach `upto` at most (None: all), oldest first: a fork's parent's
+    sessions before the fork point, then its own (an imported run's came with it)."""
+    return ledger.inputs_sessions(run, upto)
+
+
+def trained_inputs(ledger: Ledger, run: str, g: int) -> dict[str, Any] | None:
+    """The record of the session that trained `run@g`, checked against the digest the rows
+    bind in the hash chain (ChainBroken when a record was edited or deleted outside
+    seedledger): what `resume` and `fork` compare their inputs with."""
+    ledger.check_inputs(run, g)
+    return in_force(inputs_along(ledger, run, g), g)
 
 
 EXPORTED = ("session", "digest", *(section for section, _ in SECTIONS))  # what a seed file carries
@@ -92,18 +88,8 @@ EXPORTED = ("session", "digest", *(section for section, _ in SECTIONS))  # what 
 def exported_inputs(ledger: Ledger, run: str, upto: int) -> list[dict[str, Any]]:
     """The sessions' input records along `run`'s lineage up to `upto`, as a seed file
     carries them (no base model: the file's `base` says it), oldest first."""
-    return [{"from_generation": start, **{k: payload.get(k) for k in EXPORTED}}
+    return [{"from_generation": start, **{k: payload.get(k) for k in EXPORTED}, "digest": digest(payload)}
             for start, _run, payload in inputs_along(ledger, run, upto)]
-
-
-def in_force(entries: list[tuple[int, str, dict[str, Any]]], g: int) -> dict[str, Any] | None:
-    """The payload of the session that trained generation `g` (for g = 0: the first), or
-    None when no session along the lineage recorded its inputs."""
-    chosen = None
-    for start, _run, payload in entries:
-        if start < max(g, 1):
-            chosen = payload
-    return chosen
 
 
 def base_provenance(ledger: Ledger, run: str) -> dict[str, Any] | None:
@@ -124,21 +110,35 @@ def base_provenance(ledger: Ledger, run: str) -> dict[str, Any] | None:
 @dataclass
 class InputsRange:
     """Generations first..last of a lineage, trained by sessions on the same inputs
-    (`digest`; None: sessions that recorded none), and what changed from the range before."""
+    (`digest`; None: sessions that recorded none), what changed from the range before, and
+    whether every row of the range binds the record in the hash chain (`chained`)."""
 
     first: int
     last: int
     digest: str | None
     changes: list[str] = field(default_factory=list)
+    chained: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        return {"first": self.first, "last": self.last, "digest": self.digest, "changes": self.changes}
+        return {"first": self.first, "last": self.last, "digest": self.digest, "changes": self.changes,
+                "chained": self.chained}
 
 
 def input_ranges(ledger: Ledger, run: str, upto: int) -> list[InputsRange]:
     """Generations 1..upto of `run`'s lineage by the inputs they were trained on, oldest
     first; neighbouring sessions on equal inputs share a range."""
-    entries = inputs_along(ledger, run, upto)
+    bound = ledger.bound_inputs(run, upto)
+    out: list[InputsRange] = []
+    for r in _ranges(inputs_along(ledger, run, upto), upto):  # split where rows start binding their record
+        for g in range(r.first, r.last + 1):
+            chained = r.digest is not None and bound.get(g) == r.digest
+            if g == r.first or chained != out[-1].chained:
+                out.append(InputsRange(g, g, r.digest, r.changes if g == r.first else [], chained))
+            out[-1].last = g
+    return out
+
+
+def _ranges(entries: list[tuple[int, str, dict[str, Any]]], upto: int) -> list[InputsRange]:
     starts = [(start, payload) for i, (start, _r, payload) in enumerate(entries)
               if i + 1 == len(entries) or entries[i + 1][0] > start]  # a later session from the same point wins
     out: list[InputsRange] = []
@@ -149,7 +149,7 @@ def input_ranges(ledger: Ledger, run: str, upto: int) -> list[InputsRange]:
         last = starts[i + 1][0] if i + 1 < len(starts) else upto
         if last <= start:
             continue
-        d = payload.get("digest") or digest(payload)
+        d = digest(payload)  # recomputed: a record's own `digest` field is what an edit would change
         if out and out[-1].digest == d:
             out[-1].last = last
         else:
@@ -168,6 +168,9 @@ def verdict(ranges: list[InputsRange]) -> dict[str, Any]:
     unrecorded = [r for r in ranges if r.digest is None]
     note = (f" (not recorded for generations {unrecorded[0].first}..{unrecorded[-1].last})"
             if unrecorded else "")
+    loose = [r for r in recorded if not r.chained]
+    if loose:  # rows committed before migration 0007: their records are outside the chain
+        note += f" (outside the hash chain for generations {loose[0].first}..{loose[-1].last})"
     for r in recorded[1:]:
         if r.changes:
             what = r.changes[0].split(":")[0]

@@ -101,6 +101,10 @@ class Generation(Base):
     # imported lineage is one run, but its forks may have changed kind. NULL: the run's.
     noise_spec: Mapped[str | None] = mapped_column(String(32))
     param_selection: Mapped[str | None] = mapped_column(Text)
+    # sha256 of the inputs record (the session's `inputs` event) in force when this row
+    # committed, inside the chain's digest (ledger.sessions; migration 0007). NULL: none
+    # recorded, or a row committed before.
+    inputs_digest: Mapped[str | None] = mapped_column(String(64))
 
 
 class Member(Base):

@@ -203,6 +203,8 @@ def _input_ranges_view(ranges: list[dict[str, Any]]) -> list[RenderableType]:
             lines.append(f"{span}: inputs not recorded")
         elif i and r["changes"]:
             lines.append(clip(f"{span} trained on changed inputs ({_fp(r['digest'])}): {'; '.join(r['changes'][:8])}"))
+        if r["digest"] is not None and not r.get("chained", True):
+            lines.append(f"{span}: inputs recorded outside the hash chain (rows committed before migration 0007)")
     return [Text(line, style="bold") if "changed" in line else Text(line, style="dim") for line in lines]
 
 

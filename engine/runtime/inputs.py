@@ -6,7 +6,9 @@ that an edited dataset or reward is never trained on silently (`InputsChanged`, 
 unless `--accept-changed-inputs`, which records an `inputs-accepted` event).
 
 What is fingerprinted, kept simple so that it can be documented (docs/provenance.md):
-- `files`: sha256 of every file the task reads: its dataset files (`path`, `test_path`,
+- `files`: sha256 of the content of every file the task reads, by the absolute path the
+  config names (symlinks not followed in the name: a link repointed at another file is
+  the same name with other content, a changed input): its dataset files (`path`, `test_path`,
   the `name:PATH` forms, a mix's parts), its reward modules (`file.py:function`, and
   `module:function` located on sys.path without importing it) and the sibling modules
   a reward module imports by name (`import x` / `from x import ...` / `from . import x`
@@ -65,7 +67,7 @@ def reading(*paths: str | os.PathLike[str]) -> Iterator[None]:
     """Every session started inside the block also fingerprints `paths` among its `files`:
     the study file whose settings `tune` and `pbt` train their runs with, which the task
     spec does not name (the sessions are theirs; a Ray task enters it again)."""
-    token = _ALSO_READ.set((*_ALSO_READ.get(), *(Path(p).resolve() for p in paths)))
+    token = _ALSO_READ.set((*_ALSO_READ.get(), *(absolute(p) for p in paths)))
     try:
         yield
     finally:
@@ -101,24 +103,30 @@ def _factory_files(model: str | None) -> list[Path]:
     module = Path(target) if is_file_ref(target) else _module_file(target)
     seen: set[Path] = set()
     if module is not None and module.is_file():
-        _with_siblings(module.resolve(), seen)
+        _with_siblings(absolute(module), seen)
     return sorted(seen)
+
+
+def absolute(path: str | os.PathLike[str]) -> Path:
+    """`path` made absolute as named: `..` folded, symlinks not followed (their content is
+    what is hashed)."""
+    return Path(os.path.abspath(path))
 
 
 def task_files(spec: Any) -> list[Path]:
     """Every existing file task `spec` reads (datasets, reward modules and their imported
-    siblings), resolved, each once, in a stable order."""
+    siblings), by absolute path as named, each once, in a stable order."""
     found: dict[Path, None] = {}
     for path in _dataset_paths(spec):
         p = Path(path)
         if p.is_file():
-            found[p.resolve()] = None
+            found[absolute(p)] = None
     seen: set[Path] = set()
     for ref in code_refs(spec):
         target = ref.rpartition(":")[0]
         module = Path(target) if is_file_ref(target) else _module_file(target)
         if module is not None and module.is_file():
-            _with_siblings(module.resolve(), seen)
+            _with_siblings(absolute(module), seen)
     for p in sorted(seen):
         found[p] = None
     return list(found)
@@ -176,7 +184,7 @@ def _with_siblings(module: Path, seen: set[Path]) -> None:
         for name in names:
             for candidate in (module.parent / f"{name}.py", module.parent / name / "__init__.py"):
                 if candidate.is_file():
-                    _with_siblings(candidate.resolve(), seen)
+                    _with_siblings(absolute(candidate), seen)
 
 
 def library_versions() -> dict[str, str | None]:
@@ -224,7 +232,7 @@ def check(reference: dict[str, Any] | None, inputs: dict[str, Any], where: str, 
     """The changes (ledger.provenance.changes) since `reference` (the last session's record;
     None: not recorded, nothing to compare); refused (InputsChanged, one line naming the first and both short hashes)
     unless `accept`."""
-    found = changes(reference, inputs) if reference is not None else []
+    found = changes(_named_alike(reference, inputs), inputs) if reference is not None else []
     if found and not accept:
         more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
         raise InputsChanged(
@@ -232,6 +240,19 @@ def check(reference: dict[str, Any] | None, inputs: dict[str, Any], where: str, 
             "--accept-changed-inputs to train on them (recorded in the ledger)"
         )
     return found
+
+
+def _named_alike(reference: dict[str, Any], inputs: dict[str, Any]) -> dict[str, Any]:
+    """`reference` with its files named as `inputs` names them: a record written before
+    files were named as the config names them keys a file by its resolved path, which a
+    file of `inputs` whose link resolves there stands for (so the first resume after an
+    upgrade still compares every file)."""
+    old, new = reference.get("files"), inputs.get("files")
+    if not isinstance(old, dict) or not isinstance(new, dict):
+        return reference
+    moved = {name: old[str(Path(name).resolve())] for name in new
+             if name not in old and str(Path(name).resolve()) in old}
+    return {**reference, "files": {**old, **moved}} if moved else reference
 
 
 @dataclass

@@ -37,7 +37,7 @@ from seedledger.engine.runtime.stored_code import check_stored_code, stored_code
 from seedledger.ledger import GenerationRecord, Ledger, RunInfo
 from seedledger.ledger.errors import SeedLedgerError
 from seedledger.ledger.names import check_run_name
-from seedledger.ledger.provenance import in_force, inputs_along
+from seedledger.ledger.provenance import trained_inputs
 from seedledger.replay.kinds import from_run
 from seedledger.replay.noise import run_key
 
@@ -258,7 +258,7 @@ def resume(
     when its holder was on this host, with `take_over` when it was on another (whose
     process this host cannot see); `hooks.on_notice` says so. Reward code the stored
     config names is imported only with `trust_code`. Inputs (engine.runtime.inputs) that
-    differ from the last session's are refused before the model loads, unless
+    differ from those that trained the latest generation are refused before the model loads, unless
     `accept_changed_inputs`."""
     run = ledger.get_run(run_name)
     check_stored_code(stored_code(run.config), f"run {run_name}", trust_code)
@@ -278,8 +278,8 @@ def resume(
             return SessionResult(ledger.get_run(run_name), [], fp, latest)
         cfg, model_dir = _configured(cfg)
         read = SessionInputs.of(cfg, model_dir)
-        recorded = inputs_along(ledger, run_name)
-        read.compare(recorded[-1][2] if recorded else None, f"run {run_name}'s last session", accept_changed_inputs)
+        read.compare(trained_inputs(ledger, run_name, latest), f"the session that trained {run_name}@{latest}",
+                     accept_changed_inputs)
         with contextlib.closing(_restored(ledger, lease, cfg, model_dir, run, run.name, latest)) as pool:
             ledger.log_event(run.name, "resume", {"from_generation": latest, "generations": generations})
             read.record(ledger, run.name, "resume", latest)
@@ -321,7 +321,7 @@ def fork(
     if _rows_changed(validate(parent.config, f"run {parent.name} config"), cfg, overrides):
         cfg = _batched(cfg.model_copy(update={"members_per_forward": None}), model_dir)
     read = SessionInputs.of(cfg, model_dir)
-    read.compare(in_force(inputs_along(ledger, parent.name, gen), gen),
+    read.compare(trained_inputs(ledger, parent.name, gen),
                  f"the session that trained {parent.name}@{gen}", accept_changed_inputs)
     kind = cfg.perturbation_spec()  # a fork may change the kind: each run replays with its own
     spec = replace(  # the parent's base; this fork's perturbation, settings and key
