@@ -1,9 +1,9 @@
 """A config's `rewards` list, validated like the rest of the config, without running code.
 
-Each entry is a name (``"task"``, ``"format"``, ``"length"``, ``"loglik"``, ``"module:function"``,
-``"file.py:function"``) or a mapping with ``fn`` and optionally ``weight`` (a finite
-number), ``name`` (the component's ledger key; default the reference, a file's
-directories left out) and, for the built-ins, their options.
+Each entry is a name (``"task"``, ``"format"``, ``"length"``, ``"contains"``, ``"loglik"``,
+``"module:function"``, ``"file.py:function"``) or a mapping with ``fn`` and optionally
+``weight`` (a finite number), ``name`` (the component's ledger key; default the reference,
+a file's directories left out) and, for the built-ins, their options.
 `parse_rewards` checks every key and value and names the entry (``rewards[1] (length):
 limit: ...``), so a typo is found when the config loads (exit 2, before a run exists),
 not when the first generation is scored. User functions are only named here; importing
@@ -52,6 +52,14 @@ class LengthOptions(_Options):
     scale: float = Field(1.0, allow_inf_nan=False)
 
 
+class ContainsOptions(_Options):
+    """`trainers.rewards.contains.contains_reward`'s options."""
+
+    column: str = Field("answer", min_length=1, max_length=256)
+    partial: float = Field(0.5, ge=0.0, le=1.0, allow_inf_nan=False)
+    casefold: bool = False
+
+
 class LoglikOptions(_Options):
     """`trainers.rewards.loglik.LikelihoodReward`'s options: the reference completion is
     `template` with ``{answer}`` replaced by the row's `column` cell."""
@@ -61,7 +69,8 @@ class LoglikOptions(_Options):
 
 
 BUILTIN: dict[str, type[_Options]] = {
-    "task": NoOptions, "format": FormatOptions, "length": LengthOptions, "loglik": LoglikOptions,
+    "task": NoOptions, "format": FormatOptions, "length": LengthOptions, "contains": ContainsOptions,
+    "loglik": LoglikOptions,
 }
 
 

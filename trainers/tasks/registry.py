@@ -13,11 +13,13 @@ Spec forms (YAML or ``--set task=...``):
   or the same list alone.
 
 ``rewards`` (optional) replaces the task's reward list; each item is ``"task"`` (the task's
-own reward), ``"format"``, ``"length"``, ``"loglik"`` (the reference answer's likelihood,
+own reward), ``"format"``, ``"length"``, ``"contains"`` (the reference answer in the text,
+partial credit by brevity), ``"loglik"`` (the reference answer's likelihood,
 ``trainers.rewards.loglik``) or a user function ``"module:function"`` /
 ``"file.py:function"``, as a string or a mapping with ``fn``, ``weight``, ``name`` and, for
 the built-ins, their options (``format``: think_start, think_end, answer_start,
-answer_end, partial; ``length``: limit, unit, scale; ``loglik``: template, column);
+answer_end, partial; ``length``: limit, unit, scale; ``contains``: column, partial,
+casefold; ``loglik``: template, column);
 ``trainers.rewards.spec`` checks them.
 """
 
@@ -31,6 +33,7 @@ from typing import Any
 
 from seedledger.ledger.errors import SeedLedgerError, did_you_mean
 from seedledger.trainers.rewards.combine import WeightedReward
+from seedledger.trainers.rewards.contains import contains_reward
 from seedledger.trainers.rewards.format import format_reward
 from seedledger.trainers.rewards.length import length_penalty
 from seedledger.trainers.rewards.loader import is_file_ref, load_reward_fn
@@ -276,6 +279,8 @@ def build_rewards(
             fn = format_reward(**entry.options)
         elif entry.ref == "length":
             fn = length_penalty(**entry.options)
+        elif entry.ref == "contains":
+            fn = contains_reward(**entry.options)
         else:
             fn = load_reward_fn(entry.ref)  # a file path is absolute by now (``absolute_paths``)
         out.append(WeightedReward(entry.name, fn, entry.weight))
