@@ -62,7 +62,8 @@ def test_log_of_a_tiny_history_with_huge_payloads_is_quick_and_cut(sender, tmp_p
     import json
     import time
 
-    from seedledger.engine.cli.audit_render import CELL, MAX_ROWS, MORE
+    from seedledger.engine.cli.audit_lines import CELL, MORE
+    from seedledger.engine.cli.audit_render import MAX_ROWS
 
     shutil.copy(sender / "r.seeds", tmp_path / "r.seeds")
     big = list(range(1_800_000))  # ~14 MB of JSON, compressible within the reader's ratio bound

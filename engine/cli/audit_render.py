@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 from rich.console import Console, Group, RenderableType
@@ -10,14 +9,19 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
-from seedledger.engine.cli.audit import FP_PREFIX
+from seedledger.engine.cli.audit_lines import clip, event_line, imported_mark
+from seedledger.engine.cli.audit_lines import fp as _fp
+from seedledger.engine.cli.audit_lines import num as _f
 
 # σ as applied: rounded to 12 significant bits (≈ 3.6 digits), so 6 show that 0.001 became
 # 0.000999928; `log` and `show` print it alike
 SIGMA = ".6g"
 MAX_ROWS = 100  # generations and events (log RUN) and members (show) a table lists; --json lists all
-CELL = 160  # characters of free text (an event's payload, a name) a table prints; --json gives all
-MORE = " … (--json shows all)"
+
+
+def noise_label(perturbation: str | None) -> str:
+    """`audit.perturbation`'s name as a reader says it (`full` is full-rank)."""
+    return "full-rank" if perturbation == "full" else str(perturbation)
 
 
 def _elided(what: str, hidden: int) -> Text:
@@ -40,60 +44,6 @@ def safe(data: Any) -> Any:
     return data
 
 
-def clip(text: str, limit: int = CELL) -> str:
-    """`text` cut to `limit` characters, saying where the rest is."""
-    return text if len(text) <= limit else text[:limit] + MORE
-
-
-def payload_text(payload: dict[str, Any], limit: int = CELL) -> str:
-    """An event's payload as `k=v, k=v` (each value as str() prints it), built piece by
-    piece and stopped once past `limit` characters: a payload of megabytes costs what the
-    line shows, never its size (a table cell of megabytes took rich minutes to lay out)."""
-    out: list[str] = []
-    size = 0
-    for piece in _pieces(payload, top=True):
-        out.append(piece[: limit + 1 - size])
-        size += len(out[-1])
-        if size > limit:
-            break
-    return clip("".join(out), limit)
-
-
-def _pieces(value: Any, top: bool = False) -> Iterator[str]:
-    """The text of `value` as str() writes it (`top`: a payload's `k=v, ...`), lazily."""
-    if isinstance(value, dict):
-        yield "" if top else "{"
-        for i, (k, v) in enumerate(value.items()):
-            yield ", " if i else ""
-            yield f"{k}=" if top else f"{_repr(k)}: "
-            yield from (_pieces(v) if not (top and isinstance(v, str)) else (v,))
-        yield "" if top else "}"
-    elif isinstance(value, list | tuple):
-        yield "["
-        for i, v in enumerate(value):
-            yield ", " if i else ""
-            yield from _pieces(v)
-        yield "]"
-    else:
-        yield _repr(value)
-
-
-def _repr(value: Any) -> str:
-    """repr(value), of a long string's start only (the line is cut anyway)."""
-    return repr(value[: CELL + 1] if isinstance(value, str) else value)
-
-
-def _f(x: float | None, fmt: str = ".3f") -> str:
-    """A number as `fmt` formats it; None as a dash, anything else (a payload's) as text."""
-    if x is None:
-        return "–"
-    return format(x, fmt) if isinstance(x, int | float) and not isinstance(x, bool) else clip(str(x))
-
-
-def _fp(fp: str | None) -> str:
-    return (fp or "–")[:FP_PREFIX]
-
-
 def runs_table(rows: list[dict[str, Any]]) -> RenderableType:
     if not rows:
         return Text("no runs in this ledger; start one with `seedledger train CONFIG.yaml`")
@@ -113,7 +63,7 @@ def log_shown(data: dict[str, Any]) -> dict[str, Any]:
     MAX_ROWS generations and events, each event as its bounded line (`event_line`), so
     that escaping and layout cost what is shown, whatever the payloads hold."""
     events = data["events"]
-    shown = [{"at": e["at"], "kind": e["kind"], "line": _sent(e.get("imported")) + event_line(e["kind"], e["payload"])}
+    shown = [{"at": e["at"], "kind": e["kind"], "line": imported_mark(e.get("imported")) + event_line(e["kind"], e["payload"])}
              for e in events[-MAX_ROWS:]]
     return safe({**data, "generations": data["generations"][-MAX_ROWS:], "events": shown,
                  "hidden": {"generations": max(len(data["generations"]) - MAX_ROWS, 0),
@@ -124,20 +74,23 @@ def run_log_view(data: dict[str, Any]) -> RenderableType:
     """`log RUN` as tables, from `audit.run_log`'s data (escaped and cut here: `log_shown`)."""
     data = log_shown(data)
     run = data["run"]
-    title = f"{clip(run['name'])}  ({clip(run['base_model'])}, {run['status']}"
+    title = (f"{clip(run['name'])}  ({clip(run['base_model'])} on {run['backend']}, "
+             f"{noise_label(run['perturbation'])} noise, {run['status']}")
     title += f", forked from {clip(run['parent'])})" if run["parent"] else ")"
     t = Table(title=title, title_justify="left")
     gens = data["generations"]
     evaluated = any(g.get("held_out") is not None for g in gens)  # a column only where scored
-    for col in ["gen", "run", "R mean", "R max", *(["eval"] if evaluated else []), "lr", "σ",
-                "fingerprint", "sec"]:
-        t.add_column(col, justify="left" if col in ("run", "fingerprint") else "right",
-                     no_wrap=col == "fingerprint", min_width=FP_PREFIX if col == "fingerprint" else None)
-    for g in gens:  # the latest ones: where a long run is now
-        t.add_row(str(g["generation"]), g["run"], _f(g["reward_mean"]), _f(g["reward_max"]),
-                  *([_f(g.get("held_out"))] if evaluated else []),
-                  _f(g["lr"], ".4g"), _f(g["sigma"], SIGMA), _fp(g["fingerprint"]),
-                  _f(g["seconds"], ".1f"))
+    rows = [[str(g["generation"]), g["run"], _f(g["reward_mean"]), _f(g["reward_max"]),
+             *([_f(g.get("held_out"))] if evaluated else []),
+             _f(g["lr"], ".4g"), _f(g["sigma"], SIGMA), _fp(g["fingerprint"]), _f(g["seconds"], ".1f")]
+            for g in gens]  # the latest ones: where a long run is now
+    for i, col in enumerate(["gen", "run", "R mean", "R max", *(["eval"] if evaluated else []), "lr", "σ",
+                             "fingerprint", "sec"]):
+        # numbers are never cut (σ as applied has 6 digits): only the run's name may fold
+        t.add_column(col, justify="left" if col in ("run", "fingerprint") else "right", no_wrap=col != "run",
+                     min_width=max([len(col), *(len(r[i]) for r in rows)]) if col != "run" else len(col))
+    for row in rows:
+        t.add_row(*row)
     parts: list[RenderableType] = [t]
     if data["hidden"]["generations"]:
         parts.append(_elided("earlier generations", data["hidden"]["generations"]))
@@ -152,45 +105,6 @@ def run_log_view(data: dict[str, Any]) -> RenderableType:
     if data["hidden"]["events"]:
         parts.append(_elided("earlier events", data["hidden"]["events"]))
     return Group(*parts)
-
-
-def _sent(imported: dict[str, Any] | None) -> str:
-    """Before an imported event's line: whose it is and when its sender recorded it (the
-    time column says when it was imported)."""
-    if imported is None:
-        return ""
-    sent = str(imported.get("sent_at") or "–")[:19].replace("T", " ")
-    return f"[imported from {_fp(imported.get('from'))}…, sent {sent}] "
-
-
-def event_line(kind: str, payload: dict[str, Any]) -> str:
-    """One event in `log`: a summary for the kinds that have one, else its payload; at most
-    CELL characters either way (`show` and --json give the whole record)."""
-    summary = _evaluation_line if kind == "evaluation" else _EVENT_LINES.get(kind)  # evaluation: the figures
-    if summary is not None:
-        try:
-            return clip(summary(payload))
-        except (TypeError, ValueError, KeyError, AttributeError):  # a payload of other types: as it is
-            pass
-    return payload_text(payload)
-
-
-def _inputs_line(p: dict[str, Any]) -> str:
-    """An `inputs` event in `log`: which session, from where, the digest and the counts."""
-    return (f"{p.get('session')} from generation {p.get('from_generation')}: digest {_fp(p.get('digest'))}, "
-            f"{len(p.get('files') or {})} files, {len(p.get('tokenizer') or {})} tokenizer files")
-
-
-def _accepted_line(p: dict[str, Any]) -> str:
-    """An `inputs-accepted` event in `log`: the changes the session accepted."""
-    from seedledger.ledger.provenance import short
-
-    changes = [c for c in (p.get("changes") or [])[:8] if isinstance(c, dict)]  # the line shows a few
-    return f"{p.get('session')} from generation {p.get('generation')}: " + "; ".join(
-        f"{c.get('what')} {c.get('name')}: {short(c.get('before'))} -> {short(c.get('after'))}" for c in changes)
-
-
-_EVENT_LINES = {"inputs": _inputs_line, "inputs-accepted": _accepted_line}
 
 
 def _input_ranges_view(ranges: list[dict[str, Any]]) -> list[RenderableType]:
@@ -243,6 +157,7 @@ def show_view(data: dict[str, Any]) -> RenderableType:
     head.add_row("generation", Text.assemble((f"{data['run']}@{data['generation']}", "bold"), where))
     head.add_row("fingerprint", data["fingerprint"] or "–")
     head.add_row("lr / σ / N", f"{hp['lr']:.4g} / {hp['sigma']:{SIGMA}} / {hp['population']}")
+    head.add_row("backend / noise", f"{data['backend']} / {noise_label(data['perturbation'])}")
     head.add_row("optimizer", ", ".join(f"{k}={_setting(v)}" for k, v in hp["optimizer"].items()))
     head.add_row("schedule step", str(hp["schedule_step"]))
     head.add_row("batch", " ".join(map(str, data["batch_indices"])))
@@ -289,16 +204,6 @@ def _provenance_rows(head: Table, base: dict[str, Any] | None, inputs: dict[str,
     head.add_row("  libraries", ", ".join(f"{k} {v or 'absent'}" for k, v in libs.items()) or "–")
     sandbox = inputs.get("sandbox") or {}
     head.add_row("  sandbox", ", ".join(f"{k}={v}" for k, v in sandbox.items()) or "–")
-
-
-def _evaluation_line(p: dict[str, Any]) -> str:
-    """One `evaluation` event in `log`: where, how many rows, the mean, the paired change."""
-    line = f"@{p.get('generation')}: held-out {_f(p.get('mean', p.get('held_out_reward')), '.4f')} on {p.get('rows')} rows"
-    c = p.get("change")
-    if isinstance(c, dict) and "mean" in c:
-        line += (f"; {c['mean']:+.4f} ± {c['stderr']:.4f} against {p.get('against')} "
-                 f"({c['better']} better, {c['worse']} worse)")
-    return line + (f" [{p['by']}]" if p.get("by") else "")
 
 
 def _evaluations_view(run: str, rows: list[dict[str, Any]]) -> RenderableType:
