@@ -6,7 +6,8 @@ that an edited dataset or reward is never trained on silently (`InputsChanged`, 
 unless `--accept-changed-inputs`, which records an `inputs-accepted` event).
 
 What is fingerprinted, kept simple so that it can be documented (docs/provenance.md):
-- `files`: sha256 of the content of every file the task reads, by the absolute path the
+- `files`: sha256 of the content of every file the task reads (and a module run's model
+  factory, and the module of a `gym:MODULE:ENV` env id), by the absolute path the
   config names (symlinks not followed in the name: a link repointed at another file is
   the same name with other content, a changed input): its dataset files (`path`, `test_path`,
   the `name:PATH` forms, a mix's parts), its reward modules (`file.py:function`, and
@@ -83,7 +84,8 @@ def session_inputs(task: Any, model_dir: Path, model: str | None = None) -> dict
     factory (`model`; its forward is code the base fingerprint does not pin), and the study
     file it trains for (`reading`); see the module docstring."""
     files = task_files(task)
-    files += [p for p in _factory_files(model) if p not in files]
+    files += [p for p in factory_files(model) if p not in files]
+    files += [p for p in env_files(task) if p not in files]
     files += [p for p in _ALSO_READ.get() if p.is_file() and p not in files]
     return {
         "files": {str(p): sha256_file(p) for p in files},
@@ -94,12 +96,25 @@ def session_inputs(task: Any, model_dir: Path, model: str | None = None) -> dict
     }
 
 
-def _factory_files(model: str | None) -> list[Path]:
+def factory_files(model: str | None) -> list[Path]:
     """The module (and its imported siblings) of a `module:pkg.mod:factory` or
-    `module:file.py:factory` model; none for any other model."""
+    `module:file.py:factory` model, found without importing it; none for any other model
+    (or when it is not found here)."""
     if not (model or "").startswith("module:"):
         return []
-    target = str(model).removeprefix("module:").rpartition(":")[0]
+    return _code_files(str(model).removeprefix("module:").rpartition(":")[0])
+
+
+def env_files(task: Any) -> list[Path]:
+    """The modules (and their imported siblings) that `gym:MODULE:ENV` env ids of task spec
+    `task` make gymnasium import (engine.runtime.stored_code.env_modules)."""
+    from seedledger.engine.runtime.stored_code import env_modules
+
+    return sorted({p for _env, module in env_modules(task) for p in _code_files(module)})
+
+
+def _code_files(target: str) -> list[Path]:
+    """The file (and its imported siblings) of module or file `target`, unimported."""
     module = Path(target) if is_file_ref(target) else _module_file(target)
     seen: set[Path] = set()
     if module is not None and module.is_file():
