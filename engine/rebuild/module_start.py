@@ -76,6 +76,34 @@ def ledger_start(ledger: Ledger, info: RunInfo, device: str = "cpu") -> ModuleSt
     return ModuleStart(module_dir(info.base_model), {n: t.to(device) for n, t in master.items()}, kind=kind)
 
 
+def factory_check(ledger: Ledger, info: RunInfo, gen: int) -> dict | None:
+    """For `verify` of a module run: is the factory its model names (code, found without
+    importing it) still the one the session that trained `gen` recorded? The replay
+    starts from the base beside the ledger and never runs that code, so without this a
+    changed factory, which `resume` refuses, verified clean. None for other runs; else
+    `status` (unchanged, changed, not found here, not recorded) and `text` in words."""
+    if not info.base_model.startswith(MODULE):
+        return None
+    from seedledger.engine.runtime.inputs import factory_files
+    from seedledger.engine.runtime.model_cache import sha256_file
+    from seedledger.ledger.provenance import Change, in_force, inputs_along
+
+    what = f"factory {info.base_model}"
+    files = (in_force(inputs_along(ledger, info.name, gen), gen) or {}).get("files")
+    now = factory_files(info.base_model)
+    if not isinstance(files, dict) or not any(str(p) in files for p in now):
+        status = "not found here" if not now else "not recorded"
+        return {"status": status, "text": f"{what}: {status} (not checked)"}
+    changed = [Change("file", str(p), files[str(p)], sha256_file(p)) for p in now if str(p) in files]
+    changed = [c for c in changed if c.before != c.after]
+    if not changed:
+        return {"status": "unchanged", "text": f"{what}: unchanged"}
+    return {"status": "changed", "changes": [c.to_json() for c in changed],
+            "text": f"{what} changed since {info.name}@{gen} was trained ({changed[0].line()}): the weights "
+                    "replay from the base beside the ledger, but that code no longer makes the model they "
+                    "were trained as (resume refuses it too)"}
+
+
 def _named_base(base: str, device: str) -> dict[str, torch.Tensor]:
     if base.startswith(MODULE):
         return master_of(build_module(base, device))

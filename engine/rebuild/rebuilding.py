@@ -18,7 +18,7 @@ import torch
 
 from seedledger.engine.config import is_module_model
 from seedledger.engine.rebuild.memory import check_rebuild_memory
-from seedledger.engine.rebuild.module_start import module_start
+from seedledger.engine.rebuild.module_start import factory_check, module_start
 from seedledger.engine.rebuild.output import check_output, write_output
 from seedledger.engine.rebuild.output import merged_weights as merged_weights  # engine.api's names
 from seedledger.engine.rebuild.output import model_from_master as model_from_master
@@ -128,10 +128,15 @@ def verify_ref(ledger: Ledger, ref: str, device: str = "cpu") -> dict:
             },
         )
     fp = fingerprint(master)
-    return _with_event(
-        ledger, run.name, {"generation": gen, "ok": True, "device": device, "fingerprint": fp},
-        {"run": run.name, "generation": gen, "generations_checked": gen, "fingerprint": fp, "ok": True},
-    )
+    report = {"run": run.name, "generation": gen, "generations_checked": gen, "fingerprint": fp, "ok": True}
+    factory = factory_check(ledger, run, gen)  # a module run's model is code the replay never ran
+    if factory is not None:
+        report["factory"] = factory
+    if factory is not None and factory["status"] == "changed":
+        message = f"{run.name}@{gen} does not verify: {factory['text']}"
+        return _with_event(ledger, run.name, {"generation": gen, "ok": False, "device": device, "fingerprint": fp,
+                                              "error": message}, report | {"ok": False, "error": message})
+    return _with_event(ledger, run.name, {"generation": gen, "ok": True, "device": device, "fingerprint": fp}, report)
 
 
 def build_master(
