@@ -11,8 +11,10 @@ rather than process by process:
   written to tmpfs, so the verdict depends on the program alone. Without cgroups (an
   ordinary user, no delegation) the item may not fork, so one process's ``RLIMIT_CPU``
   and ``RLIMIT_AS`` bound it.
-- ``install_seccomp``: no namespaces, mounts, ptrace or signals to the launcher, whatever
-  uid the item runs as (x86-64; elsewhere the uid switch alone guards the launcher).
+- ``install_seccomp``: no namespaces, mounts, ptrace, signals to the launcher or limits on
+  another process, whatever uid the item runs as, and no system call newer than those we
+  vetted (io_uring and whatever comes next answer ENOSYS, as on an older kernel). x86-64;
+  elsewhere the uid switch or the PID namespace (``sandbox_ns.py``) guards the launcher.
 """
 
 from __future__ import annotations
@@ -36,28 +38,41 @@ _DENY_ALWAYS = {  # x86-64 numbers: namespaces, mounts, tracing, other processes
     "shmget": 29, "semget": 64, "msgget": 68, "mq_open": 240,  # IPC that outlives the item
 }
 _CLONE, _CLONE3 = 56, 435
-_SIGNALS = (62, 200, 234)  # kill, tkill, tgkill: the target is the first argument
+_SIGNALS = (62, 200, 234, 129, 297)  # kill, tkill, tgkill, rt_sigqueueinfo, rt_tgsigqueueinfo: target first
+_PRLIMIT = 302  # prlimit64: pid 0 (this process, what setrlimit sends) only
+_NEWEST_VETTED = 423  # every later number is new: allowed only when listed here
+_NEW_ALLOWED = (436, 437, 439, 441, 449, 451, 452, 453, 454, 455, 456, 462)
+# close_range, openat2, faccessat2, epoll_pwait2, futex_waitv, cachestat, fchmodat2,
+# map_shadow_stack, futex_wake/wait/requeue, mseal: what glibc and CPython call
 _NS_FLAGS = 0x7E020080  # CLONE_NEW{NS,CGROUP,UTS,IPC,USER,PID,NET,TIME}
 _EPERM, _ENOSYS = 1, 38
 
 
-def _program(launcher_pid: int) -> list[tuple[int, object, object, int]]:
-    """Classic BPF with symbolic jump targets: (code, true label, false label, k)."""
+def _program(launcher_pid: int | None) -> list[tuple[int, object, object, int]]:
+    """Classic BPF with symbolic jump targets: (code, true label, false label, k).
+    ``launcher_pid`` None: the launcher is in no namespace the item can name."""
     ld, jeq, jset, jge, ret = 0x20, 0x15, 0x45, 0x35, 0x06
     prog: list[tuple[int, object, object, int]] = [
         (ld, 0, 0, 4), (jeq, 0, "deny", _X86_64),  # another ABI: refuse everything
         (ld, 0, 0, 0), (jge, "deny", 0, 0x40000000),  # x32 numbers
     ]
     prog += [(jeq, "deny", 0, nr) for nr in sorted(_DENY_ALWAYS.values())]
-    prog += [(jeq, "enosys", 0, _CLONE3), (jeq, "clone", 0, _CLONE)]
+    prog += [(jeq, "enosys", 0, _CLONE3), (jeq, "clone", 0, _CLONE), (jeq, "prlimit", 0, _PRLIMIT)]
     prog += [(jeq, "signal", 0, nr) for nr in _SIGNALS]
+    prog += [(jge, 0, "allow", _NEWEST_VETTED + 1)]
+    prog += [(jeq, "allow", 0, nr) for nr in _NEW_ALLOWED]
     prog += [
-        (ret, 0, 0, 0x7FFF0000),
+        (ret, 0, 0, 0x00050000 | _ENOSYS),
         "clone", (ld, 0, 0, 16), (jset, "deny", 0, _NS_FLAGS), (ret, 0, 0, 0x7FFF0000),
+        "prlimit", (ld, 0, 0, 16), (jeq, "allow", "deny", 0),
         # own group (0) is fine (the item leads its own session); -1, any group, pid 1
         # and the launcher are not
         "signal", (ld, 0, 0, 16), (jeq, "allow", 0, 0), (jset, "deny", 0, 0x80000000),
-        (jeq, "deny", 0, 1), (jeq, "deny", 0, launcher_pid), (ret, 0, 0, 0x7FFF0000),
+        (jeq, "deny", 0, 1),
+    ]
+    if launcher_pid is not None:
+        prog += [(jeq, "deny", 0, launcher_pid)]
+    prog += [
         "allow", (ret, 0, 0, 0x7FFF0000),
         "deny", (ret, 0, 0, 0x00050000 | _EPERM),
         "enosys", (ret, 0, 0, 0x00050000 | _ENOSYS),
@@ -80,7 +95,7 @@ def _assemble(prog: list) -> bytes:
     return out
 
 
-def install_seccomp(launcher_pid: int) -> bool:
+def install_seccomp(launcher_pid: int | None) -> bool:
     """Filter this process and everything it starts; False where the ABI is not x86-64."""
     if platform.machine() != "x86_64":
         return False
