@@ -6,8 +6,8 @@ checks the sha256 and then the fingerprint against the ledger, and any failure i
 reported so the caller can fall back to an earlier anchor or the base model. Since the
 ledger's anchor rows are untrusted, only `<sha256>.safetensors.zst` inside the anchors
 directory is opened, only as a regular file of the recorded size, bounded by what a
-model of the base's shape can hold, hashed while it streams in and decompressed with
-the same bound.
+model of the base's shape can hold (where no trusted base sizes it: `unsized_bound`),
+hashed while it streams in and decompressed with the same bound.
 """
 
 from __future__ import annotations
@@ -122,6 +122,18 @@ def max_anchor_bytes(master: dict[str, torch.Tensor], buffers: int = 2) -> int:
     the fp32 master and at most `buffers` optimizer buffers per tensor (Adam's two, or an
     LM-MA-ES run's paths), plus headers."""
     return (1 + max(buffers, 2)) * sum(4 * t.numel() for t in master.values()) + (1 << 20) * (1 + len(master) // 1000)
+
+
+UNSIZED_FLOOR = 64 << 20  # an anchor no base sizes may always decompress to this much
+UNSIZED_RATIO = 32  # ... or to this many times its compressed size (fp32 weights compress ~1.1x)
+
+
+def unsized_bound(compressed: int) -> int:
+    """The most an anchor whose model nothing trusted can size (a module run's generation 0:
+    its factory is code, and the shapes its ledger records are the ledger's word) may hold:
+    UNSIZED_RATIO times its compressed size, or UNSIZED_FLOOR. Real weights compress little,
+    so only a bomb (a few kilobytes of zstd that claim gigabytes) comes near it."""
+    return max(UNSIZED_FLOOR, UNSIZED_RATIO * max(compressed, 0))
 
 
 def _read_checked(info: AnchorInfo, path: Path, max_bytes: int) -> bytes:

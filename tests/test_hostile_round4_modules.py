@@ -1,10 +1,16 @@
 """Issue 46, round 4, module runs (any torch.nn.Module): a `gym:MODULE:ENV` task imports
 MODULE, which the trust refusal now names and the session fingerprints (item 7); verify
-checks the factory a module run names (item 8)."""
+checks the factory a module run names (item 8); a foreign module ledger's generation-0
+anchor is read within a bound of its own and the memory estimate counts module runs
+(item 3)."""
 
 from __future__ import annotations
 
 import hashlib
+import json
+import os
+import sqlite3
+import subprocess
 import sys
 from pathlib import Path
 
@@ -13,6 +19,7 @@ from test_cli_walkthrough import Cli
 
 import seedledger as sl
 from seedledger.engine.runtime.inputs import InputsChanged
+from tests.support.cli import script
 
 pytestmark = pytest.mark.slow
 
@@ -101,3 +108,65 @@ def test_verify_of_a_module_run_checks_the_factory_it_names(tmp_path):
     (tmp_path / "net.py").unlink()  # verifying where the code is not: the weights, and says so
     report = sl.verify("a", ledger=tmp_path / "l.db")
     assert report["ok"] and report["factory"]["status"] == "not found here"
+
+
+def _peak_rss(args: list, env: dict) -> tuple[subprocess.CompletedProcess, int]:
+    """Run the console script in a fresh wrapper process; (its result, its peak RSS in MiB)."""
+    probe = ("import resource, subprocess, sys; p = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
+             "print(p.returncode); print(p.stderr, end=''); "
+             "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024)")
+    out = subprocess.run([sys.executable, "-c", probe, *script(), *map(str, args)], capture_output=True, text=True,
+                         env=env, timeout=600).stdout.splitlines()
+    return subprocess.CompletedProcess(args, int(out[0]), "", "\n".join(out[1:-1])), int(out[-1])
+
+
+def test_a_foreign_module_ledgers_anchor_bomb_stays_within_a_small_bound(tmp_path):
+    """Item 3: a module run's base is read from its generation-0 anchor, and the read was
+    bounded by the shapes the ledger's own `module` event declares: a ~100 KB anchor that
+    inflates to 1 GiB, with an event claiming 2**28 parameters, was read whole before its
+    fingerprint failed. The bound is now also the file's own (32x its size, at least 64
+    MiB): the ledger is refused in one line, the process grows by far less than 1 GiB."""
+    import zstandard
+
+    (tmp_path / "net.py").write_text(NET)
+    (tmp_path / "fit.py").write_text(FIT)
+    sl.evolve(f"module:{tmp_path / 'net.py'}:net", f"fitness:{tmp_path / 'fit.py'}:fit", population=4,
+              sigma=0.0625, lr=0.125, generations=1, ledger=tmp_path / "l.db", run="a")
+    env = {k: v for k, v in os.environ.items() if k != "SEEDLEDGER_REBUILD_MEMORY_MB"}
+    verify = ["verify", "a", "--ledger", tmp_path / "l.db"]
+    clean, baseline = _peak_rss(verify, env)
+    assert clean.returncode == 0, clean.stderr
+
+    z = zstandard.ZstdCompressor(level=1).compressobj()
+    chunk = bytes(1 << 20)
+    bomb = b"".join(z.compress(chunk) for _ in range(1024)) + z.flush()  # 1 GiB of zeros
+    sha = hashlib.sha256(bomb).hexdigest()
+    (tmp_path / "l.db.anchors" / f"{sha}.safetensors.zst").write_bytes(bomb)
+    con = sqlite3.connect(tmp_path / "l.db")
+    with con:  # what the attacker edits: the anchor row and the event that sizes it
+        con.execute("UPDATE anchors SET sha256 = ?, size = ? WHERE generation = 0", (sha, len(bomb)))
+        con.execute("UPDATE events SET payload = json_set(payload, '$.parameters', json(?)) WHERE kind = 'module'",
+                    (json.dumps([["0.weight", [1 << 28], "float32"]]),))
+    con.close()
+    refused, peak = _peak_rss(verify, env)
+    (line,) = refused.stderr.strip().splitlines()
+    assert refused.returncode == 2 and "the base weights beside the ledger are unusable" in line
+    assert f"decompresses to more than {64 << 20} bytes" in line and "--base module:" in line
+    assert peak - baseline < 256, (baseline, peak)  # a read of 1 GiB before
+
+
+def test_the_rebuild_memory_estimate_counts_a_module_run(tmp_path):
+    """Item 3: the estimate read no safetensors for a module run and counted 0 bytes; it
+    now counts its base as loaded and the replay state its steps keep."""
+    (tmp_path / "net.py").write_text(NET)
+    (tmp_path / "fit.py").write_text(FIT)
+    sl.evolve(f"module:{tmp_path / 'net.py'}:net", f"fitness:{tmp_path / 'fit.py'}:fit", population=4,
+              sigma=0.0625, lr=0.125, generations=1, ledger=tmp_path / "l.db", run="a", config={"optimizer": "adam"})
+    cli = Cli(tmp_path, "l.db")
+    cli.env["SEEDLEDGER_REBUILD_MEMORY_MB"] = "0.0005"  # 524 bytes: 58 parameters and Adam's two moments are 696
+    line = cli.bad("verify", "a")
+    assert "replaying needs about 0.0 MiB (an fp32 base of 58 parameters plus 2 optimizer/path copies of 58 " \
+           "trained ones), more than the bound of 0.0 MiB (SEEDLEDGER_REBUILD_MEMORY_MB)" in line
+    assert "replaying needs about 0.0 MiB" in cli.bad("rebuild", "a", "-o", "out")
+    cli.env["SEEDLEDGER_REBUILD_MEMORY_MB"] = "0.001"
+    assert cli.json("verify", "a")["ok"]

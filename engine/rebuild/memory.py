@@ -91,10 +91,18 @@ def check_rebuild_memory(what: str, model_dir: Path, optimizers: Iterable[Mappin
     """Refuse in one line when replaying `what` (its steps' optimizer dicts, from base
     `model_dir`, training `adapter` or every weight, with `carried` buffers of the kind's own
     beside the optimizer's: quant_codes' residual) needs more than `bound_bytes`."""
+    if bound_bytes() is not None:
+        check_replay_memory(what, *model_params(model_dir, adapter), optimizers, carried)
+
+
+def check_replay_memory(what: str, base: int, trained: int, optimizers: Iterable[Mapping[str, Any] | None],
+                        carried: int = 0) -> None:
+    """`check_rebuild_memory` for a base of `base` elements training `trained` of them: a
+    module run's, whose base is counted from its generation 0 as loaded (no safetensors
+    headers to read beforehand)."""
     bound = bound_bytes()
     if bound is None:
         return
-    base, trained = model_params(model_dir, adapter)
     buffers = max((step_buffers(o) for o in optimizers), default=0) + carried
     need = estimate_bytes(base, trained, buffers)
     if need > bound[0]:

@@ -120,9 +120,11 @@ def _named_base(base: str, device: str) -> dict[str, torch.Tensor]:
 
 
 def _anchored_base(ledger, run: str) -> dict[str, torch.Tensor] | None:
-    """The lineage root's generation-0 anchor (None when there is none), bounded by the
-    parameter shapes its `module` event recorded."""
-    from seedledger.replay.anchors import AnchorError, load_anchor
+    """The lineage root's generation-0 anchor (None when there is none). Nothing on this
+    side knows the module's size (its factory is code, not run), and the shapes in the
+    ledger's `module` event are the ledger's word: the read is bounded by both the shapes
+    and the anchor file itself (replay.anchors.unsized_bound), whichever is less."""
+    from seedledger.replay.anchors import AnchorError, load_anchor, unsized_bound
 
     found = [a for a in ledger.anchors(run, lineage=True) if a.generation == 0]
     if not found:
@@ -131,10 +133,14 @@ def _anchored_base(ledger, run: str) -> dict[str, torch.Tensor] | None:
     events = ledger.events(info.run, MODULE_EVENT)
     if not events:
         return None
-    elements = sum(math.prod(shape) for _, shape, _ in events[-1].payload.get("parameters", []))
-    root = ledger.get_run(info.run)
     try:
-        master, _ = load_anchor(info, anchors_dir(ledger), root.base_fingerprint, 4 * elements + (1 << 20))
+        elements = sum(math.prod(shape) for _, shape, _ in events[-1].payload.get("parameters", []))
+    except (TypeError, ValueError):
+        elements = 0  # not shapes: the file's own bound alone
+    root = ledger.get_run(info.run)
+    bound = min(4 * elements + (1 << 20), unsized_bound(info.size)) if elements > 0 else unsized_bound(info.size)
+    try:
+        master, _ = load_anchor(info, anchors_dir(ledger), root.base_fingerprint, bound)
     except AnchorError as exc:
         raise SeedLedgerError(f"{run}: the base weights beside the ledger are unusable ({exc}); pass --base "
                               "module:pkg.mod:factory") from None

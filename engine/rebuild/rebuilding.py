@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from seedledger.engine.config import is_module_model
-from seedledger.engine.rebuild.memory import check_rebuild_memory
+from seedledger.engine.rebuild.memory import check_rebuild_memory, check_replay_memory
 from seedledger.engine.rebuild.module_start import factory_check, module_start
 from seedledger.engine.rebuild.output import check_output, write_output
 from seedledger.engine.rebuild.output import merged_weights as merged_weights  # engine.api's names
@@ -36,17 +36,23 @@ from seedledger.replay.rebuild import rebuild
 
 def _fits(what: str, base: str, noise_spec: str, param_selection: str, steps: list) -> None:
     """Refuse, before the base is loaded, a replay of `steps` that needs more memory than
-    the bound (`engine.rebuild.memory`): a planted file's paths each cost a copy of the model."""
-    if is_module_model(base):  # a small torch.nn.Module: no safetensors headers to read the size from
+    the bound (`engine.rebuild.memory`): a planted file's paths each cost a copy of the model.
+    A module run has no safetensors headers to size it by: `_start` counts its base once
+    loaded (a bounded read: engine.rebuild.module_start), before any replay state exists."""
+    if is_module_model(base):
         return
     kind = from_run(noise_spec, param_selection)  # adapter None: the model's own weights are trained
     check_rebuild_memory(what, resolve_model(base), [s.optimizer for s in steps], kind.adapter, len(kind.carried))
 
 
 def _start(src: Source, base: str | None, device: str) -> Start:
-    """Generation 0 of `src`, on `base` (else its recorded base), checked to be its base."""
+    """Generation 0 of `src`, on `base` (else its recorded base), checked to be its base; a
+    module run's replay memory is estimated from it here (`_fits` cannot)."""
     if is_module_model(src.base_model):  # any torch.nn.Module (engine.rebuild.module_start)
         start = module_start(src, base, device)
+        trained = sum(t.numel() for n, t in start.master.items() if start.kind.trained(n, t.shape))
+        check_replay_memory(src.what, sum(t.numel() for t in start.master.values()), trained,
+                            [s.optimizer for s in src.steps()], len(start.kind.carried))
     else:
         start = load_start(base or src.base_model, src.config, src.noise_spec, src.param_selection, device)
     src.check_base(start, base)
