@@ -5,11 +5,17 @@ was the weaker until every item got namespaces of its own."""
 
 from __future__ import annotations
 
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
 import pytest
 
+from seedledger.ledger.errors import SeedLedgerError
 from seedledger.trainers.sandbox import Sandbox
 from tests.support.sandbox import need_bwrap, user_box
-from tests.test_sandbox import LIMITS
+from tests.test_sandbox import HOSTILE, LIMITS
 
 GOOD = {"program": "def f(x):\n    return x + 1\n", "test": "assert f(1) == 2"}
 
@@ -30,6 +36,191 @@ def items(*programs: str, test: str = "") -> list[dict]:
     return [{"program": p, "test": test} for p in programs]
 
 
+# --- 1. nothing an item writes reaches the next one -----------------------------------------
+DEEP = """
+import os
+for root in ('/tmp', '/dev/shm'):
+    os.chdir(root)
+    for _ in range(3000):
+        os.mkdir('d')
+        os.chdir('d')
+os.chdir('/')
+os.rmdir('/tmp/work')
+open('/tmp/work', 'w').write('a file where the next item makes its directory')
+"""
+FRESH = """
+import os
+assert os.getcwd() == '/tmp/work' and os.listdir('/tmp') == ['work'] and os.listdir('/dev/shm') == []
+for root in ('/tmp', '/dev/shm'):
+    st = os.statvfs(root)
+    assert st.f_bfree == st.f_blocks, (root, st.f_bfree, st.f_blocks)
+"""
+
+
+def test_a_deep_tree_and_a_file_at_the_work_directory_leave_nothing_behind(anybox):
+    """Round 4: a 3,000-deep tree beat the wipe's rmtree and a file at /tmp/work made every
+    later item crash. Each item now mounts a fresh /tmp and /dev/shm: the next item, in
+    the same launcher, finds them empty and whole."""
+    anybox.ping()
+    starts = anybox.starts
+    outcomes = anybox.run("python", [*items(DEEP, FRESH), GOOD, GOOD], limits=LIMITS)
+    assert statuses(outcomes) == [("ok", "")] * 4 and anybox.starts == starts
+
+
+# --- 2a, 2b. no writable root: nothing left on the host, no module planted -------------------
+FILL = """
+import os, sys
+for path in ('/fill', '/sandbox/fill', '/usr/fill', '/dev/fill', os.path.join(sys.prefix, 'fill')):
+    try:
+        open(path, 'wb')
+    except OSError:
+        continue
+    raise SystemExit(f'{path} is writable')
+for root in ('/tmp', '/dev/shm'):
+    try:
+        for i in range(64):
+            with open(f'{root}/fill{i}', 'wb') as f:
+                f.write(b'x' * (8 << 20))
+    except OSError:
+        pass
+"""
+
+
+def _shmem_mib() -> float:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("Shmem:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no Shmem in /proc/meminfo")
+
+
+def test_items_leave_no_shared_memory_on_the_host(anybox):
+    """Round 4: four items each `ok` left 2,055 MiB of host shared memory (an unsized,
+    writable root as an ordinary user). The root is read-only now, and what an item
+    writes to its own tmpfs (48 MiB here) is freed when its namespace goes."""
+    anybox.ping()
+    before = _shmem_mib()
+    outcomes = anybox.run("python", items(FILL, FILL, FILL, FILL), limits=LIMITS)
+    grown = _shmem_mib() - before
+    assert statuses(outcomes) == [("ok", "")] * 4
+    assert grown < 64, f"host shared memory grew by {grown:.0f} MiB"  # 192 MiB if the tmpfs stayed
+
+
+PLANT = """
+import os, sys
+for d in ('/sandbox', '/', *sys.path):
+    try:
+        with open(os.path.join(d or '.', 'statistics.py'), 'w') as f:
+            f.write('def mean(data):\\n    return 5\\n')
+    except OSError:
+        pass
+"""
+
+
+def test_a_module_planted_by_one_item_is_not_imported_by_the_next(anybox):
+    """Round 4: an item wrote /sandbox/statistics.py and a later wrong program importing it
+    scored 1.0. Nothing on the import path is writable; the wrong program fails."""
+    wrong = {"program": "import statistics\ndef f():\n    return statistics.mean([1, 2])\n", "test": "assert f() == 5"}
+    outcomes = anybox.run("python", [*items(PLANT), wrong], limits=LIMITS)
+    assert statuses(outcomes) == [("ok", ""), ("failed", "AssertionError")]
+
+
+# --- 2c, 2d. the launcher cannot be limited, stopped or named --------------------------------
+PRLIMIT = """
+import os, resource
+hits = []
+for pid in [os.getppid(), *range(1, 1 << 15)]:
+    if pid == os.getpid():
+        continue
+    try:
+        resource.prlimit(pid, resource.RLIMIT_AS, (1 << 20, 1 << 20))
+        hits.append(pid)
+    except (OSError, ValueError):
+        pass
+assert hits == [], hits
+"""
+STOP = """
+import ctypes, fcntl, os, signal
+libc = ctypes.CDLL(None, use_errno=True)
+r, w = os.pipe()
+info = (ctypes.c_int * 32)(signal.SIGSTOP, 0, -1)  # siginfo: signo, errno, SI_QUEUE
+for pid in [os.getppid(), *range(1, 1 << 12)]:
+    if pid in (0, os.getpid()):
+        continue
+    libc.syscall(129, pid, signal.SIGSTOP, info)  # rt_sigqueueinfo
+    libc.syscall(297, pid, pid, signal.SIGSTOP, info)  # rt_tgsigqueueinfo
+    try:
+        fcntl.fcntl(r, fcntl.F_SETOWN, pid)
+    except OSError:
+        continue
+    fcntl.fcntl(r, 10, signal.SIGSTOP)  # F_SETSIG: the owner gets SIGSTOP on I/O
+    fcntl.fcntl(r, fcntl.F_SETFL, os.O_ASYNC | os.O_NONBLOCK)
+    os.write(w, b'x')
+    os.read(r, 1)
+"""
+
+
+def test_an_item_cannot_lower_the_launchers_limits(anybox):
+    """Round 4: `prlimit` on the launcher (same uid) made every later item crash. Tried
+    on every pid it could name: refused, and a later item that needs memory runs."""
+    anybox.ping()
+    starts = anybox.starts
+    big = {"program": "x = bytearray(128 << 20)", "test": ""}
+    outcomes = anybox.run("python", [*items(PRLIMIT), big, GOOD], limits=LIMITS)
+    assert statuses(outcomes) == [("ok", "")] * 3 and anybox.starts == starts
+
+
+def test_an_item_cannot_stop_the_launcher_by_sigqueue_or_io_signals(anybox):
+    """Round 4: SIGSTOP reached the launcher through rt_sigqueueinfo and a pipe set to
+    signal its owner on I/O (F_SETOWN/F_SETSIG), 94-190 s stalls. Sent to every pid the
+    item can name: the next items answer at once, from the same launcher."""
+    anybox.ping()
+    starts = anybox.starts
+    assert statuses(anybox.run("python", items(STOP), limits=LIMITS)) == [("ok", "")]
+    t = time.monotonic()
+    outcomes = anybox.run("python", [GOOD, GOOD], limits=LIMITS)
+    assert statuses(outcomes) == [("ok", "")] * 2 and anybox.starts == starts
+    assert time.monotonic() - t < 10
+
+
+NAMES = """
+import os
+me = os.getpid()
+assert os.getppid() == 1 and sorted(p for p in os.listdir('/proc') if p.isdigit()) == sorted(['1', str(me)])
+named = []
+for pid in range(2, 1 << 15):
+    if pid != me:
+        try:
+            os.kill(pid, 0)
+            named.append(pid)
+        except ProcessLookupError:
+            pass
+assert named == [], named
+"""
+
+
+def test_an_unprivileged_item_cannot_name_the_launcher():
+    """The root fix for an ordinary user, where items share the launcher's uid: a PID
+    namespace per item with its own /proc, holding the item and our reaper (pid 1) only."""
+    box = user_box()
+    try:
+        assert statuses(box.run("python", items(NAMES), limits=LIMITS)) == [("ok", "")]
+    finally:
+        box.close()
+
+
+def test_the_hostile_programs_on_the_unprivileged_path():
+    """The hostile table of tests/test_sandbox.py as an ordinary user (no cgroups: the
+    fork bomb's first fork fails); the sleeper is left out (the wall net is the same)."""
+    box = user_box()
+    try:
+        table = [row for row in HOSTILE if "sleep" not in row[1]]
+        outcomes = box.run("python", items(*[p for _, p, _, _ in table]), limits=LIMITS)
+    finally:
+        box.close()
+    assert [(n, o.status, o.error) for (n, *_), o in zip(table, outcomes, strict=True)] == \
+        [(n, s, e) for n, _, s, e in table]
+
+
 # --- 13. no io_uring, nor any system call newer than those vetted -----------------------------
 URING = """
 import ctypes, os
@@ -46,3 +237,24 @@ os.closerange(5, 64)  # close_range, vetted, still works
 def test_io_uring_and_unvetted_new_system_calls_are_refused(anybox):
     """Round 4: the cage allowed io_uring_setup (its operations pass seccomp unseen)."""
     assert statuses(anybox.run("python", items(URING), limits=LIMITS)) == [("ok", "")]
+
+
+# --- a machine that cannot cage items ----------------------------------------------------------
+def test_a_machine_without_nested_user_namespaces_is_refused_with_what_to_do():
+    """Items need user namespaces inside the sandbox; where there are none (here a bwrap
+    that disables them) the sandbox refuses to start, in one line saying what to allow."""
+    need_bwrap()
+    bin_dir = Path(tempfile.mkdtemp(prefix="sbx-fake-bwrap-"))  # the non-root user must reach it
+    bin_dir.chmod(0o755)
+    fake = bin_dir / "bwrap"
+    fake.write_text(f"#!/bin/sh\nexec {shutil.which('bwrap')} --unshare-user --disable-userns \"$@\"\n")
+    fake.chmod(0o755)
+    box = user_box(extra_path=str(bin_dir))
+    try:
+        with pytest.raises(SeedLedgerError, match=r"failed to start: items cannot be caged here: unshare: .*"
+                                                  r"allow unprivileged user namespaces") as err:
+            box.ping()
+    finally:
+        box.close()
+        shutil.rmtree(bin_dir)
+    assert "\n" not in str(err.value)

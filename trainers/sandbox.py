@@ -46,9 +46,13 @@ from seedledger.ledger.errors import SeedLedgerError
 from seedledger.trainers.sandbox_cgroup import SandboxCgroups
 
 INSTALL_HINT = "install the 'bubblewrap' package (apt-get install bubblewrap)"
+USERNS_HINT = ("every item gets user, mount and PID namespaces of its own: allow unprivileged user "
+               "namespaces (sysctl kernel.unprivileged_userns_clone=1; on Ubuntu 23.10+ "
+               "kernel.apparmor_restrict_unprivileged_userns=0, or an AppArmor profile for this Python)")
 STATUSES = ("ok", "failed", "memory", "timeout", "output_limit", "wall_timeout", "crashed", "died",
             "malformed")
-_CAGE = ("sandbox_child.py", "sandbox_item.py", "sandbox_cage.py")  # passed into the sandbox
+_CAGE = ("sandbox_child.py", "sandbox_item.py", "sandbox_watch.py", "sandbox_ns.py",
+         "sandbox_cage.py")  # passed into the sandbox
 _MAX_LINE = 64 << 20
 _START_SECONDS = 60.0
 _uids = itertools.count()
@@ -159,14 +163,16 @@ class Sandbox:
         setenv = [a for k, v in env.items() for a in ("--setenv", k, v)]
         return [
             bwrap_path(), "--die-with-parent", "--new-session", *isolation, *_binds(),
-            "--proc", "/proc", "--dev", "/dev",
-            "--perms", "1777", "--size", str(self.shm_mb << 20), "--tmpfs", "/dev/shm",
-            "--remount-ro", "/dev",
-            "--perms", "1777", "--size", str(self.tmp_mb << 20), "--tmpfs", "/tmp",
+            # each item mounts a /tmp and /dev/shm of its own over these: the launcher's /tmp
+            # (libraries' caches at import) is never seen by an item
+            "--proc", "/proc", "--dev", "/dev", "--dir", "/dev/shm", "--remount-ro", "/dev",
+            "--perms", "0700", "--size", str(self.tmp_mb << 20), "--tmpfs", "/tmp",
             "--dir", "/sandbox", *self.cgroups.binds(),
             *[a for fd, name in zip(fds, _CAGE, strict=True) for a in ("--ro-bind-data", str(fd), f"/sandbox/{name}")],
+            "--remount-ro", "/",  # nothing the launcher imports from can be written
             "--chdir", "/tmp", "--clearenv", *setenv,
-            sys.executable, "-s", "-P", "-B", "/sandbox/sandbox_child.py", str(uid),
+            sys.executable, "-s", "-P", "-B", "/sandbox/sandbox_child.py", str(uid), str(self.tmp_mb),
+            str(self.shm_mb),
         ]
 
     def _start(self) -> None:
@@ -198,7 +204,10 @@ class Sandbox:
         self.starts += 1
         ready = self._read_line(time.monotonic() + _START_SECONDS)
         if ready is None or not ready.get("ready"):
-            reason = self._stderr_head() or "no answer from the launcher"
+            if ready is not None and ready.get("ready") is False:
+                reason = f"{str(ready.get('error'))[:300]}; {USERNS_HINT}"
+            else:
+                reason = self._stderr_head() or "no answer from the launcher"
             self._stop()
             raise SeedLedgerError(f"the sandbox (bwrap) failed to start: {reason}")
 

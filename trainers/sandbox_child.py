@@ -1,23 +1,19 @@
 """The sandbox's launcher: the one program that bwrap starts (``trainers/sandbox.py``).
 
 Standard library only, and never imported by seedledger itself: the host passes this
-file's text (and ``sandbox_item.py``, ``sandbox_cage.py``) into the sandbox. It is trusted
-code of ours that handles hostile data: it makes itself undumpable, then reads JSON requests on stdin, one a line, and answers one JSON line per item on stdout. Every
-item runs in a fresh ``fork`` of this process, so one item cannot change what another
-sees. Before it touches the item the child joins the item's cgroups, leads a session of
-its own, becomes the item uid (as root; the launcher keeps uid 0 with only CAP_SETUID,
-CAP_SETGID and CAP_KILL, so items cannot signal or trace it), takes its resource limits
-and a seccomp filter (``sandbox_cage.py``); its stdout and stderr go to a pipe read up to
-a cap. Its result goes to fd 3 behind a nonce it reads only after the item's code has
-returned, so bytes an item writes to any fd are not a verdict (in-process grading keeps
-its own limits: README). After each item every other process is killed, and ``/tmp`` and
-``/dev/shm`` are emptied.
+file's text (and its siblings ``sandbox_item.py``, ``sandbox_watch.py``, ``sandbox_ns.py``,
+``sandbox_cage.py``) into the sandbox. It is trusted code of ours that handles hostile data: it makes itself undumpable, checks that
+items can be caged here, then reads JSON requests on stdin, one a line, and answers one
+JSON line per item on stdout. Every item runs in fresh forks of this process (``sandbox_item.py``), each in
+namespaces of its own with a fresh, sized ``/tmp`` and ``/dev/shm``, so one item cannot
+change what another sees, and nothing is left to wipe. Jobs: ``python`` (a program and
+one test), ``math`` (math-verify), ``rg_rows`` and
+``rg_score`` (reasoning-gym's generators and its ``score_answer``), ``ping``.
 
 Item outcomes: ``ok`` (value), ``failed`` (an exception: its type name), ``memory``
 (MemoryError), ``timeout`` (the CPU limit), ``output_limit``, ``wall_timeout`` (the
 safety net for programs that block without using CPU), ``crashed`` (died without a
-result), ``malformed`` (result bytes that are not a verdict). Jobs: ``python`` (a program
-and one test), ``math`` (math-verify), ``rg_rows`` and ``rg_score`` (reasoning-gym's generators and its ``score_answer``), ``ping``.
+result), ``malformed`` (result bytes that are not a verdict).
 """
 
 from __future__ import annotations
@@ -34,10 +30,10 @@ from collections.abc import Callable
 from typing import Any
 
 if __package__:  # imported as trainers.sandbox_child (tests, docs): its siblings are in the package
-    from .sandbox_item import item_uid, run_item
+    from .sandbox_item import item_uid, probe, run_item
 else:  # run as /sandbox/sandbox_child.py in the cage, where -P keeps its directory off the path
     sys.path.insert(0, "/sandbox")
-    from sandbox_item import item_uid, run_item
+    from sandbox_item import item_uid, probe, run_item
 
 MAX_ENTRIES = 20000
 _datasets: dict[str, Any] = {}
@@ -74,15 +70,17 @@ def _math(item: dict) -> float:
     return 1.0 if gold and pred and verify(gold, pred, timeout_seconds=None) else 0.0
 
 
-def _dataset(setup: dict) -> Any:
+def _create(setup: dict) -> Any:
+    import reasoning_gym
+
+    random.seed(0)
+    return reasoning_gym.create_dataset(setup["name"], seed=setup["seed"], size=setup["size"], **setup["options"])
+
+
+def _dataset(setup: dict, lim: dict) -> Any:
     key = json.dumps(setup, sort_keys=True)
     if key not in _datasets:
-        import reasoning_gym
-
-        random.seed(0)
-        _datasets[key] = reasoning_gym.create_dataset(
-            setup["name"], seed=setup["seed"], size=setup["size"], **setup["options"]
-        )
+        _datasets[key] = _create(setup)
     return _datasets[key]
 
 
@@ -93,7 +91,7 @@ def _generate(setup: dict, indices: list[int], lim: dict) -> str | None:
     todo = [i for i in dict.fromkeys(indices) if (key, i) not in _entries]
     if not todo:
         return None
-    ds = _dataset(setup)
+    ds = _dataset(setup, lim)
     rows_lim = {**lim, "raw": True, "result_bytes": 256 << 20,
                 "cpu_seconds": max(int(lim["cpu_seconds"]), 60 + 2 * len(todo)),
                 "wall_seconds": 4 * (60 + 2 * len(todo))}
@@ -114,25 +112,25 @@ def _rg_score(item: dict) -> float:
     return float(value)
 
 
-def _prepare(rid: int, job: str, setup: dict, items: list, lim: dict) -> Callable[[dict], Any] | None:
-    """The job's per-item handler, after its imports and set-up in this process (so every
-    child inherits them); None when the job was answered here (``rg_rows``)."""
+def _prepare(rid: int, job: str, setup: dict, items: list, lim: dict) -> Callable[[dict], dict] | None:
+    """The job's runner (one item to its outcome), after its imports and set-up in this
+    process (so every child inherits them); None when the job was answered here (``rg_rows``)."""
     if job == "python":
-        return _python
+        return lambda item: run_item(_python, item, lim)[0]
     if job == "math":
         import math_verify  # noqa: F401 - imported once here, inherited by every child
 
-        return _math
+        return lambda item: run_item(_math, item, lim)[0]
     if job not in ("rg_rows", "rg_score"):
         raise ValueError(f"unknown job {job!r}")
-    _dataset(setup)
+    _dataset(setup, lim)
     key = json.dumps(setup, sort_keys=True)
     indices = [it["index"] for it in items]
     error = _generate(setup, indices, lim)
     if error is not None:
         raise RuntimeError(error)
     if job == "rg_score":
-        return _rg_score
+        return lambda item: run_item(_rg_score, item, lim)[0]
     for i, index in enumerate(indices):
         entry = _entries[(key, index)]
         _send({"id": rid, "i": i, "status": "ok",
@@ -151,25 +149,28 @@ def _handle(request: dict) -> None:
         _send({"id": rid, "done": True, "uid": item_uid()})
         return
     try:
-        handler = _prepare(rid, job, setup, items, lim)
+        runner = _prepare(rid, job, setup, items, lim)
     except Exception as exc:  # noqa: BLE001 - a bad setup or a missing library: refuse, one line
         text = f"{type(exc).__name__}: {exc}".splitlines()[0] if str(exc) else type(exc).__name__
         _send({"id": rid, "refused": text})
         return
-    if handler is None:
+    if runner is None:
         return
     if job == "rg_score":
         key = json.dumps(setup, sort_keys=True)
         items = [{**it, "key": key} for it in items]
     for i, item in enumerate(items):
-        outcome, _ = run_item(handler, item, lim)
-        _send({"id": rid, "i": i, **outcome})
+        _send({"id": rid, "i": i, **runner(item)})
     _send({"id": rid, "done": True})
 
 
 def main() -> None:
     _harden()
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    problem = probe()
+    if problem is not None:
+        _send({"ready": False, "error": f"items cannot be caged here: {problem}"})
+        return
     _send({"ready": True, "uid": item_uid()})
     for line in sys.stdin:
         if line.strip():
