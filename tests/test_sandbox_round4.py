@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from seedledger.ledger.errors import SeedLedgerError
-from seedledger.trainers.sandbox import Sandbox
+from seedledger.trainers.sandbox import Limits, Sandbox
 from tests.support.sandbox import need_bwrap, user_box
 from tests.test_sandbox import HOSTILE, LIMITS
 
@@ -219,6 +219,34 @@ def test_the_hostile_programs_on_the_unprivileged_path():
         box.close()
     assert [(n, o.status, o.error) for (n, *_), o in zip(table, outcomes, strict=True)] == \
         [(n, s, e) for n, _, s, e in table]
+
+
+# --- 4. generator options are built in the cage first ---------------------------------------
+def test_generator_options_are_built_within_the_item_limits(anybox):
+    """Round 4: count_primes with max_n = 2e8 took 3.4 GB and 27 CPU-s in the unlimited
+    launcher. The generator is built in a cage under the task's limits first; one that
+    does not fit is refused in one line, and the launcher goes on serving."""
+    pytest.importorskip("reasoning_gym")
+    hog = {"name": "count_primes", "seed": 1, "size": 4, "options": {"max_n": 20_000_000}}
+    with pytest.raises(SeedLedgerError, match=r"building count_primes within the task's limits "
+                                              r"\(128 MiB, 60 CPU-s\): memory") as err:
+        anybox.run("rg_rows", [{"index": 0}], setup=hog, limits=Limits(cpu_seconds=5, memory_mb=128))
+    assert "\n" not in str(err.value)
+    fine = {**hog, "options": {"max_n": 1000}}
+    outcomes = anybox.run("rg_rows", [{"index": 0}], setup=fine, limits=Limits(cpu_seconds=5, memory_mb=512))
+    assert outcomes[0].ok and "prime" in outcomes[0].value["question"]
+
+
+def test_a_stored_configs_generator_options_are_refused_by_the_task():
+    """The same through the task, as `resume` or `evaluate` of a foreign run builds it."""
+    need_bwrap()
+    pytest.importorskip("reasoning_gym")
+    from seedledger.trainers.tasks import reasoning_gym_task
+
+    with pytest.raises(SeedLedgerError, match=r"^task reasoning_gym:count_primes: .*building count_primes "
+                                              r"within the task's limits \(128 MiB") as err:
+        reasoning_gym_task.load("count_primes", options={"max_n": 20_000_000}, memory_mb=128)
+    assert "\n" not in str(err.value)
 
 
 # --- 13. no io_uring, nor any system call newer than those vetted -----------------------------

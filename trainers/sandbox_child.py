@@ -8,7 +8,9 @@ JSON line per item on stdout. Every item runs in fresh forks of this process (``
 namespaces of its own with a fresh, sized ``/tmp`` and ``/dev/shm``, so one item cannot
 change what another sees, and nothing is left to wipe. Jobs: ``python`` (a program and
 one test), ``math`` (math-verify), ``rg_rows`` and
-``rg_score`` (reasoning-gym's generators and its ``score_answer``), ``ping``.
+``rg_score`` (reasoning-gym's generators and its ``score_answer``), ``ping``. A
+reasoning-gym generator is first built in a cage under the request's limits, and only a
+build that stayed within them is made again here (for the children to inherit).
 
 Item outcomes: ``ok`` (value), ``failed`` (an exception: its type name), ``memory``
 (MemoryError), ``timeout`` (the CPU limit), ``output_limit``, ``wall_timeout`` (the
@@ -77,9 +79,36 @@ def _create(setup: dict) -> Any:
     return reasoning_gym.create_dataset(setup["name"], seed=setup["seed"], size=setup["size"], **setup["options"])
 
 
+class Refused(Exception):
+    """A request refused with this text as it stands (no exception name before it)."""
+
+
+def _build(setup: dict) -> bytes:
+    """In the cage: build the generator; b"ok", or the library's own one-line error."""
+    try:
+        _create(setup)
+    except MemoryError:
+        raise  # the limit, said as such by the launcher
+    except Exception as exc:  # noqa: BLE001 - a bad name or option: said to the user
+        text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        return b"E" + text.splitlines()[0][:300].encode()
+    return b"ok"
+
+
 def _dataset(setup: dict, lim: dict) -> Any:
+    """The generator for ``setup``, built here only after a caged build under ``lim``
+    (memory, and the CPU a block of rows gets) succeeded: its options come from a config
+    that may be a stranger's, and this process has no limits."""
     key = json.dumps(setup, sort_keys=True)
     if key not in _datasets:
+        import reasoning_gym  # noqa: F401 - the library (no options) here, inherited by the build
+        build_lim = {**lim, "raw": True, "cpu_seconds": max(int(lim["cpu_seconds"]), 60), "wall_seconds": 240}
+        outcome, data = run_item(lambda _: _build(setup), {}, build_lim)
+        if outcome["status"] != "ok":
+            raise Refused(f"building {setup['name']} within the task's limits ({lim['memory_mb']} MiB, "
+                          f"{build_lim['cpu_seconds']} CPU-s): {outcome['status']} {outcome.get('error', '')}".strip())
+        if data != b"ok":
+            raise Refused(data[1:].decode(errors="replace"))
         _datasets[key] = _create(setup)
     return _datasets[key]
 
@@ -151,7 +180,8 @@ def _handle(request: dict) -> None:
     try:
         runner = _prepare(rid, job, setup, items, lim)
     except Exception as exc:  # noqa: BLE001 - a bad setup or a missing library: refuse, one line
-        text = f"{type(exc).__name__}: {exc}".splitlines()[0] if str(exc) else type(exc).__name__
+        text = str(exc) if isinstance(exc, Refused) else f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        text = text.splitlines()[0] if text else type(exc).__name__
         _send({"id": rid, "refused": text})
         return
     if runner is None:

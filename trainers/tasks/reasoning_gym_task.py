@@ -7,7 +7,10 @@ hand it to sympy's ``parse_expr``, and a few generators depend on Python's strin
 order (word_ladder), which the sandbox fixes (``PYTHONHASHSEED=0``) so every process
 makes the same rows. Rows are made on demand, in blocks, and cached: a generator such as
 zebra_puzzles takes about half a second per puzzle, so only the rows a batch or the
-held-out evaluation reads are ever made.
+held-out evaluation reads are ever made. The generator itself is first built in a caged
+item under the task's ``memory_mb`` (and 60 CPU-s or ``cpu_seconds``, whichever is more),
+since its ``options`` may come from a stranger's stored config (``resume``,
+``evaluate``): options that do not fit are refused in one line at load.
 
 Splits: the test split is the generator's items ``0 … test_size−1`` under the seed
 ``mix64(data_seed, TEST)``, the training pool items ``0 … train_size−1`` under
