@@ -267,6 +267,62 @@ def test_io_uring_and_unvetted_new_system_calls_are_refused(anybox):
     assert statuses(anybox.run("python", items(URING), limits=LIMITS)) == [("ok", "")]
 
 
+# --- the verdict is graded outside the program's process --------------------------------------
+VERDICT = '{"status": "ok", "value": 1.0}'
+FORGERIES = [
+    ("read the nonce, write a verdict",
+     f"import os, select\nnonce = os.read(4, 64) if select.select([4], [], [], 0.2)[0] else b''\n"
+     f"for fd in range(3, 64):\n    try:\n        os.write(fd, nonce + {VERDICT!r}.encode())\n    except OSError:\n"
+     f"        pass\nos._exit(0)", "assert False", ("malformed", "program")),
+    ("patch json.dumps", f"import json\njson.dumps = lambda *a, **k: {VERDICT!r}\ndef f():\n    return 1",
+     "assert f() == 2", ("failed", "AssertionError")),
+    ("always equal", "class A:\n    def __eq__(self, other):\n        return True\ndef f():\n    return A()",
+     "assert f() == 2", ("failed", "TypeError")),
+    ("an int equal to anything", "class I(int):\n    def __eq__(self, other):\n        return True\ndef f():\n"
+     "    return I(7)", "assert f() == 2", ("failed", "AssertionError")),
+    ("always true", "class T:\n    def __bool__(self):\n        return True\ndef valid():\n    return T()",
+     "assert valid()", ("failed", "TypeError")),
+    ("exit 0 inside a call", "import os\ndef f():\n    os._exit(0)", "assert f() == 2", ("crashed", "exit 0")),
+]
+
+
+def test_a_program_cannot_forge_its_verdict(anybox):
+    """The limit documented until round 4: the program graded itself. Now its test runs
+    in another process that holds the verdict and gets plain data from it."""
+    outcomes = anybox.run("python", [{"program": p, "test": t} for _, p, t, _ in FORGERIES], limits=LIMITS)
+    assert [(n, o.status, o.error) for (n, *_), o in zip(FORGERIES, outcomes, strict=True)] == \
+        [(n, *want) for n, _, _, want in FORGERIES]
+    assert all(o.value is None for o in outcomes)
+
+
+HONEST = [
+    ("def f(x):\n    return [x, (x,), {x}, {x: [x]}, b'x', bytearray(b'y'), 1.5, None, True, 10 ** 40, 'é',"
+     " frozenset({x}), 2j, range(3)]",
+     "assert f(1) == [1, (1,), {1}, {1: [1]}, b'x', bytearray(b'y'), 1.5, None, True, 10 ** 40, 'é', "
+     "frozenset({1}), 2j, range(3)]"),
+    ("def squares(n):\n    return (i * i for i in range(n))", "assert list(squares(3)) == [0, 1, 4]"),
+    ("import math\ndef area(r):\n    return math.pi * r * r", "assert math.isclose(area(1), 3.14159, rel_tol=1e-4)"),
+    ("class Pair:\n    def __init__(self, a, b):\n        self.a, self.b = a, b\ndef widest(pairs):\n"
+     "    return max(p.b - p.a for p in pairs)", "assert widest([Pair(1, 5), Pair(2, 3)]) == 4"),
+    ("class Stack:\n    def __init__(self):\n        self.items = []\n    def push(self, x):\n"
+     "        self.items.append(x)\n    def __len__(self):\n        return len(self.items)",
+     "s = Stack()\ns.push(1)\ns.push(2)\nassert len(s) == 2 and s.items == [1, 2] and list(s.items) == [1, 2]"),
+    ("def f(x):\n    if x < 0:\n        raise ValueError('negative')\n    return x",
+     "try:\n    f(-1)\nexcept ValueError:\n    pass\nelse:\n    raise AssertionError('no ValueError')"),
+    ("from fractions import Fraction\ndef half():\n    return Fraction(1, 2)",
+     "from fractions import Fraction\nassert half() == Fraction(1, 2)"),
+    ("def double(x):\n    return 2 * x", "METADATA = {}\ndef check(candidate):\n    assert candidate(2) == 4\ncheck(double)"),
+    ("import numpy as np\ndef f():\n    return np.int64(3), np.arange(3)", "assert f() == (3, [0, 1, 2])"),
+]
+
+
+def test_honest_programs_still_pass_their_tests(anybox):
+    """Plain data of every standard kind crosses intact; the program's own objects are
+    called and read where they live; its exceptions reach the test by type."""
+    outcomes = anybox.run("python", [{"program": p, "test": t} for p, t in HONEST], limits=LIMITS)
+    assert statuses(outcomes) == [("ok", "")] * len(HONEST)
+
+
 # --- a machine that cannot cage items ----------------------------------------------------------
 def test_a_machine_without_nested_user_namespaces_is_refused_with_what_to_do():
     """Items need user namespaces inside the sandbox; where there are none (here a bwrap
@@ -286,3 +342,19 @@ def test_a_machine_without_nested_user_namespaces_is_refused_with_what_to_do():
         box.close()
         shutil.rmtree(bin_dir)
     assert "\n" not in str(err.value)
+
+
+SHADOWS = [
+    ("a builtin the test uses", "def abs(x):\n    return 0\ndef f():\n    return 5", "assert abs(f() - 1) < 0.5"),
+    ("a module the test uses", "class math:\n    @staticmethod\n    def isclose(*args, **kwargs):\n        return True\n"
+     "def f():\n    return 5", "assert math.isclose(f(), 1)"),
+    ("a module under the name of another", "import json as math\ndef f():\n    return 5", "assert math.isclose(f(), 1)"),
+]
+
+
+def test_a_program_cannot_replace_what_its_test_relies_on(anybox):
+    """A global named like a builtin or a standard-library module is not the program's
+    in its test: `abs` and `math` are Python's, so these wrong programs fail."""
+    outcomes = anybox.run("python", [{"program": p, "test": t} for _, p, t in SHADOWS], limits=LIMITS)
+    assert [(n, o.status, o.error) for (n, *_), o in zip(SHADOWS, outcomes, strict=True)] == \
+        [(n, "failed", "AssertionError") for n, _, _ in SHADOWS]

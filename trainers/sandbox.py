@@ -51,8 +51,8 @@ USERNS_HINT = ("every item gets user, mount and PID namespaces of its own: allow
                "kernel.apparmor_restrict_unprivileged_userns=0, or an AppArmor profile for this Python)")
 STATUSES = ("ok", "failed", "memory", "timeout", "output_limit", "wall_timeout", "crashed", "died",
             "malformed")
-_CAGE = ("sandbox_child.py", "sandbox_item.py", "sandbox_watch.py", "sandbox_ns.py",
-         "sandbox_cage.py")  # passed into the sandbox
+_CAGE = ("sandbox_child.py", "sandbox_item.py", "sandbox_watch.py", "sandbox_ns.py", "sandbox_cage.py",
+         "sandbox_grader.py", "sandbox_codec.py")  # passed into the sandbox
 _MAX_LINE = 64 << 20
 _START_SECONDS = 60.0
 _uids = itertools.count()
@@ -156,7 +156,8 @@ class Sandbox:
                          "--cap-add", "CAP_KILL"]
         else:
             isolation = ["--unshare-all"]
-        uid = 1_000_000 + (os.getpid() * 64 + next(_uids) % 64) % 2_000_000_000 if root else 0
+        # an even uid per launcher: items (and a python item's grader) run as it, its program one above
+        uid = 1_000_000 + 2 * ((os.getpid() * 32 + next(_uids) % 32) % 1_000_000_000) if root else 0
         env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8",
                "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1",
                "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}

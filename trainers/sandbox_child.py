@@ -2,12 +2,13 @@
 
 Standard library only, and never imported by seedledger itself: the host passes this
 file's text (and its siblings ``sandbox_item.py``, ``sandbox_watch.py``, ``sandbox_ns.py``,
-``sandbox_cage.py``) into the sandbox. It is trusted code of ours that handles hostile data: it makes itself undumpable, checks that
+``sandbox_cage.py``, ``sandbox_grader.py``, ``sandbox_codec.py``) into the sandbox. It is
+trusted code of ours that handles hostile data: it makes itself undumpable, checks that
 items can be caged here, then reads JSON requests on stdin, one a line, and answers one
 JSON line per item on stdout. Every item runs in fresh forks of this process (``sandbox_item.py``), each in
 namespaces of its own with a fresh, sized ``/tmp`` and ``/dev/shm``, so one item cannot
 change what another sees, and nothing is left to wipe. Jobs: ``python`` (a program and
-one test), ``math`` (math-verify), ``rg_rows`` and
+one test, graded in a process of its own), ``math`` (math-verify), ``rg_rows`` and
 ``rg_score`` (reasoning-gym's generators and its ``score_answer``), ``ping``. A
 reasoning-gym generator is first built in a cage under the request's limits, and only a
 build that stayed within them is made again here (for the children to inherit).
@@ -32,10 +33,10 @@ from collections.abc import Callable
 from typing import Any
 
 if __package__:  # imported as trainers.sandbox_child (tests, docs): its siblings are in the package
-    from .sandbox_item import item_uid, probe, run_item
+    from .sandbox_item import item_uid, probe, run_item, run_program
 else:  # run as /sandbox/sandbox_child.py in the cage, where -P keeps its directory off the path
     sys.path.insert(0, "/sandbox")
-    from sandbox_item import item_uid, probe, run_item
+    from sandbox_item import item_uid, probe, run_item, run_program
 
 MAX_ENTRIES = 20000
 _datasets: dict[str, Any] = {}
@@ -56,13 +57,6 @@ def _send(obj: dict[str, Any]) -> None:
 
 
 # ---- jobs: each handler runs in the child --------------------------------------------------
-
-def _python(item: dict) -> float:
-    namespace: dict[str, Any] = {"__name__": "__sandbox__"}
-    exec(compile(item["program"], "<program>", "exec"), namespace)  # noqa: S102 - sandboxed
-    exec(compile(item["test"], "<test>", "exec"), namespace)  # noqa: S102 - sandboxed
-    return 1.0
-
 
 def _math(item: dict) -> float:
     from math_verify import parse, verify
@@ -145,7 +139,7 @@ def _prepare(rid: int, job: str, setup: dict, items: list, lim: dict) -> Callabl
     """The job's runner (one item to its outcome), after its imports and set-up in this
     process (so every child inherits them); None when the job was answered here (``rg_rows``)."""
     if job == "python":
-        return lambda item: run_item(_python, item, lim)[0]
+        return lambda item: run_program(item, lim)
     if job == "math":
         import math_verify  # noqa: F401 - imported once here, inherited by every child
 

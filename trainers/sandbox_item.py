@@ -5,15 +5,17 @@ text into the sandbox. Each caged process is a fork of the launcher that joins t
 cgroups, leads a session of its own, becomes the item uid (as root), enters a fresh,
 sized root of its own (``sandbox_ns.py``: new user and mount namespaces, and a PID
 namespace where it shares the launcher's uid), gives up every capability, takes resource
-limits and the seccomp filter (``sandbox_cage.py``), and only then runs item code. The
-item reads the launcher's nonce (fd 4) only after its handler returned and writes nonce +
-result to fd 3. The launcher
+limits and the seccomp filter (``sandbox_cage.py``), and only then runs item code. A
+scorer's job runs in one such process, which reads the launcher's nonce (fd 4) only after
+its handler returned and writes nonce + result to fd 3. The ``python`` job runs in two:
+the program alone, and the test with the verdict (``sandbox_grader.py``). The launcher
 decides the outcome from what it saw (CPU over the cgroup, exit statuses, the nonce), so
 an item's bytes on any fd are data.
 """
 
 from __future__ import annotations
 
+import ctypes
 import fcntl
 import json
 import os
@@ -21,15 +23,18 @@ import random
 import resource
 import signal
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
 if __package__:  # imported as trainers.sandbox_item (tests, docs)
     from .sandbox_cage import ItemCgroup, install_seccomp
+    from .sandbox_grader import grade, serve
     from .sandbox_ns import drop_capabilities, enter
     from .sandbox_watch import kill_others, outcome, reap_all, watch
 else:  # imported by the launcher inside the cage, from /sandbox
     from sandbox_cage import ItemCgroup, install_seccomp
+    from sandbox_grader import grade, serve
     from sandbox_ns import drop_capabilities, enter
     from sandbox_watch import kill_others, outcome, reap_all, watch
 
@@ -49,10 +54,11 @@ def _argv_int(i: int, default: int) -> int:
 BASE_UID, TMP_MB, SHM_MB = _argv_int(1, 0), _argv_int(2, 32), _argv_int(3, 16)
 
 
-def item_uid() -> int:
-    """The uid items run as: the host's choice as root, else ours."""
+def item_uid(program: bool = False) -> int:
+    """The uid an item's process runs as: as root the host's choice (the program of a
+    ``python`` item one above its grader's), else ours."""
     if LAUNCHER_UID == 0 and BASE_UID > 0:
-        return BASE_UID
+        return BASE_UID + (1 if program else 0)
     return LAUNCHER_UID
 
 
@@ -122,7 +128,7 @@ def _spawn(run: Callable[[bool], None], uid: int, lim: dict[str, Any], cgroup: I
            fds: dict[int, int] | None = None) -> int:
     """Fork a process into the item's namespaces that runs ``run(pidns)`` and exits (1
     when anything raised); confined with ``fds`` first, or (None) as pid 1 that confines
-    itself."""
+    itself and the program it forks."""
     sys.stdout.flush()
     pid = os.fork()
     if pid == 0:
@@ -173,7 +179,7 @@ def _item_cgroup(lim: dict[str, Any], parts: int) -> ItemCgroup:
     if not _cgroups:
         _cgroups.append(ItemCgroup(f"items-{os.getpid()}"))
     cgroup = _cgroups[0]
-    ours = 2 if item_uid() == LAUNCHER_UID else parts - 1  # the waiter and pid 1 beside the item
+    ours = 2 if item_uid() == LAUNCHER_UID else parts - 1  # the waiter and pid 1, or the grader
     cgroup.limit((int(lim["memory_mb"]) + 64) << 20, int(lim["processes"]) + ours)
     cgroup.begin()
     return cgroup
@@ -196,6 +202,68 @@ def run_item(handler: Callable[[dict], Any], item: dict, lim: dict) -> tuple[dic
         os.close(fd)
     seen = watch([pid], result_r, out_r, lim, cgroup, len(nonce))
     return outcome(seen, pid, lim, nonce)
+
+
+def run_program(item: dict, lim: dict) -> dict[str, Any]:
+    """One ``python`` item: the program in one caged process, its test and verdict in
+    another (``sandbox_grader.py``). As root they are two of the launcher's children with
+    uids of their own; otherwise the grader is pid 1 of the program's PID namespace."""
+    cgroup = _item_cgroup(lim, 2)
+    nonce = os.urandom(16).hex().encode()
+    (result_r, result_w), (out_r, out_w), (nonce_r, nonce_w), (up_r, up_w), (down_r, down_w) = _pipes(5)
+    os.write(nonce_w, nonce)
+    os.close(nonce_w)
+    program_fds = {1: out_w, 2: out_w, 3: up_w, 4: down_r}
+    grader_fds = {1: out_w, 2: out_w, RESULT_FD: result_w, NONCE_FD: nonce_r, 5: up_r, 6: down_w}
+
+    def program(_: bool) -> None:
+        serve(item["program"], 4, 3)
+
+    def grader(pidns: bool) -> None:
+        child = 0
+        if pidns:  # pid 1: the program is its child, confined apart; the kernel shields us
+            ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # undumpable (the program too): no reading our memory
+            child = os.fork()
+            if child == 0:
+                try:
+                    _confine(program_fds, lim, cgroup, pidns)
+                    program(pidns)
+                finally:
+                    os._exit(0)
+            _confine(grader_fds, lim, cgroup, pidns)
+        signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # the program may hang up first
+        me = os.getpid()
+        verdict = grade(item["test"], 5, 6)
+        if child and verdict["status"] == "lost":
+            verdict["wait"] = _program_status(child)
+        _write_result(me, json.dumps(verdict).encode())
+
+    if item_uid() == LAUNCHER_UID:
+        pids = [_spawn(grader, item_uid(), lim, cgroup)]
+    else:
+        pids = [_spawn(grader, item_uid(), lim, cgroup, grader_fds),
+                _spawn(program, item_uid(program=True), lim, cgroup, program_fds)]
+    for fd in (result_w, out_w, nonce_r, up_r, up_w, down_r, down_w):
+        os.close(fd)
+    seen = watch(pids, result_r, out_r, lim, cgroup, len(nonce))
+    got, _ = outcome(seen, pids[0], lim, nonce)
+    if got["status"] == "lost":  # the program died under the test: its status says why
+        if len(pids) == 1:
+            seen.statuses[-1] = int(got.get("wait", 0))  # as its parent, the grader saw it
+        got, _ = outcome(seen, pids[1] if len(pids) > 1 else -1, lim, nonce, result=b"")
+    return got
+
+
+def _program_status(pid: int) -> int:
+    """The wait status of the grader's child, the program, which hung up: given a second
+    to end on its own (its CPU limit, a crash), then killed."""
+    for _ in range(100):
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status
+        time.sleep(0.01)
+    os.kill(pid, signal.SIGKILL)
+    return os.waitpid(pid, 0)[1]
 
 
 def probe() -> str | None:

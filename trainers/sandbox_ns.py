@@ -13,8 +13,9 @@ the next item or left on the host, and nothing needs wiping.
 Where the item shares the launcher's uid (an ordinary user: bwrap's user namespace maps
 that uid alone) it also gets a PID namespace with its own ``/proc``, so it cannot name
 the launcher: no signal (``kill``, ``rt_sigqueueinfo``, ``F_SETOWN``), ``prlimit`` or
-``setpriority`` reaches it. Pid 1 there is a reaper of ours; the process that made the
-namespace waits outside and exits as the item did, so the launcher reads one status.
+``setpriority`` reaches it. Pid 1 there is a reaper of ours (or a ``python`` item's
+grader, the program being pid 2); the process that made the namespace waits outside and
+exits as the item did, so the launcher reads one status.
 As root the item runs as a uid of its own, which guards the launcher already.
 """
 

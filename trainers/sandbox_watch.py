@@ -20,7 +20,7 @@ from typing import Any
 CHECK_SECONDS = 0.02  # how often the item's CPU is read (cgroups)
 MAX_DEPTH = 64  # nesting of a result document
 LAUNCHER_PID = os.getpid()
-STATUSES = ("ok", "failed", "memory")  # what a result document may say
+STATUSES = ("ok", "failed", "memory", "malformed", "lost")  # what a result document may say
 
 
 @dataclass
@@ -182,7 +182,10 @@ def verdict(data: bytes, nonce: bytes) -> dict[str, Any]:
     value = got.get("value")
     if got["status"] == "ok" and (isinstance(value, bool) or not isinstance(value, (int, float))):
         return {"status": "malformed", "error": "bad value"}
-    return {"status": got["status"], "value": value, "error": str(got.get("error", ""))[:200]}
+    out = {"status": got["status"], "value": value, "error": str(got.get("error", ""))[:200]}
+    if got["status"] == "lost" and type(got.get("wait")) is int:  # the program's wait status, from its grader
+        out["wait"] = got["wait"]
+    return out
 
 
 def outcome(seen: Seen, pid: int, lim: dict, nonce: bytes, result: bytes | None = None) -> tuple[dict[str, Any], bytes]:
