@@ -1,13 +1,17 @@
 """`make demo`: train, rebuild from the ledger, verify, export a seed file, report.
 
-Everything the demo prints is measured in this run: held-out reward of the base and of
-the model rebuilt from the ledger, the seed file's size against the weights' size.
+Everything the demo prints is measured in this run: the held-out verdict of the base and
+of the model rebuilt from the ledger, the seed file's size against the weights' size. The
+verdict is the task's own answer check on greedy answers, whatever the config trains on:
+the likelihood demo's fitness is `loglik`, the reward demo's (`seedledger demo reward`)
+the partial credit of `contains`; both are judged by exact match.
 """
 
 from __future__ import annotations
 
 import shutil
 import time
+from dataclasses import replace
 from importlib.resources import files
 from pathlib import Path
 
@@ -20,7 +24,7 @@ from seedledger.engine.config import load_config
 from seedledger.engine.rebuild.rebuilding import rebuild_ref, verify_ref
 from seedledger.engine.runtime import session
 from seedledger.engine.runtime.evaluation import compare, mean_reward
-from seedledger.engine.runtime.evaluator import Evaluator
+from seedledger.engine.runtime.evaluator import Evaluator, HeldOutScores
 from seedledger.engine.runtime.models import resolve_model
 from seedledger.engine.runtime.preflight import held_out_rows
 from seedledger.engine.runtime.progress import TrainingProgress
@@ -28,9 +32,14 @@ from seedledger.ledger import Ledger
 from seedledger.ledger.errors import SeedLedgerError
 from seedledger.ledger.seedio import export_seedfile
 from seedledger.replay.noise import member_key
+from seedledger.trainers.rewards.combine import combine
 from seedledger.trainers.tasks import load_task
+from seedledger.trainers.tasks.base import as_conversation, columns_of
 
 CONFIG = Path(str(files("seedledger.engine") / "configs" / "demo.yaml"))  # package data: works when installed
+REWARD_CONFIG = Path(str(files("seedledger.engine") / "configs" / "reward.yaml"))
+DEMOS = {"likelihood": (CONFIG, Path("demo-out")), "reward": (REWARD_CONFIG, Path("demo-reward-out"))}
+"""`seedledger demo [NAME]`: each demo's config and default workdir."""
 
 
 DEMO_ENTRIES = ("seedledger.db", "demo-final", "demo.seeds", "demo-reward.png", "logs")
@@ -59,6 +68,17 @@ def examples(before: list[float | None], after: list[float | None], count: int =
     return (better or list(range(len(after))))[:count]
 
 
+def judged(task, scores: HeldOutScores) -> HeldOutScores:
+    """`scores` (the task's first rows, in order) with each row's reward replaced by the
+    task's own answer check (`own_rewards`); the config's components stay beside it."""
+    if task.scores_models:  # a module run's held-out seeds: no answers to check
+        return scores
+    rows = task.test_rows()[: len(scores.completions)]
+    convo = [as_conversation(c) for c in scores.completions]
+    verdict, own = combine(task.own_rewards, [task.prompt(r) for r in rows], convo, columns_of(rows))
+    return replace(scores, rewards=list(verdict), components={**scores.components, **own})
+
+
 def run_demo(
     workdir: Path, generations: int | None = None, config: Path = CONFIG, overrides: list[str] = (),
 ) -> dict:
@@ -73,10 +93,11 @@ def run_demo(
     rows = held_out_rows(task, cfg.evaluation.rows, owner="demo")  # before any model loads
     base_dir = resolve_model(cfg.model)
     console.print(f"{cfg.model}: {base_dir}")
-    base = Evaluator(cfg, base_dir, task=task).held_out_scores(rows)  # greedy, whatever `sampling`
+    base = judged(task, Evaluator(cfg, base_dir, task=task).held_out_scores(rows))  # greedy, whatever `sampling`
+    check = ", ".join(r.name for r in task.own_rewards)
     question, base_answer = base.questions[0], base.completions[0]
     base_reward = mean_reward(base.rewards)
-    console.print(f"held-out reward of the base model ({rows} test rows): {base_reward:.4f}")
+    console.print(f"held-out {check} of the base model ({rows} test rows): {base_reward:.4f}")
     console.print(f"{question!r} → {base_answer!r}", markup=False)
 
     console.rule(f"2. ES training, {cfg.generations} generations × {cfg.population} members")
@@ -92,7 +113,7 @@ def run_demo(
         verified = verify_ref(ledger, f"demo@{latest}")
         seeds = workdir / "demo.seeds"
         export_seedfile(ledger, "demo", latest, seeds, key_fn=member_key)
-        final = Evaluator(cfg, rebuilt, task=task).held_out_scores(rows)  # the rebuilt files' answers
+        final = judged(task, Evaluator(cfg, rebuilt, task=task).held_out_scores(rows))  # the rebuilt files' answers
         evaluation = compare("demo", latest, "demo@0", 0, base, final)
         ledger.log_event("demo", "evaluation", evaluation.payload("demo"))  # `plot` draws it
         final_reward = evaluation.mean
@@ -104,6 +125,7 @@ def run_demo(
     change = evaluation.change
     weights = sum(f.stat().st_size for f in rebuilt.glob("*.safetensors"))
     figures = {
+        "held_out_check": check,
         "base_held_out_reward": base_reward,
         "final_held_out_reward": final_reward,
         "question": question,
@@ -122,8 +144,8 @@ def run_demo(
     table = Table(title="seedledger demo")
     table.add_column("what")
     table.add_column("value", justify="right")
-    table.add_row("held-out reward, base", f"{base_reward:.4f}")
-    table.add_row("held-out reward, rebuilt final", f"{final_reward:.4f}")
+    table.add_row(f"held-out {check}, base", f"{base_reward:.4f}")
+    table.add_row(f"held-out {check}, rebuilt final", f"{final_reward:.4f}")
     table.add_row(
         f"change on the same {evaluation.rows} problems",
         f"{change['mean']:+.4f} ± {change['stderr']:.4f} (s.e.); "

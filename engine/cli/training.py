@@ -163,7 +163,11 @@ def fork(
 
 @app.command()
 def demo(
-    workdir: Annotated[Path, typer.Option("--workdir", help="Where the demo writes.")] = Path("demo-out"),
+    name: Annotated[str, typer.Argument(
+        help="Which demo: `likelihood` (the answer format from the reference's likelihood) or "
+        "`reward` (the word alone from a decoded reward only).")] = "likelihood",
+    workdir: Annotated[Path | None, typer.Option(
+        "--workdir", help="Where the demo writes (default: demo-out, or demo-reward-out for `reward`).")] = None,
     generations: Gens = None,
     set_: Sets = None,
     as_json: JsonOpt = False,
@@ -174,9 +178,12 @@ def demo(
     """The end-to-end demo: teach SmolLM2 an answer format, rebuild, verify, export, report."""
     import contextlib
 
-    from seedledger.engine.cli.demo import CONFIG, run_demo
+    from seedledger.engine.cli.demo import DEMOS, run_demo
+    from seedledger.ledger.errors import SeedLedgerError, did_you_mean
 
-    config = config or CONFIG
+    if name not in DEMOS:
+        raise SeedLedgerError(f"no demo {name!r}{did_you_mean(name, DEMOS)}; known: {', '.join(DEMOS)}")
+    config, workdir = config or DEMOS[name][0], workdir or DEMOS[name][1]
     if not as_json:
         run_demo(workdir, generations, config=config, overrides=set_ or [])
         return
