@@ -61,9 +61,12 @@ def run_summary(ledger: Ledger, run: RunInfo, summaries: list[dict[str, Any]] | 
         mean = _num(s["reward_mean"])
         if s["generation"] in own and mean is not None and (best is None or mean > best[0]):
             best = (mean, s["generation"])
+    config = run.config if isinstance(run.config, dict) else {}
     return {
         "name": run.name,
         "base_model": run.base_model,
+        "backend": config.get("backend"),
+        "perturbation": perturbation(config),
         "generations": ledger.latest_generation(run.name),
         "own_generations": len(own),
         "status": status(ledger, run),
@@ -72,6 +75,19 @@ def run_summary(ledger: Ledger, run: RunInfo, summaries: list[dict[str, Any]] | 
         "parent": f"{run.parent[0]}@{run.parent[1]}" if run.parent else None,
         "created_at": run.created_at.isoformat(),
     }
+
+
+def perturbation(config: dict[str, Any]) -> str:
+    """What a run's members perturb, from its stored config: `full`, `lowrank r=1`,
+    `lora r=8`, `quant_codes`, ... (the `train` section where it is not `full`)."""
+    for key in ("train", "perturbation"):
+        section = config.get(key)
+        if isinstance(section, dict):
+            kind, rank = section.get("kind", key), section.get("rank")
+            return f"{kind} r={rank}" if rank else str(kind)
+        if section not in (None, "full"):
+            return str(section)
+    return "full"
 
 
 def list_runs(ledger: Ledger) -> list[dict[str, Any]]:
@@ -224,6 +240,8 @@ def show_generation(
         "extra": _strict(record.extra),
         "committed_at": record.committed_at.isoformat() if record.committed_at else None,
         "evaluations": evaluations(ledger, info.name),
+        "backend": (info.config or {}).get("backend"),
+        "perturbation": perturbation(info.config or {}),
         "inputs": inputs_at(ledger, info.name, g),
         "base_model": base_model(ledger, info),
     }

@@ -80,15 +80,16 @@ def run_log_view(data: dict[str, Any]) -> RenderableType:
     t = Table(title=title, title_justify="left")
     gens = data["generations"]
     evaluated = any(g.get("held_out") is not None for g in gens)  # a column only where scored
-    rows = [[str(g["generation"]), g["run"], _f(g["reward_mean"]), _f(g["reward_max"]),
+    lineage = len({g["run"] for g in gens}) > 1  # a fork's: which run committed each row
+    rows = [[str(g["generation"]), *([g["run"]] if lineage else []), _f(g["reward_mean"]), _f(g["reward_max"]),
              *([_f(g.get("held_out"))] if evaluated else []),
              _f(g["lr"], ".4g"), _f(g["sigma"], SIGMA), _fp(g["fingerprint"]), _f(g["seconds"], ".1f")]
             for g in gens]  # the latest ones: where a long run is now
-    for i, col in enumerate(["gen", "run", "R mean", "R max", *(["eval"] if evaluated else []), "lr", "σ",
-                             "fingerprint", "sec"]):
-        # numbers are never cut (σ as applied has 6 digits): only the run's name may fold
+    for i, col in enumerate(["gen", *(["run"] if lineage else []), "R mean", "R max", *(["eval"] if evaluated else []),
+                             "lr", "σ", "fingerprint", "sec"]):
+        # numbers are never cut (σ as applied has 6 digits): only a run's name may fold
         t.add_column(col, justify="left" if col in ("run", "fingerprint") else "right", no_wrap=col != "run",
-                     min_width=max([len(col), *(len(r[i]) for r in rows)]) if col != "run" else len(col))
+                     overflow="fold", min_width=max([len(col), *(len(r[i]) for r in rows)]) if col != "run" else 3)
     for row in rows:
         t.add_row(*row)
     parts: list[RenderableType] = [t]

@@ -1,0 +1,36 @@
+"""Issue 52's frictions, as a newcomer meets them on `tiny`: the version, what `log` and
+`show` say about a run (backend, noise kind, σ in full), a mistyped model alias, a run of
+zero generations, `plot`'s two scales, `help(seedledger)` and `sl.evolve`'s result."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from test_newcomer import Shell
+
+pytestmark = pytest.mark.slow
+
+LONG = "a-run-name-as-long-as-a-users-own"
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> Shell:
+    """The quickstart trained as a long-named low-rank run, scored every generation."""
+    sh = Shell(tmp_path_factory.mktemp("friction"))
+    sh.write("quickstart.yaml", "example", "quickstart")
+    sh.run("train", "quickstart.yaml", "--run", LONG, "--set", "perturbation=lowrank",
+           "--set", "evaluation.every=1", "--set", "evaluation.rows=4")
+    return sh
+
+
+def test_log_and_show_say_the_backend_and_the_noise_kind_and_sigma_in_full(trained):
+    log = trained.run("log", LONG).stdout  # 80 columns, an eval column and a long name
+    assert f"{LONG}  (tiny on hf, lowrank r=1 noise, finished)" in log, log
+    table = log.split("events")[0]
+    assert table.count("0.000999928") == 3 and "…" not in table, log
+    data = trained.json("log", LONG)["run"]
+    assert (data["backend"], data["perturbation"]) == ("hf", "lowrank r=1")
+    show = trained.run("show", f"{LONG}@2").stdout
+    assert re.search(r"backend / noise +hf / lowrank r=1\b", show), show
+    assert [(r["backend"], r["perturbation"]) for r in trained.json("log")] == [("hf", "lowrank r=1")]
