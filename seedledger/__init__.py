@@ -9,6 +9,7 @@ SQL stack or torch until a command needs them.
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -31,6 +32,11 @@ if TYPE_CHECKING:
     from seedledger.engine.evolve import evolve
     from seedledger.ledger import GenerationRecord, Ledger, RunInfo
     from seedledger.ledger.errors import SeedLedgerError
+
+try:
+    __version__ = importlib.metadata.version("seedledger")
+except importlib.metadata.PackageNotFoundError:  # a checkout on sys.path, not installed
+    __version__ = "0+unknown"
 
 _API = "seedledger.engine.api"
 _WHERE = {

@@ -4,10 +4,13 @@ zero generations, `plot`'s two scales, `help(seedledger)` and `sl.evolve`'s resu
 
 from __future__ import annotations
 
+import importlib.metadata
 import re
 
 import pytest
 from test_newcomer import Shell
+
+import seedledger as sl
 
 pytestmark = pytest.mark.slow
 
@@ -22,6 +25,12 @@ def trained(tmp_path_factory) -> Shell:
     sh.run("train", "quickstart.yaml", "--run", LONG, "--set", "perturbation=lowrank",
            "--set", "evaluation.every=1", "--set", "evaluation.rows=4")
     return sh
+
+
+def test_the_version_is_printed_and_importable(tmp_path):
+    proc = Shell(tmp_path).run("--version")
+    assert proc.stdout == f"seedledger {sl.__version__}\n"
+    assert sl.__version__ == importlib.metadata.version("seedledger")
 
 
 def test_log_and_show_say_the_backend_and_the_noise_kind_and_sigma_in_full(trained):

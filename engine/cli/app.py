@@ -50,6 +50,14 @@ class State:
     upgrade = True
 
 
+def _version(value: bool) -> None:
+    if value:
+        from seedledger import __version__
+
+        typer.echo(f"seedledger {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
 def _root(
     debug: Annotated[bool, typer.Option("--debug", help="Tracebacks on errors.")] = False,
@@ -57,6 +65,8 @@ def _root(
         bool,
         typer.Option("--no-upgrade", help="Refuse a ledger with an older schema instead of upgrading it."),
     ] = False,
+    version: Annotated[bool, typer.Option(
+        "--version", callback=_version, is_eager=True, help="Print the version and exit.")] = False,
 ):
     State.debug = debug
     State.upgrade = not no_upgrade
