@@ -25,6 +25,7 @@ from .adapter import start_fingerprint
 from .anchors import AnchorError, load_anchor, max_anchor_bytes
 from .fingerprint import fingerprint
 from .kinds import PerturbationKind, from_run, member_scale, step_kind
+from .rules import check_lineage_rules
 from .update import OptimizerState, apply_step
 
 Progress = Callable[[int, int], None]  # (generations done, generations to do)
@@ -141,6 +142,7 @@ def rebuild(
                          "trains an adapter")
     base_fp = lineage[0].base_fingerprint
     steps = ledger.replay_history(run, upto=g)  # also validates g
+    check_lineage_rules(ledger, steps)  # a rule no run of its config records: refused before any state exists
     for s in steps:  # each step carries its own kind (its run's, or its own when imported)
         try:
             kind = from_run(s.noise_spec, s.param_selection)

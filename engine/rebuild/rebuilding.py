@@ -111,6 +111,7 @@ def verify_ref(ledger: Ledger, ref: str, device: str = "cpu") -> dict:
             },
         )
     src = RunSource.of(ledger, run, gen)
+    src.check_rules()  # before the memory estimate counts a rule's state
     _fits(src.what, src.base_model, src.noise_spec, src.param_selection, src.steps())
     start = _start(src, None, device)
     try:
@@ -156,6 +157,7 @@ def build_master(
     fps = src.fingerprints()
     wanted = fps if verify == "every" else {g: fp for g, fp in fps.items() if g == src.upto}
     checked = _unchecked(missing_fingerprint(src.base_fingerprint, wanted), src.lineage, allow_unverified)
+    src.check_rules()  # before the memory estimate counts a rule's state
     _fits(src.what, src.base_model if is_module_model(src.base_model) else base or src.base_model, src.noise_spec, src.param_selection, src.steps())
     start = _start(src, base, device)
     master, state = src.replay(start, verify)

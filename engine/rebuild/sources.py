@@ -21,6 +21,7 @@ from seedledger.replay.adapter import LoraSpec, start_fingerprint
 from seedledger.replay.kinds import Full, PerturbationKind, from_run
 from seedledger.replay.noise import member_key
 from seedledger.replay.rebuild import apply_member, rebuild, replay_steps
+from seedledger.replay.rules import check_lineage_rules
 from seedledger.replay.update import OptimizerState
 
 
@@ -114,6 +115,11 @@ class Source:
     def steps(self) -> list:
         raise NotImplementedError
 
+    def check_rules(self) -> None:
+        """Refuse a step whose update rule its run's config cannot record (replay.rules). A
+        seed file's steps are not judged: it flattens a lineage whose forks may have changed
+        the rule, and names no segment's config but the last."""
+
     def check_base(self, start: Start, base: str | None) -> None:
         raise NotImplementedError
 
@@ -150,6 +156,9 @@ class RunSource(Source):
 
     def steps(self) -> list:
         return self.ledger.replay_history(self.run, upto=self.upto)
+
+    def check_rules(self) -> None:
+        check_lineage_rules(self.ledger, self.steps())
 
     def check_base(self, start: Start, base: str | None) -> None:
         if not self.base_fingerprint or start.fingerprint == self.base_fingerprint:
