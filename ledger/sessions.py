@@ -16,6 +16,7 @@ a later session from the same point wins (it is the one that went on).
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
 from typing import Any
@@ -82,8 +83,10 @@ def check_inputs(conn: Connection, row: Any, upto: int) -> None:
     row names an inputs record that is not there as it was: deleted, edited (its recomputed
     digest differs), or carrying a `digest` field its contents do not give."""
     entries = sessions(conn, row, upto)
+    starts = [start for start, _run, _payload in entries]
     for name, g, bound in _bindings(conn, row, upto):
-        record = in_force(entries, g)
+        at = bisect.bisect_left(starts, max(g, 1)) - 1  # in_force: the last session before g
+        record = entries[at][2] if at >= 0 else None
         if record is None:
             why = "was deleted outside seedledger"
         elif digest(record) != bound:
