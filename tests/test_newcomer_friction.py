@@ -43,3 +43,10 @@ def test_log_and_show_say_the_backend_and_the_noise_kind_and_sigma_in_full(train
     show = trained.run("show", f"{LONG}@2").stdout
     assert re.search(r"backend / noise +hf / lowrank r=1\b", show), show
     assert [(r["backend"], r["perturbation"]) for r in trained.json("log")] == [("hf", "lowrank r=1")]
+
+
+def test_a_mistyped_model_alias_gets_a_suggestion(trained):
+    line = trained.bad("train", "quickstart.yaml", "--run", "typo", "--set", "model=tinny")
+    assert line == ("error: unknown model 'tinny' (did you mean 'tiny'?): use an alias "
+                    "(smollm2-135m-instruct, tiny) or a local Hugging Face directory")
+

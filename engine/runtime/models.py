@@ -37,7 +37,7 @@ from seedledger.engine.runtime.model_cache import (  # noqa: F401  (re-exported:
     sha256_file,
 )
 from seedledger.engine.runtime.model_provisioning import _lock, _provision
-from seedledger.ledger.errors import SeedLedgerError
+from seedledger.ledger.errors import SeedLedgerError, did_you_mean
 from seedledger.ledger.extras import require
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never touch the hub, whoever imports us first
@@ -260,7 +260,8 @@ def resolve_model(ref: str | os.PathLike[str] | None = None, *, verify: bool = F
     if os.sep in ref or ref.startswith("."):
         raise SeedLedgerError(f"model directory {ref} does not exist: give an existing path or an alias ({', '.join(ALIASES)})")
     raise SeedLedgerError(
-        f"unknown model {ref!r}: use an alias ({', '.join(ALIASES)}) or a local Hugging Face directory"
+        f"unknown model {ref!r}{did_you_mean(ref, ALIASES)}: use an alias ({', '.join(ALIASES)}) "
+        "or a local Hugging Face directory"
     )
 
 
