@@ -50,3 +50,12 @@ def test_a_mistyped_model_alias_gets_a_suggestion(trained):
     assert line == ("error: unknown model 'tinny' (did you mean 'tiny'?): use an alias "
                     "(smollm2-135m-instruct, tiny) or a local Hugging Face directory")
 
+
+def test_zero_generations_say_that_nothing_was_trained(trained):
+    out = trained.run("train", "quickstart.yaml", "--run", "zero", "--set", "generations=0").stdout
+    base = trained.json("log", "zero")["run"]
+    assert base["generations"] == 0
+    assert out.strip().splitlines()[-1].startswith(
+        "run zero: nothing trained (0 generations asked): it stays at generation 0, fingerprint ")
+    assert out.strip().endswith("; `seedledger resume zero --generations N` trains N")
+

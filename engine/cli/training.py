@@ -71,9 +71,19 @@ def _session(ledger: str, as_json: bool, body, create: bool = False) -> None:
             if exc.run is not None:
                 exc.args = (f"{exc}; continue with `{_resume_command(led, exc.run, ledger)}`",)
             raise
+        resume = None if result.records else _resume_command(led, result.run.name, ledger)
     if not as_json and progress.rows:
         progress.console.print(progress.summary())
-    emit(_session_payload(result), as_json, f"run {result.run.name}: fingerprint {result.fingerprint}")
+    emit(_session_payload(result), as_json, _summary_line(result, resume))
+
+
+def _summary_line(result, resume: str | None) -> str:
+    """The session's last line; a session that trained nothing (generations 0) says so,
+    and how to train (`resume`: the command that continues the run)."""
+    if result.records:
+        return f"run {result.run.name}: fingerprint {result.fingerprint}"
+    return (f"run {result.run.name}: nothing trained (0 generations asked): it stays at generation "
+            f"{result.latest_generation}, fingerprint {result.fingerprint}; `{resume} --generations N` trains N")
 
 
 def _resume_command(led, run: str, ledger: str) -> str:
