@@ -59,3 +59,10 @@ def test_zero_generations_say_that_nothing_was_trained(trained):
         "run zero: nothing trained (0 generations asked): it stays at generation 0, fingerprint ")
     assert out.strip().endswith("; `seedledger resume zero --generations N` trains N")
 
+
+def test_plot_draws_held_out_rewards_on_a_scale_of_their_own(trained):
+    both = trained.json("plot", LONG, "-o", "both.png")
+    assert both["axes"] == ["reward (train batch)", "held-out reward (greedy)"]
+    assert [p["generation"] for p in both["runs"][0]["held_out"]] == [0, 1, 2, 3]
+    trained.run("train", "quickstart.yaml", "--run", "plain", "--set", "generations=1")
+    assert trained.json("plot", "plain", "-o", "one.png")["axes"] == ["reward (train batch)"]

@@ -107,7 +107,7 @@ def plot(
     as_json: JsonOpt = False,
 ):
     """Draw reward curves (from the ledger alone) to a PNG: forks marked where they fork,
-    held-out rewards where recorded."""
+    held-out rewards where recorded (in a panel of their own, on their own scale)."""
     from seedledger.engine.cli.plot import plot_runs, with_forks
 
     with open_ledger(ledger) as led:

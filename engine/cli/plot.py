@@ -3,7 +3,8 @@
 Each run is drawn along its lineage: its own generations solid, generations it inherits
 from a parent that is not drawn itself dashed, and its fork point marked. Held-out
 rewards, where the ledger records them (`evaluation` events: `evaluate`, `evaluation.every`
-during training, the demo), are drawn as stars. A run without generations has no curve: it
+during training, the demo), are drawn as stars in a second panel below, on a scale of their
+own (a training batch's log-likelihood and held-out exact match do not share one). A run without generations has no curve: it
 is skipped and named, and a plot with nothing to draw is an error, not an empty chart.
 """
 
@@ -78,7 +79,12 @@ def plot_runs(ledger: Ledger, runs: list[str], output: Path) -> dict[str, Any]:
             "generations with rewards (train first: `seedledger resume RUN --generations N`)"
         )
     single = len(infos) == 1
-    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=120)
+    held = {i.name: held_out(ledger, i.name) for i in infos}
+    if any(held.values()):  # two scales (a batch's reward, e.g. a log-likelihood, and held-out exact match)
+        fig, (ax, ax_held) = plt.subplots(2, 1, sharex=True, figsize=(8, 6.5), dpi=120, height_ratios=[3, 2])
+    else:
+        fig, ax = plt.subplots(figsize=(8, 4.5), dpi=120)
+        ax_held = None
     report = []
     for index, info in enumerate(infos):
         points = curves[info.name]
@@ -104,32 +110,36 @@ def plot_runs(ledger: Ledger, runs: list[str], output: Path) -> dict[str, Any]:
                     label="population mean" if single else info.name)
         if info.parent is not None:
             g = info.parent_generation
-            ax.axvline(g, color=color, linestyle=":", linewidth=1, alpha=0.8)
+            for axis in (ax, ax_held) if ax_held is not None else (ax,):
+                axis.axvline(g, color=color, linestyle=":", linewidth=1, alpha=0.8)
             ax.annotate(f"{info.name} forks {info.parent_run}@{g}", xy=(g, 1), xycoords=("data", "axes fraction"),
                         xytext=(3, -12 - 10 * index), textcoords="offset points", fontsize=7, color=color)
-        evaluated = held_out(ledger, info.name)
+        evaluated = held[info.name]
         if evaluated:
-            ax.plot([g for g, _ in evaluated], [r for _, r in evaluated], linestyle="none", marker="*",
-                    markersize=11, color=color, markeredgecolor="black",
-                    label="held-out reward" if single else f"{info.name} held-out")
+            ax_held.plot([g for g, _ in evaluated], [r for _, r in evaluated], linestyle=":", marker="*",
+                         markersize=11, color=color, markeredgecolor="black",
+                         label="held-out reward" if single else f"{info.name} held-out")
         report.append({
             "run": info.name,
             "generations": len(mine),
             "forked_at": f"{info.parent_run}@{info.parent_generation}" if info.parent else None,
             "held_out": [{"generation": g, "reward": r} for g, r in evaluated],
         })
-    ax.set_xlabel("generation")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    stars = any(r["held_out"] for r in report)
-    ax.set_ylabel("reward (train batch" + ("; ★ held-out)" if stars else ")"))
+    axes = [ax] if ax_held is None else [ax, ax_held]
+    ax.set_ylabel("reward (train batch)")
+    if ax_held is not None:
+        ax_held.set_ylabel("held-out reward (greedy)")
+    axes[-1].set_xlabel("generation")
+    axes[-1].xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_title(f"seedledger run {infos[0].name}" if single else "seedledger runs " + ", ".join(drawn_names(report)))
-    ax.grid(alpha=0.3)
-    ax.legend(loc="best", fontsize=8)
+    for axis in axes:
+        axis.grid(alpha=0.3)
+        axis.legend(loc="best", fontsize=8)
     fig.tight_layout()
     output.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(output)
     plt.close(fig)
-    return {"file": str(output), "runs": report, "skipped": empty}
+    return {"file": str(output), "runs": report, "skipped": empty, "axes": [a.get_ylabel() for a in axes]}
 
 
 def drawn_names(report: list[dict[str, Any]], limit: int = 4) -> list[str]:
