@@ -38,8 +38,8 @@ GENERATION_FIELDS = (
     "coefficients", "coefficients_dtype", "rewards", "reward_mean", "reward_std", "reward_min",
     "reward_max", "fingerprint", "timings", "wall_time", "extra", "committed_at",
 )  # not id, run_id (the chain places the row) or digest itself
-# added later (migrations 0005, 0007): hashed only where set, so the digests of older rows hold
-OPTIONAL_GENERATION_FIELDS = ("noise_spec", "param_selection", "inputs_digest")
+# added later (migrations 0005, 0007, 0008): hashed only where set, so the digests of older rows hold
+OPTIONAL_GENERATION_FIELDS = ("noise_spec", "param_selection", "inputs_digest", "row_scores")
 MEMBER_FIELDS = ("idx", "key", "sign", "reward", "coefficient", "components", "samples")
 
 Getter = Callable[[Any, str], Any]

@@ -15,6 +15,8 @@ class MemberRecord:
 
     `reward` is NaN when unknown (e.g. a generation imported from a seed file).
     `samples` (per-sample prompts/outputs/rewards) is optional audit data, stored zstd'd.
+    `row_scores`: the member's score on each of the generation's batch rows (NaN: unscored),
+    whose mean over the scored rows is `reward` (ledger.rowscores); None when not kept.
     """
 
     index: int
@@ -24,6 +26,7 @@ class MemberRecord:
     coefficient: float
     components: dict[str, float | None] = field(default_factory=dict)
     samples: list[dict[str, Any]] | None = None
+    row_scores: list[float] | None = None
 
 
 @dataclass

@@ -9,7 +9,7 @@ from dataclasses import fields
 from datetime import UTC, datetime
 from typing import Any
 
-from seedledger.ledger import codec
+from seedledger.ledger import codec, rowscores
 from seedledger.ledger.errors import SeedLedgerError
 from seedledger.ledger.records import AnchorInfo, GenerationRecord, MemberRecord, RunInfo, RunSpec
 from seedledger.ledger.schema import COEFFICIENTS_DTYPE, Anchor, Generation, Member, Run
@@ -110,7 +110,16 @@ def generation_row(run_id: int, rec: GenerationRecord, committed_at: datetime | 
         "committed_at": utc(committed_at) if committed_at else now(),
         "noise_spec": rec.noise_spec,
         "param_selection": rec.param_selection,
+        "row_scores": rowscores.pack(_row_scores(rec)),
     }
+
+
+def _row_scores(rec: GenerationRecord) -> list[list[float]] | None:
+    """The generation's score matrix when every member has one row score per batch row."""
+    scores = [m.row_scores for m in rec.members]
+    if not scores or any(s is None or len(s) != len(rec.batch_indices) for s in scores):
+        return None
+    return scores  # type: ignore[return-value]
 
 
 def member_rows(generation_id: int, rec: GenerationRecord) -> list[dict[str, Any]]:
@@ -157,6 +166,9 @@ def generation_record(run: str, g: Generation, members: list[Member]) -> Generat
     keys = codec.unpack_u64(g.keys)
     coefs = codec.unpack_f64(g.coefficients)
     rewards = codec.unpack_f64(g.rewards)
+    batch = codec.loads(g.batch_indices)
+    blob = getattr(g, "row_scores", None)
+    scores = rowscores.unpack(blob, g.population, len(batch), f"run {run!r} generation {g.idx}") if blob else None
     out = [
         MemberRecord(
             index=i,
@@ -166,6 +178,7 @@ def generation_record(run: str, g: Generation, members: list[Member]) -> Generat
             coefficient=c,
             components=codec.loads(m.components),
             samples=codec.unzjson(getattr(m, "samples", None)),
+            row_scores=scores[i] if scores else None,
         )
         for i, (k, c, r, m) in enumerate(zip(keys, coefs, rewards, members, strict=True))
     ]
@@ -176,7 +189,7 @@ def generation_record(run: str, g: Generation, members: list[Member]) -> Generat
         population=g.population,
         optimizer=codec.loads(g.optimizer),
         schedule_step=g.schedule_step,
-        batch_indices=codec.loads(g.batch_indices),
+        batch_indices=batch,
         members=out,
         fingerprint=g.fingerprint,
         timings=codec.loads(g.timings),

@@ -105,6 +105,10 @@ class Generation(Base):
     # committed, inside the chain's digest (ledger.sessions; migration 0007). NULL: none
     # recorded, or a row committed before.
     inputs_digest: Mapped[str | None] = mapped_column(String(64))
+    # each member's score on each batch row (ledger.rowscores, migration 0008), what
+    # `attribute` recomputes coefficients from without a row. NULL: not kept (`row_scores:
+    # false`, a module run, an import) or a row committed before.
+    row_scores: Mapped[bytes | None] = mapped_column(LargeBinary)
 
 
 class Member(Base):

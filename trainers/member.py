@@ -34,6 +34,7 @@ class Member:
     success: float = 0.0  # share of the batch's samples at reward >= the curriculum threshold
     kl: float | None = None  # mean KL(member ‖ base) per completion, with the `kl` penalty
     sample_rewards: list[float] | None = None  # per completion (a GA's speciation compares them)
+    row_scores: list[float] | None = None  # per batch row, their mean the reward (ledger.rowscores)
 
     def scored(self, **score: Any) -> Member:
         """This member with what evaluating it found (the fields after `paths`)."""
@@ -45,7 +46,7 @@ class Member:
             raise ValueError(f"member {self.index} was not evaluated")
         return MemberRecord(
             index=self.index, key=self.key, sign=self.sign, reward=self.reward, coefficient=coefficient,
-            components=self.components, samples=self.samples,
+            components=self.components, samples=self.samples, row_scores=self.row_scores,
         )
 
 

@@ -23,6 +23,7 @@ are each reward function's mean over all samples, plus `pass@k` (the reward itse
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ from seedledger.engine.config import TrainConfig
 from seedledger.engine.runtime.backends import make_backend
 from seedledger.engine.runtime.backends.base import Population, PopulationOutput
 from seedledger.ledger import Ledger, ReplayStep
+from seedledger.ledger.errors import SeedLedgerError
 from seedledger.replay import update
 from seedledger.replay.adapter import start_fingerprint
 from seedledger.replay.fingerprint import fingerprint
@@ -83,7 +85,13 @@ def generation_batch(task, cfg: TrainConfig, generation: int, level: int | None 
     built once per generation, by the replica (local) or the driver (Ray)."""
     if level is not None:
         task.set_level(level)
-    return Batch(*task.train_batch(cfg.seed, generation, cfg.batch_size), level)
+    indices, rows = task.train_batch(cfg.seed, generation, cfg.batch_size)
+    if cfg.exclude_rows:  # a counterfactual fork (`attribute --retrain`): the other rows stay
+        kept = [(i, row) for i, row in zip(indices, rows, strict=True) if i not in set(cfg.exclude_rows)]
+        if not kept:
+            raise SeedLedgerError(f"generation {generation}: exclude_rows leaves none of its batch's rows {indices}")
+        indices, rows = [i for i, _ in kept], [row for _, row in kept]
+    return Batch(indices, rows, level)
 
 
 class Evaluator:
@@ -246,11 +254,13 @@ class Evaluator:
                     sample["sample"] = j % passk.n
         means = {name: _mean(vals) for name, vals in components.items()}
         reward = _mean(rewards) or 0.0
+        rows_scored = [math.nan if r is None else r for r in rewards]  # reward: their mean (ledger.rowscores)
         if passk is not None:
             per_prompt = pass_at_k_rewards(scores, passk.n, passk.k, self._passk_threshold)[:: passk.n]
             means["sample_reward"] = reward
             reward = sum(per_prompt) / len(per_prompt)
             means[f"pass@{passk.k}"] = reward
+            rows_scored = per_prompt
         return member.scored(
             reward=reward,
             components=means,
@@ -259,6 +269,7 @@ class Evaluator:
             success=success_rate(scores, self._threshold),
             kl=kl,
             sample_rewards=scores,
+            row_scores=rows_scored if self.cfg.row_scores else None,
         )
 
     def apply(self, step: ReplayStep) -> str:
