@@ -1,9 +1,12 @@
 """seedledger from Python: `import seedledger as sl`.
 
-The functions are engine.api's (the command line calls the same ones); see its docstring
-for how ledgers and references are named. They are looked up on first use (PEP 562), so
-that the console script, which imports this package first, starts without the ledger's
-SQL stack or torch until a command needs them.
+The functions below are engine.api's (the command line calls the same ones; docs/api.md);
+every one takes `ledger=` (a path, an SQLAlchemy URL or an open `sl.Ledger`). Also here:
+`sl.Ledger` (the SQL ledger itself), the records `sl.RunInfo` and `sl.GenerationRecord`,
+and `sl.SeedLedgerError` (bad input, one line); `help()` each for its methods.
+
+Names are looked up on first use (PEP 562), so that the console script, which imports this
+package first, starts without the ledger's SQL stack or torch until a command needs them.
 """
 
 from __future__ import annotations
@@ -30,8 +33,10 @@ if TYPE_CHECKING:
         verify,
     )
     from seedledger.engine.evolve import evolve
-    from seedledger.ledger import GenerationRecord, Ledger, RunInfo
-    from seedledger.ledger.errors import SeedLedgerError
+    from seedledger.ledger import GenerationRecord as GenerationRecord
+    from seedledger.ledger import Ledger as Ledger
+    from seedledger.ledger import RunInfo as RunInfo
+    from seedledger.ledger.errors import SeedLedgerError as SeedLedgerError
 
 try:
     __version__ = importlib.metadata.version("seedledger")
@@ -50,10 +55,11 @@ _WHERE = {
     "SeedLedgerError": "seedledger.ledger.errors",
 }
 
+# what `help(seedledger)` documents: the functions (the classes' help is long: the module
+# docstring names them)
 __all__ = [
-    "DEFAULT_LEDGER", "GenerationRecord", "Ledger", "RunInfo", "SeedLedgerError", "evaluate", "evolve", "export", "fork",
-    "history", "history_frame", "import_seeds", "open_ledger", "rebuild", "rebuild_model", "rebuild_to",
-    "resume", "train", "verify",
+    "DEFAULT_LEDGER", "evaluate", "evolve", "export", "fork", "history", "history_frame", "import_seeds",
+    "open_ledger", "rebuild", "rebuild_model", "rebuild_to", "resume", "train", "verify",
 ]
 
 
@@ -67,4 +73,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+    return sorted(set(globals()) | set(_WHERE))

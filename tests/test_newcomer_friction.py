@@ -5,6 +5,7 @@ zero generations, `plot`'s two scales, `help(seedledger)` and `sl.evolve`'s resu
 from __future__ import annotations
 
 import importlib.metadata
+import pydoc
 import re
 
 import pytest
@@ -66,3 +67,25 @@ def test_plot_draws_held_out_rewards_on_a_scale_of_their_own(trained):
     assert [p["generation"] for p in both["runs"][0]["held_out"]] == [0, 1, 2, 3]
     trained.run("train", "quickstart.yaml", "--run", "plain", "--set", "generations=1")
     assert trained.json("plot", "plain", "-o", "one.png")["axes"] == ["reward (train batch)"]
+
+
+def test_help_of_the_package_is_short_and_names_its_classes():
+    text = pydoc.render_doc(sl, renderer=pydoc.plaintext)
+    assert len(text.splitlines()) < 200, len(text.splitlines())
+    assert "class Ledger" not in text and "`sl.Ledger`" in text and "train(" in text
+    assert sl.Ledger.__name__ == "Ledger" and "Ledger" in dir(sl)
+
+
+def test_the_result_of_evolve_prints_in_one_line(tmp_path):
+    torch = pytest.importorskip("torch")
+    net = torch.nn.Linear(2, 1)
+
+    def fitness(model):
+        with torch.no_grad():
+            return -float(model(torch.ones(1, 2)).square().sum())
+
+    result = sl.evolve(net, fitness, population=4, sigma=0.0625, generations=2, ledger=tmp_path / "l.db", run="e")
+    text = repr(result)
+    assert "\n" not in text and len(text) < 300, text
+    assert text.startswith("SessionResult(run='e', status='finished', trained=1..2, latest_generation=2, ")
+    assert result.fingerprint in text

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
-import re
 import socket
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -29,7 +28,12 @@ from seedledger.engine.runtime.interrupts import signals_held
 from seedledger.engine.runtime.loop import train
 from seedledger.engine.runtime.models import model_revision, resolve_model
 from seedledger.engine.runtime.pools import make_pool
-from seedledger.engine.runtime.session_guards import LEASE_TTL, interruptible, not_started
+from seedledger.engine.runtime.session_guards import (
+    LEASE_TTL,
+    interruptible,
+    name_taken,
+    not_started,
+)
 from seedledger.engine.runtime.session_guards import (
     keepalive as _keepalive,  # engine.search.studystore's name
 )
@@ -48,6 +52,13 @@ class SessionResult:
     records: list[GenerationRecord]  # committed by this session (none when already done)
     fingerprint: str  # of the master at `latest_generation`
     latest_generation: int
+
+    def __repr__(self) -> str:
+        """One line (the records hold every member's key and reward: read `records`)."""
+        trained = f"{self.records[0].index}..{self.records[-1].index}" if self.records else "none"
+        last = self.records[-1].reward_stats()["mean"] if self.records else None
+        return (f"SessionResult(run={self.run.name!r}, status={self.run.status!r}, trained={trained}, "
+                f"latest_generation={self.latest_generation}, reward_mean={last!r}, fingerprint={self.fingerprint!r})")
 
 
 def software_versions() -> dict[str, str]:
@@ -183,15 +194,6 @@ def _restored(ledger: Ledger, lease, cfg: TrainConfig, model_dir: Path, base_of:
     return pool
 
 
-def _exists(run: RunInfo, cfg: TrainConfig) -> str:
-    """Why a new run cannot take `run`'s name, and what to do: `resume` only continues the
-    same model (a quick look on `tiny` is not the real model's run)."""
-    if run.base_model == cfg.model:
-        return f"run {run.name!r} exists: `seedledger resume {run.name}` or pick another --run"
-    return (f"run {run.name!r} exists and trains {run.base_model}, not {cfg.model}: pick another --run "
-            f"(e.g. --run {run.name}-{re.sub(r'[^A-Za-z0-9_.-]+', '-', Path(cfg.model).name)})")
-
-
 def start(
     ledger: Ledger,
     config: str | os.PathLike[str] | dict | None,
@@ -211,7 +213,7 @@ def start(
         name = check_run_name(run_name or (Path(config).stem if config else "run"))
     check_device(cfg.device)
     if ledger.has_run(name):
-        raise SeedLedgerError(_exists(ledger.get_run(name), cfg))
+        raise SeedLedgerError(name_taken(ledger.get_run(name), cfg.model))
     try:
         cfg, model_dir = _configured(cfg)  # before the run exists: a setting that cannot work is exit 2
         cfg = _batched(adapters.resolve(cfg), model_dir)

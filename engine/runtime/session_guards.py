@@ -1,19 +1,31 @@
-"""What keeps a session's run consistent around its setup: the writer lease renewed while
-a model loads, and a signal turned into an `interrupted` run (or into nothing kept, when
-it came before the run existed). Used by engine.runtime.session and engine.search.studystore."""
+"""What keeps a session's run consistent around its setup: a run name that belongs to one
+model, the writer lease renewed while a model loads, and a signal turned into an
+`interrupted` run (or into nothing kept, when it came before the run existed). Used by
+engine.runtime.session and engine.search.studystore."""
 
 from __future__ import annotations
 
+import re
 import signal
 import threading
 from contextlib import contextmanager
+from pathlib import Path
 
 from seedledger.engine.runtime.interrupts import RunInterrupted, signal_of, signals_held
-from seedledger.ledger import Ledger
+from seedledger.ledger import Ledger, RunInfo
 from seedledger.ledger.errors import SeedLedgerError
 from seedledger.ledger.lease import WriterLease
 
 LEASE_TTL = 300.0  # seconds; the loop renews it after every member
+
+
+def name_taken(run: RunInfo, model: str) -> str:
+    """Why a new run of `model` cannot take `run`'s name, and what to do: `resume` only
+    continues the same model (a quick look on `tiny` is not the real model's run)."""
+    if run.base_model == model:
+        return f"run {run.name!r} exists: `seedledger resume {run.name}` or pick another --run"
+    return (f"run {run.name!r} exists and trains {run.base_model}, not {model}: pick another --run "
+            f"(e.g. --run {run.name}-{re.sub(r'[^A-Za-z0-9_.-]+', '-', Path(model).name)})")
 
 
 @contextmanager
