@@ -145,6 +145,7 @@ def _fresh_process_state(cwd, env: Mapping[str, str]) -> Iterator[None]:
     try:
         with warnings.catch_warnings():
             _python_default_warning_filters()
+            warnings.showwarning = _show_on_stderr  # pytest records warnings; a process prints them
             yield
     finally:
         os.chdir(saved_cwd)
@@ -165,6 +166,11 @@ def _python_default_warning_filters() -> None:
     for category in (ResourceWarning, ImportWarning, PendingDeprecationWarning, DeprecationWarning):
         warnings.simplefilter("ignore", category)
     warnings.filterwarnings("default", category=DeprecationWarning, module="__main__")
+
+
+def _show_on_stderr(message, category, filename, lineno, file=None, line=None) -> None:
+    """What a fresh interpreter does with a warning: its formatted text on stderr."""
+    (file or sys.stderr).write(warnings.formatwarning(message, category, filename, lineno, line))
 
 
 def _forget_user_modules(before: set[str]) -> None:
