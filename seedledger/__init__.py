@@ -12,12 +12,12 @@ package first, starts without the ledger's SQL stack or torch until a command ne
 from __future__ import annotations
 
 import importlib
-import importlib.metadata
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from seedledger.engine.api import (
         DEFAULT_LEDGER,
+        attribute,
         evaluate,
         export,
         fork,
@@ -38,27 +38,23 @@ if TYPE_CHECKING:
     from seedledger.ledger import RunInfo as RunInfo
     from seedledger.ledger.errors import SeedLedgerError as SeedLedgerError
 
-try:
-    __version__ = importlib.metadata.version("seedledger")
-except importlib.metadata.PackageNotFoundError:  # a checkout on sys.path, not installed
-    __version__ = "0+unknown"
-
 _API = "seedledger.engine.api"
 _WHERE = {
     **dict.fromkeys(
-        ("DEFAULT_LEDGER", "evaluate", "export", "fork", "history", "history_frame", "import_seeds", "open_ledger",
+        ("DEFAULT_LEDGER", "attribute", "evaluate", "export", "fork", "history", "history_frame", "import_seeds", "open_ledger",
          "rebuild", "rebuild_model", "rebuild_to", "resume", "train", "verify"),
         _API,
     ),
     "evolve": "seedledger.engine.evolve",
     "GenerationRecord": "seedledger.ledger", "Ledger": "seedledger.ledger", "RunInfo": "seedledger.ledger",
     "SeedLedgerError": "seedledger.ledger.errors",
+    "__version__": "seedledger.engine",  # the installed distribution's
 }
 
 # what `help(seedledger)` documents: the functions (the classes' help is long: the module
 # docstring names them)
 __all__ = [
-    "DEFAULT_LEDGER", "evaluate", "evolve", "export", "fork", "history", "history_frame", "import_seeds",
+    "DEFAULT_LEDGER", "attribute", "evaluate", "evolve", "export", "fork", "history", "history_frame", "import_seeds",
     "open_ledger", "rebuild", "rebuild_model", "rebuild_to", "resume", "train", "verify",
 ]
 

@@ -52,7 +52,7 @@ class State:
 
 def _version(value: bool) -> None:
     if value:
-        from seedledger import __version__
+        from seedledger.engine import __version__
 
         typer.echo(f"seedledger {__version__}")
         raise typer.Exit()
