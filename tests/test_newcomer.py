@@ -8,6 +8,7 @@ path the user gave, and the hint after an interrupted module run.
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import signal
 import sqlite3
@@ -24,6 +25,7 @@ from tests.support.cli import script
 pytestmark = pytest.mark.slow
 
 DATA_MD = ROOT / "docs" / "data.md"
+README = ROOT / "README.md"
 
 
 class Shell(Cli):
@@ -220,3 +222,21 @@ def test_the_hint_after_ctrl_c_on_a_module_run_resumes_it(tmp_path):
     assert line.endswith("; continue with `seedledger resume cp --trust-code --ledger cli.db`"), line
     hinted = shlex.split(line.split("`")[-2])
     assert sh.json(*hinted[1:], "--generations", "1")["run"] == "cp"
+
+
+# -- 6: the README's figures are the real ones ----------------------------------------------
+
+SEED_FILE_SLACK = 16  # bytes: the export time and the installed libraries' versions are in it
+
+
+def test_the_readme_seed_file_size_is_the_real_one(tmp_path):
+    """The walkthrough's `export` line, by the walkthrough's own commands (its excerpt
+    check masks byte counts, so this one holds them)."""
+    printed = re.search(r"wrote lower-lr\.seeds \(([\d,]+) bytes\) for lower-lr@4", README.read_text())
+    sh = Shell(tmp_path)
+    sh.write("quickstart.yaml", "example", "quickstart")
+    sh.run("train", "quickstart.yaml", "--run", "first")
+    sh.run("fork", "first@2", "--run", "lower-lr", "--set", "lr=0.0002", "--generations", "2")
+    actual = sh.json("export", "lower-lr", "-o", "lower-lr.seeds")["bytes"]
+    assert actual == (tmp_path / "lower-lr.seeds").stat().st_size
+    assert abs(actual - int(printed.group(1).replace(",", ""))) <= SEED_FILE_SLACK, (actual, printed.group(0))
