@@ -23,13 +23,14 @@ if TYPE_CHECKING:
     import pandas
     import torch
 
+    from seedledger.engine.rebuild.attribute import Attribution
     from seedledger.engine.runtime.evaluation import EvaluationResult
     from seedledger.engine.runtime.hooks import Hooks
     from seedledger.engine.runtime.session import SessionResult
 
 __all__ = [
-    "DEFAULT_LEDGER", "evaluate", "export", "fork", "history", "history_frame", "import_seeds", "open_ledger",
-    "rebuild", "rebuild_model", "rebuild_to", "resume", "train", "verify",
+    "DEFAULT_LEDGER", "attribute", "evaluate", "export", "fork", "history", "history_frame", "import_seeds",
+    "open_ledger", "rebuild", "rebuild_model", "rebuild_to", "resume", "train", "verify",
 ]
 
 DEFAULT_LEDGER = "seedledger.db"
@@ -190,6 +191,18 @@ def evaluate(
     with ledger_for_call(ledger) as led:
         return score(led, ref, rows, skip, against, trust_code=trust_code, record=record,
                      say=(lambda line: print(line, file=sys.stderr, flush=True)) if progress else None)
+
+
+def attribute(ref: str, *, ledger: LedgerArg = None, **options: Any) -> Attribution:
+    """Audit `ref` (RUN or RUN@G) on a set of rows (`seedledger attribute`; docs/audit.md): the
+    metric along the lineage, and with `generations=True` / `training_rows=True` (or a list
+    of rows) / `retrain=[rows]` which generations and training rows made it. `options` are
+    `seedledger.engine.rebuild.attribute.attribute`'s (`rows`, `held_out`, `prompt` + `answer`,
+    `by`, `every`, `into`, `trust_code`, `progress`)."""
+    from seedledger.engine.rebuild.attribute import attribute as audit
+
+    with ledger_for_call(ledger) as led:
+        return audit(led, ref, **options)
 
 
 def history(run: str, *, ledger: LedgerArg = None) -> list[GenerationRecord]:

@@ -27,6 +27,7 @@ ELSEWHERE = {
     "plot": "test_cli_walkthrough",
     "tune": "test_tune_lease",  # tuners killed and rerun as processes
     "pbt": "test_pbt",  # a study SIGKILLed at a failpoint, then rerun
+    "attribute": "test_attribute",  # --json and --plot of an audit
 }
 HERE = {"resume", "evaluate", "import", "rm", "db", "demo"}
 

@@ -1,0 +1,136 @@
+"""What an audit measures: a set of audited rows (held-out rows of the task, rows of a file,
+or one prompt with a target answer) and the metric a model gets on them.
+
+- `likelihood`: the mean over the rows of the reference answer's mean token
+  log-probability given the row's prompt (nats per token, teacher forcing: no decoding).
+  It moves with every update, however small, so it answers "when did the model learn to
+  say this" at every generation. The reference is the row's answer written as the task's
+  `loglik` reward writes it (`<answer>{answer}</answer>` for the demo), else the answer
+  cell as it is; `--answer` is scored exactly as given.
+- `reward`: the task's held-out reward of greedy answers (exact match for jsonl), the
+  figure `evaluate` reports; a step function of the weights, so most updates leave it
+  where it was.
+
+Prompts are built by the task (its system message, its prompt column), so an audited row
+is asked exactly as a training row was. Rows come from `read_rows`, the tasks' own reader
+(bounded, one-line errors).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+
+from seedledger.engine.runtime.backends.base import Population
+from seedledger.engine.runtime.evaluator import Evaluator, _prompt_text
+from seedledger.ledger.errors import SeedLedgerError
+from seedledger.trainers.tasks.datafiles import read_rows
+
+Metric = Literal["likelihood", "reward"]
+METRICS = ("likelihood", "reward")
+MAX_PROBE_ROWS = 4096  # an audit scores every row at every checkpoint: keep it a probe, not a dataset
+
+
+@dataclass(frozen=True)
+class Probe:
+    """The audited rows and the metric (`by`); `label` says which rows they are."""
+
+    rows: list[dict[str, Any]]
+    by: Metric
+    label: str
+    answers: list[str] | None = None  # exact references (`--answer`), else built per row
+
+    def __post_init__(self) -> None:
+        if self.by not in METRICS:
+            raise SeedLedgerError(f"attribute: --by must be one of {', '.join(METRICS)}, not {self.by!r}")
+        if not self.rows or len(self.rows) > MAX_PROBE_ROWS:
+            raise SeedLedgerError(f"attribute: audit 1 to {MAX_PROBE_ROWS} rows, not {len(self.rows)}")
+
+    def describe(self) -> dict[str, Any]:
+        return {"rows": self.label, "count": len(self.rows), "by": self.by}
+
+
+def held_out(task: Any, count: int, skip: int = 0, by: Metric = "likelihood") -> Probe:
+    """The task's held-out rows `skip`..`skip + count - 1` (rows no generation trained on)."""
+    rows = task.test_rows()[skip : skip + count]
+    if count < 1 or skip < 0 or len(rows) < count:
+        raise SeedLedgerError(f"attribute: the task has {task.held_out_size} held-out rows; "
+                              f"--held-out {count} --skip {skip} asks for rows {skip}..{skip + count - 1}")
+    return Probe(rows, by, f"held-out rows {skip}..{skip + count - 1}")
+
+
+def from_file(path: str | Path, by: Metric = "likelihood") -> Probe:
+    """Every row of a .jsonl/.parquet file, in the task's columns."""
+    rows = read_rows(path)
+    if len(rows) > MAX_PROBE_ROWS:
+        raise SeedLedgerError(f"{path}: {len(rows)} rows; attribute audits at most {MAX_PROBE_ROWS}")
+    return Probe(rows, by, f"{Path(path).name} ({len(rows)} rows)")
+
+
+def from_prompt(task: Any, prompt: str, answer: str) -> Probe:
+    """One question, asked as the task asks its rows, and the exact answer whose likelihood
+    is measured."""
+    if not prompt.strip() or not answer:
+        raise SeedLedgerError("attribute: --prompt and --answer must both be given, and not empty")
+    return Probe([_row_asking(task, prompt)], "likelihood", f"prompt {prompt[:40]!r}", [answer])
+
+
+def _row_asking(task: Any, text: str) -> dict[str, Any]:
+    """A row of the task whose prompt asks `text`: a test row with its prompt column (the
+    cell the task's prompt shows as the question) replaced."""
+    sample = dict(task.test_rows()[0])
+    shown = _prompt_text(task.prompt(sample))
+    column = next((k for k, v in sample.items() if isinstance(v, str) and v == shown), None)
+    if column is None:
+        raise SeedLedgerError(f"attribute --prompt: task {task.name} does not ask a row's cell as it is; "
+                              "audit rows of a file (--rows FILE) instead")
+    return {**sample, column: text}
+
+
+def references(task: Any, probe: Probe) -> list[str]:
+    """Each row's reference completion for `likelihood`: `--answer`, else the row's answer as
+    the task's `loglik` reward writes it (the raw answer cell when it has none)."""
+    if probe.answers is not None:
+        return list(probe.answers)
+    writers = task.likelihood_rewards
+    if writers:
+        return writers[0].references(probe.rows)
+    missing = [i for i, row in enumerate(probe.rows) if not isinstance(row.get("answer"), str | int | float)]
+    if missing:
+        raise SeedLedgerError(f"attribute --by likelihood: row {missing[0]} has no `answer` to score")
+    return [str(row["answer"]) for row in probe.rows]
+
+
+def scorer(evaluator: Evaluator, probe: Probe) -> Callable[[dict[str, torch.Tensor]], list[float | None]]:
+    """The per-row metric of a master on `probe` (None: a row the reward could not score),
+    with prompts and references built once."""
+    task, backend = evaluator.task, evaluator.backend
+    prompts = [task.prompt(row) for row in probe.rows]
+    if probe.by == "likelihood":
+        refs = references(task, probe)
+        alone = Population(keys=(0,), signs=(0,), sigma=1.0, seeds=(None,))  # sign 0: the master itself
+
+        def likelihood(master: dict[str, torch.Tensor]) -> list[float | None]:
+            backend.load_master(master)
+            with torch.no_grad():
+                return list(backend.loglik(master, alone, prompts, refs).scores[0])
+
+        return likelihood
+
+    def reward(master: dict[str, torch.Tensor]) -> list[float | None]:
+        backend.load_master(master)
+        completions = backend.generate(prompts, evaluator.cfg.max_new_tokens, seed=None, temperature=0.0)
+        rewards, _ = task.held_out_reward(prompts, completions, probe.rows)
+        return list(rewards)
+
+    return reward
+
+
+def mean(values: list[float | None]) -> float:
+    """The metric of one model: the mean over the rows that could be scored (0.0: none)."""
+    kept = [v for v in values if v is not None]
+    return sum(kept) / len(kept) if kept else 0.0
