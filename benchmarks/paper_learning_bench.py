@@ -35,6 +35,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import paper_reference_bench as bench  # noqa: E402
+from choosing_common import complete  # noqa: E402
 
 from seedledger.engine import api  # noqa: E402
 from seedledger.engine.cli.demo import CONFIG  # noqa: E402
@@ -45,23 +46,10 @@ from seedledger.engine.runtime.models import resolve_model  # noqa: E402
 from seedledger.trainers.tasks import load_task  # noqa: E402
 
 
-@torch.inference_mode()
 def decode(model, tok, task, rows: list[dict], new_tokens: int, batch: int = 25) -> list[float]:
-    """Greedy completions of `rows` (chat template, left padding), scored by the task."""
-    scores: list[float] = []
-    if tok.pad_token is None:  # a GGUF-converted tokenizer may name none (transformers 5.17)
-        tok.pad_token = tok.eos_token
-    for i in range(0, len(rows), batch):
-        part = rows[i:i + batch]
-        texts = [tok.apply_chat_template(task.prompt(r), add_generation_prompt=True, tokenize=False) for r in part]
-        enc = tok(texts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
-        enc = enc.to(model.device)
-        out = model.generate(**enc, max_new_tokens=new_tokens, do_sample=False,
-                             pad_token_id=tok.pad_token_id or tok.eos_token_id)
-        done = [tok.decode(o[enc["input_ids"].shape[1]:], skip_special_tokens=True) for o in out]
-        prompts = [task.prompt(r) for r in part]
-        scores += task.held_out_reward(prompts, done, part)[0]
-    return scores
+    """Greedy completions of `rows` (choosing_common.complete), scored by the task."""
+    done = complete(model, tok, task, rows, new_tokens, batch)
+    return task.held_out_reward([task.prompt(r) for r in rows], done, rows)[0]
 
 
 class WordsReference(bench.Reference):
