@@ -23,7 +23,10 @@ The measurements for docs/choosing.md, on a quiet machine (nothing else running;
     .venv/bin/python benchmarks/choosing_bench.py --config demo --seconds 300 \\
         --methods seedledger sft-full sft-lora --out bench-out/sft
 
-A smoke test (a minute each, 8 held-out rows): `--seconds 60 --rows 8`.
+A smoke test of the plumbing, every method on the random `tiny` model (about 5 minutes on a
+loaded 2-core machine): `--set model=tiny --set population=2 --set batch_size=2 --seconds 5
+--rows 2`. On SmolLM2 a budget below one step still runs one step (a GRPO step of 8 prompts
+× 8 completions takes minutes on 2 cores).
 """
 
 from __future__ import annotations
