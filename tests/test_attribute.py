@@ -142,6 +142,23 @@ def test_the_retrain_counterfactual_is_a_fork_without_the_row_the_same_in_anothe
     assert again.retrain == result.retrain
 
 
+def test_a_preference_is_the_answers_likelihood_less_the_alternatives(trained):
+    """--instead: the metric is the answer's likelihood less the alternative's, row by row;
+    rows naming their alternative in a column (written as the task writes answers) agree."""
+    root, _ = trained
+    db = root / "l.db"
+    (root / "probe.jsonl").write_text(json.dumps({"prompt": "Say cat", "answer": "cat", "alt": "dog"}) + "\n")
+    cat, dog = (sl.attribute("r", ledger=db, prompt="Say cat", answer=f"<answer>{w}</answer>", every=2)
+                for w in ("cat", "dog"))
+    both = sl.attribute("r", ledger=db, prompt="Say cat", answer="<answer>cat</answer>", instead="<answer>dog</answer>",
+                        every=2)
+    rows = sl.attribute("r", ledger=db, rows=str(root / "probe.jsonl"), instead_column="alt", every=2)
+    assert [c["metric"] for c in both.curve] == [a["metric"] - b["metric"] for a, b in zip(cat.curve, dog.curve,
+                                                                                         strict=True)]
+    assert [c["metric"] for c in rows.curve] == [c["metric"] for c in both.curve]
+    assert both.probe["instead"] == "<answer>dog</answer>" and rows.probe["instead"] == "alt"
+
+
 def test_the_console_script_prints_the_audit_as_json_and_draws_it(trained, tmp_path):
     root, audit = trained
     proc = cli("attribute", "r", "--held-out", "2", "--every", "2", "--json", "--plot", tmp_path / "a.png",

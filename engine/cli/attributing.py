@@ -33,6 +33,10 @@ def attribute(
                                                "its rows (with --answer).")] = None,
     answer: Annotated[str | None, typer.Option("--answer", help="The completion whose likelihood --prompt "
                                                "audits, exactly as written.")] = None,
+    instead: Annotated[str | None, typer.Option("--instead", help="With --prompt: audit how much the model "
+                                                "prefers --answer to this answer.")] = None,
+    instead_column: Annotated[str | None, typer.Option("--instead-column", help="With rows: audit how much the "
+                                                       "model prefers each row's answer to this column's.")] = None,
     by: Annotated[str, typer.Option("--by", help="likelihood (the reference answer's mean token log-prob) or "
                                     "reward (the task's held-out reward of greedy answers).")] = "likelihood",
     every: Annotated[int, typer.Option("--every", help="Score the model every K generations (and the last).")] = 1,
@@ -65,7 +69,8 @@ def attribute(
 
     with open_ledger(ledger) as led:
         result = api.attribute(
-            ref, rows=rows, held_out=held_out, skip=skip, prompt=prompt, answer=answer, by=by, every=every,
+            ref, rows=rows, held_out=held_out, skip=skip, prompt=prompt, answer=answer, instead=instead,
+            instead_column=instead_column, by=by, every=every,
             generations=generations, training_rows=row or training_rows, retrain=retrain or [], into=into,
             trust_code=trust_code, ledger=led, progress=_progress())
     payload = result.to_dict()
@@ -89,7 +94,8 @@ def _progress():
 def render(r: dict[str, Any], top: int) -> str:
     """The human report of one audit."""
     p = r["probe"]
-    lines = [f"attribute {r['run']}@{r['generation']}: {p['by']} on {p['rows']}"]
+    what = f"{p['by']} over {p['instead']!r}" if "instead" in p else p["by"]
+    lines = [f"attribute {r['run']}@{r['generation']}: {what} on {p['rows']}"]
     lines += ["  gen  metric      fingerprint"]
     lines += [f"  {c['generation']:>3}  {c['metric']:>10.6g}  {c['fingerprint'][:12]}" for c in r["curve"]]
     if r["generations"] is not None:

@@ -66,13 +66,15 @@ class Attribution:
 
 def attribute(
     ledger: Ledger, ref: str, *, rows: str | None = None, held_out: int | None = None, skip: int = 0,
-    prompt: str | None = None, answer: str | None = None, by: probes.Metric = "likelihood", every: int = 1,
+    prompt: str | None = None, answer: str | None = None, instead: str | None = None,
+    instead_column: str | None = None, by: probes.Metric = "likelihood", every: int = 1,
     generations: bool = False, training_rows: bool | list[int] = False, retrain: list[int] = (),
     into: str | None = None, trust_code: bool = False, progress: attribute_walk.Progress | None = None,
 ) -> Attribution:
     """Audit `ref` (RUN or RUN@G) on the rows one of `rows` (a file), `held_out` (the task's
     first held-out rows after `skip`) or `prompt` + `answer` names (default: the first 8
-    held-out rows). `training_rows`: True for every row the lineage drew, or a list of rows."""
+    held-out rows); `instead` (with `prompt`) or `instead_column` (with rows) makes the
+    metric a preference: the answer's likelihood less the alternative's. `training_rows`: True for every row the lineage drew, or a list of rows."""
     from seedledger.engine.runtime.stored_code import check_stored_code, stored_code
 
     started = time.perf_counter()
@@ -86,6 +88,13 @@ def attribute(
     cfg = validate(info.config, f"run {info.name} config")
     task = load_task(cfg.task, seed=cfg.seed)
     probe = _probe(task, rows, held_out, skip, prompt, answer, by)
+    if instead is not None and prompt is None:
+        raise SeedLedgerError("attribute: --instead goes with --prompt (rows name theirs with --instead-column)")
+    if instead is not None or instead_column is not None:
+        if instead_column is not None and prompt is not None:
+            raise SeedLedgerError("attribute: a --prompt names its alternative with --instead")
+        probe = probe.with_instead([instead] if instead is not None else instead_column)
+        probes.alternatives(task, probe)  # a missing column: refused before the model loads
     history, seen = None, {}
     if training_rows or retrain:  # refusals before the model loads
         history = attribute_rows.generations(ledger, info.name, upto)

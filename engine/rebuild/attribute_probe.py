@@ -7,6 +7,10 @@ or one prompt with a target answer) and the metric a model gets on them.
   say this" at every generation. The reference is the row's answer written as the task's
   `loglik` reward writes it (`<answer>{answer}</answer>` for the demo), else the answer
   cell as it is; `--answer` is scored exactly as given.
+  With an alternative (`--instead TEXT` for a prompt, `--instead-column COL` for rows) the
+  metric is the likelihood of the answer minus that of the alternative, each scored so:
+  how much the model prefers one answer to the other. What both share (the answer tags,
+  the end of the turn) cancels, so the audit sees what tells them apart.
 - `reward`: the task's held-out reward of greedy answers (exact match for jsonl), the
   figure `evaluate` reports; a step function of the weights, so most updates leave it
   where it was.
@@ -18,6 +22,7 @@ is asked exactly as a training row was. Rows come from `read_rows`, the tasks' o
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +48,7 @@ class Probe:
     by: Metric
     label: str
     answers: list[str] | None = None  # exact references (`--answer`), else built per row
+    instead: list[str] | str | None = None  # exact alternatives (`--instead`), or the rows' column holding them
 
     def __post_init__(self) -> None:
         if self.by not in METRICS:
@@ -50,8 +56,17 @@ class Probe:
         if not self.rows or len(self.rows) > MAX_PROBE_ROWS:
             raise SeedLedgerError(f"attribute: audit 1 to {MAX_PROBE_ROWS} rows, not {len(self.rows)}")
 
+        if self.instead is not None and self.by != "likelihood":
+            raise SeedLedgerError("attribute: an alternative answer (--instead, --instead-column) needs --by likelihood")
+
     def describe(self) -> dict[str, Any]:
-        return {"rows": self.label, "count": len(self.rows), "by": self.by}
+        out = {"rows": self.label, "count": len(self.rows), "by": self.by}
+        if self.instead is not None:
+            out["instead"] = self.instead if isinstance(self.instead, str) else self.instead[0]
+        return out
+
+    def with_instead(self, instead: list[str] | str | None) -> Probe:
+        return dataclasses.replace(self, instead=instead)
 
 
 def held_out(task: Any, count: int, skip: int = 0, by: Metric = "likelihood") -> Probe:
@@ -71,12 +86,13 @@ def from_file(path: str | Path, by: Metric = "likelihood") -> Probe:
     return Probe(rows, by, f"{Path(path).name} ({len(rows)} rows)")
 
 
-def from_prompt(task: Any, prompt: str, answer: str) -> Probe:
+def from_prompt(task: Any, prompt: str, answer: str, instead: str | None = None) -> Probe:
     """One question, asked as the task asks its rows, and the exact answer whose likelihood
-    is measured."""
-    if not prompt.strip() or not answer:
-        raise SeedLedgerError("attribute: --prompt and --answer must both be given, and not empty")
-    return Probe([_row_asking(task, prompt)], "likelihood", f"prompt {prompt[:40]!r}", [answer])
+    is measured (less that of `instead`, when given)."""
+    if not prompt.strip() or not answer or instead == "":
+        raise SeedLedgerError("attribute: --prompt and --answer (and --instead, when given) must not be empty")
+    return Probe([_row_asking(task, prompt)], "likelihood", f"prompt {prompt[:40]!r}", [answer],
+                 None if instead is None else [instead])
 
 
 def _row_asking(task: Any, text: str) -> dict[str, Any]:
@@ -91,18 +107,25 @@ def _row_asking(task: Any, text: str) -> dict[str, Any]:
     return {**sample, column: text}
 
 
-def references(task: Any, probe: Probe) -> list[str]:
-    """Each row's reference completion for `likelihood`: `--answer`, else the row's answer as
-    the task's `loglik` reward writes it (the raw answer cell when it has none)."""
-    if probe.answers is not None:
+def references(task: Any, probe: Probe, column: str = "answer") -> list[str]:
+    """Each row's reference completion for `likelihood`: `--answer`, else the row's `column`
+    cell as the task's `loglik` reward writes an answer (the raw cell when it has none)."""
+    if probe.answers is not None and column == "answer":
         return list(probe.answers)
+    missing = [i for i, row in enumerate(probe.rows) if not isinstance(row.get(column), str | int | float)]
+    if missing:
+        raise SeedLedgerError(f"attribute --by likelihood: row {missing[0]} has no `{column}` to score")
     writers = task.likelihood_rewards
     if writers:
-        return writers[0].references(probe.rows)
-    missing = [i for i, row in enumerate(probe.rows) if not isinstance(row.get("answer"), str | int | float)]
-    if missing:
-        raise SeedLedgerError(f"attribute --by likelihood: row {missing[0]} has no `answer` to score")
-    return [str(row["answer"]) for row in probe.rows]
+        return dataclasses.replace(writers[0], column=column).references(probe.rows)
+    return [str(row[column]) for row in probe.rows]
+
+
+def alternatives(task: Any, probe: Probe) -> list[str] | None:
+    """The alternative completions a preference audit compares with (None: plain likelihood)."""
+    if probe.instead is None or isinstance(probe.instead, list):
+        return probe.instead
+    return references(task, probe, probe.instead)
 
 
 def scorer(evaluator: Evaluator, probe: Probe) -> Callable[[dict[str, torch.Tensor]], list[float | None]]:
@@ -111,13 +134,16 @@ def scorer(evaluator: Evaluator, probe: Probe) -> Callable[[dict[str, torch.Tens
     task, backend = evaluator.task, evaluator.backend
     prompts = [task.prompt(row) for row in probe.rows]
     if probe.by == "likelihood":
-        refs = references(task, probe)
+        refs, other = references(task, probe), alternatives(task, probe)
         alone = Population(keys=(0,), signs=(0,), sigma=1.0, seeds=(None,))  # sign 0: the master itself
+        asked = prompts if other is None else prompts + prompts
 
         def likelihood(master: dict[str, torch.Tensor]) -> list[float | None]:
             backend.load_master(master)
             with torch.no_grad():
-                return list(backend.loglik(master, alone, prompts, refs).scores[0])
+                scores = backend.loglik(master, alone, asked, refs + (other or [])).scores[0]
+            n = len(prompts)
+            return list(scores) if other is None else [a - b for a, b in zip(scores[:n], scores[n:], strict=True)]
 
         return likelihood
 
