@@ -58,7 +58,10 @@ def u64_text(v: Any, what: str) -> int:
 
 
 def json_object(v: Any, what: str) -> dict[str, Any]:
+    """`v`, a JSON object the ledger can store and read back (codec.MAX_DEPTH: a file's
+    payload a thousand levels deep parsed, then broke every reader of the ledger)."""
     need(isinstance(v, dict), f"bad {what}")
+    need(codec.nested_within(v), f"bad {what} (nested deeper than {codec.MAX_DEPTH} levels)")
     try:
         codec.dumps(v)  # what the ledger will store: must serialize again
     except (ValueError, TypeError, RecursionError):

@@ -62,8 +62,39 @@ def dumps(obj: Any) -> str:
     return _ENC.encode(obj)
 
 
-def loads(text: str | None) -> Any:
-    return None if text is None else json.loads(text)
+MAX_DEPTH = 100  # JSON nesting a ledger may hold: seedledger's own nests a few levels
+
+
+def nested_within(value: Any, limit: int = MAX_DEPTH) -> bool:
+    """Whether parsed JSON `value` nests at most `limit` containers deep, walked level by
+    level (no recursion: the value may be as deep as the parser allowed)."""
+    level = [value]
+    for _ in range(limit):
+        level = [c for v in level for c in (v.values() if isinstance(v, dict) else v if isinstance(v, list) else ())
+                 if isinstance(c, dict | list)]
+        if not level:
+            return True
+    return False
+
+
+def _bounded(text: str | bytes, what: str) -> Any:
+    """`text` parsed, refused in one line when it nests deeper than MAX_DEPTH: a ledger may
+    come from anyone, and its readers and printers (`log`, `show`, --json, the chain) recurse
+    over what they read, so a payload a thousand levels deep failed mid-way (RecursionError)
+    depending on how deep the caller already was."""
+    too_deep = SeedLedgerError(f"{what} nests deeper than {MAX_DEPTH} levels (seedledger writes none so deep)")
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise too_deep from None
+    opening = (b"[", b"{") if isinstance(text, bytes) else ("[", "{")
+    if sum(map(text.count, opening)) > MAX_DEPTH and not nested_within(value):  # walked only where it could be deep
+        raise too_deep
+    return value
+
+
+def loads(text: str | None, what: str = "a JSON value in the ledger") -> Any:
+    return None if text is None else _bounded(text, what)
 
 
 _ZC = zstandard.ZstdCompressor(level=10)
@@ -77,4 +108,4 @@ def zjson(obj: Any) -> bytes | None:
 def unzjson(blob: bytes | None, limit: int = 1 << 30) -> Any:
     if blob is None:
         return None
-    return json.loads(zstandard.ZstdDecompressor().decompress(blob, max_output_size=limit))
+    return _bounded(zstandard.ZstdDecompressor().decompress(blob, max_output_size=limit), "a member's samples")

@@ -62,9 +62,9 @@ def sessions(conn: Connection, row: Any, upto: int | None) -> list[Session]:
         lineage.append((parent, child.parent_generation))
     out: list[Session] = []
     for run, limit in reversed(lineage):
-        q = select(Event.payload).where(Event.run_id == run.id, Event.kind == INPUTS_EVENT).order_by(Event.id)
-        for (text,) in conn.execute(q):
-            payload = codec.loads(text)
+        q = select(Event.id, Event.payload).where(Event.run_id == run.id, Event.kind == INPUTS_EVENT).order_by(Event.id)
+        for eid, text in conn.execute(q):
+            payload = codec.loads(text, f"the payload of event {eid}")
             start = payload.get("from_generation") if isinstance(payload, dict) else None
             if isinstance(start, int) and not isinstance(start, bool) and (limit is None or start < max(limit, 1)):
                 out.append((start, run.name, payload))

@@ -83,7 +83,7 @@ class TrailMixin(LedgerBase):
             if not imported:
                 q = q.where(Event.origin.is_(None))
             return [
-                EventInfo(e.id, e.name, rows.utc(e.at), e.kind, codec.loads(e.payload), e.origin,
-                          None if e.sent_at is None else rows.utc(e.sent_at))
+                EventInfo(e.id, e.name, rows.utc(e.at), e.kind, codec.loads(e.payload, f"the payload of event {e.id}"),
+                          e.origin, None if e.sent_at is None else rows.utc(e.sent_at))
                 for e in conn.execute(q.order_by(Event.id))
             ]

@@ -1,0 +1,78 @@
+"""Issue 46, round 4 review: hostile inputs of the same families as the round's findings,
+tried against its fixes. JSON nested hundreds of levels deep in a ledger's event payload
+(or a history file's) broke `log`, `show` and `--json` with a RecursionError (exit 1), or
+imported and broke them later."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+from test_cli_walkthrough import Cli
+
+import seedledger as sl
+from tests.support import historyforge
+from tests.support.configs import TINY
+
+pytestmark = pytest.mark.slow
+
+
+def deep(depth: int) -> str:
+    """A JSON object whose one value nests `depth` lists deep, as text (never parsed here:
+    the test's own stack would set where Python's recursion runs out)."""
+    return '{"x": ' + "[" * depth + "]" * depth + "}"
+
+
+@pytest.fixture(scope="module")
+def sender(tmp_path_factory) -> Path:
+    """Run `r` (2 generations) in l.db, exported as r.seeds with r.seeds.history."""
+    tmp = tmp_path_factory.mktemp("review")
+    sl.train(TINY, run="r", ledger=tmp / "l.db")
+    sl.export("r", tmp / "r.seeds", ledger=tmp / "l.db", with_history=True)
+    return tmp
+
+
+@pytest.mark.parametrize("depth", [900, 5000])
+def test_a_ledgers_deeply_nested_payload_is_one_line_for_log_and_show(sender, tmp_path, depth):
+    """A ledger (anyone's) whose event payload nests 900 or 5,000 deep: `log RUN --json`
+    recursed out (exit 1) at 900, and every reader of the run's events at 5,000. Now the
+    payload is refused where it is read, in one line naming the event (exit 2)."""
+    shutil.copy(sender / "l.db", tmp_path / "l.db")
+    con = sqlite3.connect(tmp_path / "l.db")
+    with con:
+        eid = con.execute("INSERT INTO events (run_id, at, kind, payload) SELECT id, '2026-11-27 00:00:00', "
+                          "'planted', ? FROM runs WHERE name = 'r'", (deep(depth),)).lastrowid
+    con.close()
+    cli = Cli(tmp_path, "l.db")
+    said = f"error: the payload of event {eid} nests deeper than 100 levels (seedledger writes none so deep)"
+    for args in (("log", "r"), ("log", "r", "--json"), ("show", "r"), ("show", "r", "--json")):
+        assert cli.bad(*args) == said
+    assert [run["name"] for run in cli.json("log")] == ["r"]  # the runs list reads no payload
+
+
+def test_a_history_with_a_deeply_nested_payload_is_refused_at_import(sender, tmp_path):
+    """A history file whose event payload nests 500 deep (within what Python parses) was
+    imported, its payload then too deep for the ledger's readers; it is a bad event now."""
+    shutil.copy(sender / "r.seeds", tmp_path / "r.seeds")
+
+    def edit(d: dict) -> None:
+        d["events"].append({"kind": "planted", "at": d["events"][-1]["at"], "payload": "DEEP"})
+
+    historyforge.forge(sender / "r.seeds", sender / "r.seeds.history", tmp_path / "r.seeds.history", edit)
+    body = json.dumps(historyforge.doc(tmp_path / "r.seeds.history")).replace('"payload": "DEEP"',
+                                                                              f'"payload": {deep(500)}')
+    historyforge.write(tmp_path / "r.seeds.history", body.encode(), _digest(tmp_path / "r.seeds"))
+    line = Cli(tmp_path, "l.db").bad("import", "r.seeds")
+    assert line == "error: history file r.seeds.history: bad planted event (nested deeper than 100 levels)"
+    with sl.open_ledger(tmp_path / "l.db") as led:
+        assert led.list_runs() == []
+
+
+def _digest(seeds: Path) -> str:
+    from seedledger.ledger.seedfile import read_seedfile
+    from seedledger.replay.noise import member_key
+
+    return read_seedfile(seeds, key_fn=member_key).digest
