@@ -1,13 +1,15 @@
 """Issue 46, round 4 review: hostile inputs of the same families as the round's findings,
 tried against its fixes. JSON nested hundreds of levels deep in a ledger's event payload
 (or a history file's) broke `log`, `show` and `--json` with a RecursionError (exit 1), or
-imported and broke them later."""
+imported and broke them later; a module ledger's `module` event whose shape lists 200,000
+sizes made `verify` compute their product for minutes before reading the anchor."""
 
 from __future__ import annotations
 
 import json
 import shutil
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
@@ -76,3 +78,29 @@ def _digest(seeds: Path) -> str:
     from seedledger.replay.noise import member_key
 
     return read_seedfile(seeds, key_fn=member_key).digest
+
+
+NET = "import torch\n\ndef net():\n    return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))\n"
+FIT = ("import torch\n\nX = torch.linspace(-1, 1, 32).reshape(8, 4)\n\ndef fit(model):\n    with torch.no_grad():\n"
+       "        return -float((model(X) ** 2).mean())\n")
+
+
+def test_a_module_events_long_shape_does_not_stall_verify(tmp_path):
+    """The generation-0 anchor of a module run is bounded by the shapes its `module` event
+    claims (the ledger's word) and by the file. A shape of 200,000 sizes of 2**62 (4 MB of
+    JSON) made `math.prod` run for minutes, growing with the square of the length; a shape
+    that is not one (more than 8 sizes, a size past 2**40) now leaves the file's own bound."""
+    (tmp_path / "net.py").write_text(NET)
+    (tmp_path / "fit.py").write_text(FIT)
+    sl.evolve(f"module:{tmp_path / 'net.py'}:net", f"fitness:{tmp_path / 'fit.py'}:fit", population=4,
+              sigma=0.0625, lr=0.125, generations=1, ledger=tmp_path / "l.db", run="a")
+    con = sqlite3.connect(tmp_path / "l.db")
+    with con:
+        (text,) = con.execute("SELECT payload FROM events WHERE kind = 'module'").fetchone()
+        payload = json.loads(text)
+        payload["parameters"][0][1] = [1 << 62] * 200_000
+        con.execute("UPDATE events SET payload = ? WHERE kind = 'module'", (json.dumps(payload),))
+    con.close()
+    started = time.monotonic()
+    report = Cli(tmp_path, "l.db").json("verify", "a")
+    assert report["ok"] and time.monotonic() - started < 60  # minutes before, whatever the load

@@ -133,10 +133,7 @@ def _anchored_base(ledger, run: str) -> dict[str, torch.Tensor] | None:
     events = ledger.events(info.run, MODULE_EVENT)
     if not events:
         return None
-    try:
-        elements = sum(math.prod(shape) for _, shape, _ in events[-1].payload.get("parameters", []))
-    except (TypeError, ValueError):
-        elements = 0  # not shapes: the file's own bound alone
+    elements = _claimed_elements(events[-1].payload.get("parameters"))
     root = ledger.get_run(info.run)
     bound = min(4 * elements + (1 << 20), unsized_bound(info.size)) if elements > 0 else unsized_bound(info.size)
     try:
@@ -145,3 +142,21 @@ def _anchored_base(ledger, run: str) -> dict[str, torch.Tensor] | None:
         raise SeedLedgerError(f"{run}: the base weights beside the ledger are unusable ({exc}); pass --base "
                               "module:pkg.mod:factory") from None
     return master
+
+
+MAX_DIMS, MAX_DIM = 8, 1 << 40  # a tensor's shape as a module event records one
+
+
+def _claimed_elements(parameters: object) -> int:
+    """The elements the ledger's `module` event claims for its parameters, or 0 when they
+    are not shapes (each at most MAX_DIMS sizes of at most MAX_DIM): 0 leaves the anchor
+    file's own bound. Checked before any product: a ledger's shape of 200,000 sizes of
+    2**62 made `math.prod` run for minutes (its cost grows with the square of the length)."""
+    total = 0
+    for entry in parameters if isinstance(parameters, list) else ():
+        shape = entry[1] if isinstance(entry, list) and len(entry) == 3 else None
+        if not isinstance(shape, list) or len(shape) > MAX_DIMS or not all(
+                type(n) is int and 0 <= n <= MAX_DIM for n in shape):
+            return 0
+        total += math.prod(shape)
+    return total
