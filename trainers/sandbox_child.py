@@ -89,17 +89,22 @@ def _build(setup: dict) -> bytes:
     return b"ok"
 
 
+BUILD_MEMORY_MB, BUILD_CPU_SECONDS = 1024, 60  # the most a generator may take to build here
+
+
 def _dataset(setup: dict, lim: dict) -> Any:
-    """The generator for ``setup``, built here only after a caged build under ``lim``
-    (memory, and the CPU a block of rows gets) succeeded: its options come from a config
-    that may be a stranger's, and this process has no limits."""
+    """The generator for ``setup``, built here only after a caged build succeeded within
+    the task's memory and BUILD_CPU_SECONDS, and never above BUILD_MEMORY_MB: its options
+    come from a config that may be a stranger's, whose limits (up to 16 GiB, 600 CPU-s)
+    are its word too, and this process has no limits."""
     key = json.dumps(setup, sort_keys=True)
     if key not in _datasets:
         import reasoning_gym  # noqa: F401 - the library (no options) here, inherited by the build
-        build_lim = {**lim, "raw": True, "cpu_seconds": max(int(lim["cpu_seconds"]), 60), "wall_seconds": 240}
+        build_lim = {**lim, "raw": True, "memory_mb": min(int(lim["memory_mb"]), BUILD_MEMORY_MB),
+                     "cpu_seconds": BUILD_CPU_SECONDS, "wall_seconds": 4 * BUILD_CPU_SECONDS}
         outcome, data = run_item(lambda _: _build(setup), {}, build_lim)
         if outcome["status"] != "ok":
-            raise Refused(f"building {setup['name']} within the task's limits ({lim['memory_mb']} MiB, "
+            raise Refused(f"building {setup['name']} within the task's limits ({build_lim['memory_mb']} MiB, "
                           f"{build_lim['cpu_seconds']} CPU-s): {outcome['status']} {outcome.get('error', '')}".strip())
         if data != b"ok":
             raise Refused(data[1:].decode(errors="replace"))
