@@ -112,4 +112,4 @@ def _bindings(conn: Connection, row: Any, upto: int) -> list[tuple[str, int, str
             break
         upto = min(upto, row.parent_generation)
         row = conn.execute(select(Run).where(Run.id == row.parent_id)).one()
-    return sorted(out, key=lambda item: item[2])
+    return sorted(out, key=lambda item: item[1])

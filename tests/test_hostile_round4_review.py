@@ -104,3 +104,23 @@ def test_a_module_events_long_shape_does_not_stall_verify(tmp_path):
     started = time.monotonic()
     report = Cli(tmp_path, "l.db").json("verify", "a")
     assert report["ok"] and time.monotonic() - started < 60  # minutes before, whatever the load
+
+
+def test_an_edited_inputs_record_is_named_at_the_lineages_first_generation(sender, tmp_path):
+    """check_inputs reports the first generation whose row names an edited record, but it
+    walked the rows ordered by their bound digest: with a fork's own rows listed before
+    its parent's and the same inputs (the same digest), a record edited along the lineage
+    was named at the fork's generation, not at the parent's first."""
+    shutil.copy(sender / "l.db", tmp_path / "l.db")
+    sl.fork("r@1", "f", generations=1, ledger=tmp_path / "l.db")
+    con = sqlite3.connect(tmp_path / "l.db")
+    with con:
+        records = con.execute("SELECT id, payload FROM events WHERE kind = 'inputs'").fetchall()
+        assert len(records) == 2 and len({json.loads(p)["digest"] for _, p in records}) == 1
+        for eid, text in records:  # both sessions' records edited: every row of f's lineage fails
+            payload = json.loads(text)
+            payload["libraries"] = {**payload["libraries"], "transformers": "0.0.0"}
+            con.execute("UPDATE events SET payload = ? WHERE id = ?", (json.dumps(payload), eid))
+    con.close()
+    line = Cli(tmp_path, "l.db").bad("verify", "f", "--quick", code=1)
+    assert "run 'r' generation 1: the inputs record it was trained on was edited outside seedledger" in line
