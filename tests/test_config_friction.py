@@ -52,6 +52,17 @@ def test_a_task_option_typo_names_the_file_the_key_and_the_fix(work):
     assert _ledger_files(work) == []
 
 
+def test_a_task_option_of_the_wrong_type_is_refused_before_the_run_exists(work):
+    """`--set task.system=a: b` reads as a mapping: refused naming the key, not a TypeError
+    inside generation 1 of a run that then exists as `interrupted`."""
+    line = Cli(work).bad("train", "str.yaml", "--run", "r", "--set", "task.system=a: b")
+    assert line == "error: --set task.system=a: b: task.system: task jsonl: option system: " \
+                   "input should be a valid string, not {'a': 'b'}", line
+    line = Cli(work).bad("train", "str.yaml", "--run", "r", "--set", "task.test_size=[8]")
+    assert "task.test_size: task jsonl: option test_size: input should be a valid integer" in line, line
+    assert _ledger_files(work) == []
+
+
 def test_a_typo_inside_a_mix_names_its_path(work):
     mix = {"mix": [{"task": "arithmetic", "weight": 1}, {"task": {"name": "jsonl", "path": "qa.jsonl",
                                                                   "tset_size": 3}, "weight": 1}]}

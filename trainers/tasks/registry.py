@@ -27,11 +27,15 @@ from __future__ import annotations
 
 import inspect
 import math
+import typing
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pydantic
+
 from seedledger.ledger.errors import SeedLedgerError, did_you_mean
+from seedledger.ledger.names import printable
 from seedledger.trainers.rewards.combine import WeightedReward
 from seedledger.trainers.rewards.contains import contains_reward
 from seedledger.trainers.rewards.format import format_reward
@@ -226,7 +230,9 @@ def check_options(spec: Any, key_path: tuple[str | int, ...] = ()) -> None:
 
 
 def _check_keys(name: str, opts: dict[str, Any], key_path: tuple[str | int, ...] = ()) -> None:
-    """UnknownTaskOption for a key of task ``name``'s mapping its loader does not take."""
+    """UnknownTaskOption for a key of task ``name``'s mapping its loader does not take, or a
+    value of another type than its loader's annotation (a mapping where text goes, from a
+    `--set task.system=a: b`, would otherwise fail inside the first generation)."""
     params = set(inspect.signature(LOADERS[name]).parameters) - {"unused"}
     unknown = sorted(set(map(str, opts)) - params - _COMMON)
     if unknown:
@@ -235,6 +241,16 @@ def _check_keys(name: str, opts: dict[str, Any], key_path: tuple[str | int, ...]
             f"task {name}: unknown options {unknown}{did_you_mean(unknown[0], shown)}; allowed: {shown}",
             (*key_path, unknown[0]),
         )
+    hints = typing.get_type_hints(LOADERS[name])
+    for key, value in opts.items():
+        if key in _COMMON or key in ("rewards", "seed") or key not in hints:
+            continue  # rewards have their own check (trainers.rewards.spec)
+        try:
+            pydantic.TypeAdapter(hints[key]).validate_python(value, strict=True)
+        except pydantic.ValidationError as exc:
+            reason = exc.errors()[0]["msg"].lower()
+            raise UnknownTaskOption(f"task {name}: option {key}: {reason}, not {printable(repr(value), limit=80)}",
+                                    (*key_path, key)) from None
 
 
 def _load_mix(items: Any, seed: int) -> Task:
