@@ -21,7 +21,7 @@ import hashlib
 import json
 from typing import Any
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, func, select
 
 from seedledger.ledger import codec
 from seedledger.ledger.errors import ChainBroken
@@ -81,8 +81,18 @@ def bound_digest(conn: Connection, row: Any, g: int) -> str | None:
 def check_inputs(conn: Connection, row: Any, upto: int) -> None:
     """Raise ChainBroken naming the first generation of `row`'s lineage up to `upto` whose
     row names an inputs record that is not there as it was: deleted, edited (its recomputed
-    digest differs), or carrying a `digest` field its contents do not give."""
-    entries = sessions(conn, row, upto)
+    digest differs), or carrying a `digest` field its contents do not give; or a record of
+    `row` dated from a generation it has not reached, which no session writes (a session
+    records where it starts, before it commits) and which would be in force for the rows
+    the next session commits: a ledger's author could plant the inputs they bind."""
+    entries = sessions(conn, row, None)
+    latest = conn.execute(select(func.max(Generation.idx)).where(Generation.run_id == row.id)).scalar()
+    latest = latest if latest is not None else row.parent_generation or 0
+    for start, run, _payload in entries:
+        if run == row.name and start > latest:
+            raise ChainBroken(f"run {run!r}: an inputs record from generation {start}, which the run has not "
+                              f"reached (its latest is {latest}), was written outside seedledger", latest + 1)
+    entries = [e for e in entries if e[1] != row.name or e[0] < max(upto, 1)]  # sessions(conn, row, upto)
     starts = [start for start, _run, _payload in entries]
     for name, g, bound in _bindings(conn, row, upto):
         at = bisect.bisect_left(starts, max(g, 1)) - 1  # in_force: the last session before g

@@ -124,3 +124,27 @@ def test_an_edited_inputs_record_is_named_at_the_lineages_first_generation(sende
     con.close()
     line = Cli(tmp_path, "l.db").bad("verify", "f", "--quick", code=1)
     assert "run 'r' generation 1: the inputs record it was trained on was edited outside seedledger" in line
+
+
+def test_an_inputs_record_dated_past_the_runs_latest_generation_is_refused(sender, tmp_path):
+    """A record is in force for the generations after its `from_generation`, so one planted
+    in a shared ledger from a generation the run has not reached (here 3, at r@2) was bound
+    by the receiver's own next rows: resume trained, r@4's row named the planted record
+    (transformers 9.9.9) in the chain, and the next resume was refused as a change. No
+    session writes such a record (it records where it starts): verify and resume refuse it."""
+    shutil.copy(sender / "l.db", tmp_path / "l.db")
+    con = sqlite3.connect(tmp_path / "l.db")
+    with con:
+        (text,) = con.execute("SELECT payload FROM events WHERE kind = 'inputs'").fetchone()
+        planted = json.loads(text) | {"from_generation": 3}
+        planted["libraries"] = {**planted["libraries"], "transformers": "9.9.9"}
+        con.execute("INSERT INTO events (run_id, at, kind, payload) SELECT id, '2026-11-27 00:00:00', 'inputs', ? "
+                    "FROM runs WHERE name = 'r'", (json.dumps(planted),))
+    con.close()
+    said = ("run 'r': an inputs record from generation 3, which the run has not reached (its latest is 2), was "
+            "written outside seedledger")
+    cli = Cli(tmp_path, "l.db")
+    assert cli.bad("verify", "r", "--quick", code=1) == f"error: r@2 does not verify: {said}"
+    assert cli.bad("resume", "r", "-n", "2", code=1) == f"error: {said}"
+    with sl.open_ledger(tmp_path / "l.db") as led:
+        assert led.latest_generation("r") == 2  # nothing trained
