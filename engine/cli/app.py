@@ -8,6 +8,7 @@ The commands register themselves on `app` from the modules of engine.cli.
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 import traceback
@@ -61,6 +62,8 @@ def _version(value: bool) -> None:
 @app.callback()
 def _root(
     debug: Annotated[bool, typer.Option("--debug", help="Tracebacks on errors.")] = False,
+    verbose: Annotated[bool, typer.Option(
+        "--verbose", help="Libraries' own log lines too (vLLM's start-up and loading), on stderr.")] = False,
     no_upgrade: Annotated[
         bool,
         typer.Option("--no-upgrade", help="Refuse a ledger with an older schema instead of upgrading it."),
@@ -70,6 +73,8 @@ def _root(
 ):
     State.debug = debug
     State.upgrade = not no_upgrade
+    if verbose:  # read where a library starts (engine.runtime.backends.vllm_env)
+        os.environ["SEEDLEDGER_VERBOSE"] = "1"
 
 
 def emit(payload: Any, as_json: bool, human: str | None = None) -> None:

@@ -39,7 +39,6 @@ rest of the process.
 from __future__ import annotations
 
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -55,46 +54,19 @@ from seedledger.engine.runtime.backends.base import (
     evaluate_one_by_one,
 )
 from seedledger.engine.runtime.backends.hf import prompt_stream_seed
+from seedledger.engine.runtime.backends.vllm_env import (
+    cpu_env,
+    guard_llvmlite_dunders,
+    quiet_env,
+    quiet_start,
+    route_logs,
+)
 from seedledger.engine.runtime.backends.vllm_lora import NO_PATH, engine_kwargs
 from seedledger.ledger.errors import SeedLedgerError
 from seedledger.replay.fingerprint import fingerprint
 from seedledger.replay.kinds import Full, PerturbationKind, member_scale
 
 _EXTENSION = "seedledger.engine.runtime.backends.vllm_worker.SeedLedgerWorkerExtension"
-
-
-def _cpu_env() -> None:
-    """Defaults that suit a small shared CPU box; anything already set is respected."""
-    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else [0]
-    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", ",".join(map(str, cores)))
-    os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB; the default takes 4
-    os.environ.setdefault("OMP_NUM_THREADS", str(len(cores)))  # else vLLM drops torch to 1
-
-
-def _guard_llvmlite_dunders() -> None:
-    """Make llvmlite's lazy C-library wrapper refuse dunder lookups.
-
-    vLLM's CPU worker, at start, scans every module namespace for Triton kernels to
-    override and reads `vars(obj)` of anything with a `__dict__`. llvmlite's
-    `ffi.lib` (loaded once numba has compiled anything, as replay's kernels do) answers
-    *every* attribute, `__dict__` included, with a C-function wrapper, so the scan dies
-    with "'_lib_fn_wrapper' object has no attribute 'get'". A C library exports no dunder
-    symbols, so refusing them changes nothing else.
-    """
-    ffi = sys.modules.get("llvmlite.binding.ffi")
-    wrapper_cls = type(getattr(ffi, "lib", None)) if ffi is not None else None
-    if wrapper_cls is None or getattr(wrapper_cls, "_seedledger_guarded", False):
-        return
-    lookup = wrapper_cls.__getattr__
-
-    def __getattr__(self: Any, name: str) -> Any:
-        if name.startswith("__") and name.endswith("__"):
-            raise AttributeError(name)
-        return lookup(self, name)
-
-    wrapper_cls.__getattr__ = __getattr__
-    wrapper_cls._seedledger_guarded = True
 
 
 def _meta_model(model_dir: Path) -> torch.nn.Module:
@@ -160,9 +132,9 @@ class VLLMBackend:
             )
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         if str(device).startswith("cpu"):
-            _cpu_env()
+            cpu_env()
+        verbose = quiet_env()
         from transformers import AutoTokenizer
-        from vllm import LLM
 
         self.model_dir = Path(model_dir)
         self.temperature = temperature
@@ -186,18 +158,23 @@ class VLLMBackend:
             llm_kwargs.setdefault("max_num_seqs", rows)
         if self.keeps_master:  # one LoRA slot per member, of the kind's rank and targets
             llm_kwargs = {**engine_kwargs(kind.lora_rank, kind.lora_targets, members_per_forward), **llm_kwargs}
-        _guard_llvmlite_dunders()
-        self.llm = LLM(
-            model=str(self.model_dir),
-            tokenizer=str(self.model_dir),
-            dtype=dtype,
-            enforce_eager=True,
-            max_model_len=max_model_len,
-            seed=0,
-            worker_extension_cls=_EXTENSION,
-            disable_log_stats=True,
-            **llm_kwargs,
-        )
+        guard_llvmlite_dunders()
+        with quiet_start(verbose):
+            from vllm import LLM
+
+            route_logs()
+            self.llm = LLM(
+                model=str(self.model_dir),
+                tokenizer=str(self.model_dir),
+                dtype=dtype,
+                enforce_eager=True,
+                max_model_len=max_model_len,
+                seed=0,
+                worker_extension_cls=_EXTENSION,
+                disable_log_stats=True,
+                use_tqdm_on_load=verbose,  # its weight-loading bars, on stderr
+                **llm_kwargs,
+            )
         self.tokenizer = AutoTokenizer.from_pretrained(str(self.model_dir), local_files_only=True)
         self._next_adapter = 1  # adapter ids are never reused (see vllm_lora)
         self._served: Any = None  # a LoRA run's master adapter request, while registered
