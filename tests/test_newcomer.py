@@ -7,6 +7,7 @@ path the user gave, and the hint after an interrupted module run.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import shlex
@@ -162,6 +163,29 @@ def test_a_rule_between_keys_names_the_set_that_broke_it(tmp_path):
     config = yaml.safe_load((tmp_path / "q.yaml").read_text())
     (tmp_path / "odd.yaml").write_text(yaml.safe_dump({**config, "population": 5}))
     assert sh.bad("train", "odd.yaml").startswith("error: odd.yaml: population must be even when mirrored")
+
+
+# -- 8: what `backend: auto` takes for the recipe's runs --------------------------------------
+
+
+def test_auto_takes_hf_for_a_quick_look_and_vllm_for_the_recipes_run(tmp_path, smollm2_dir, monkeypatch):
+    """By the run's shape (engine/runtime/backend_choice.py): vLLM's engine start is repaid
+    from the fifth generation; the shipped example runs 30."""
+    from seedledger.engine.config import load_config
+    from seedledger.engine.runtime import backend_choice
+
+    monkeypatch.delenv(backend_choice.PIN, raising=False)  # the suite pins hf
+    sh = Shell(tmp_path)
+    _opposites(sh)
+    longer = "vllm" if importlib.util.find_spec("vllm") is not None else "hf"
+
+    def chosen(*sets: str) -> str:
+        return backend_choice.resolve(load_config(tmp_path / "jsonl.yaml", list(sets)), smollm2_dir)
+
+    assert chosen() == longer
+    assert chosen("generations=1") == chosen("generations=4") == "hf"
+    assert chosen("generations=5") == longer
+    assert chosen("device=cuda") == "hf"  # vLLM CPU is the one auto takes
 
 
 # -- 4: the hint after Ctrl-C on a module run ---------------------------------------------------

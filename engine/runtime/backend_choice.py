@@ -1,19 +1,20 @@
 """Which backend `backend: auto` (the default) runs: decided once, when a run is created.
 
-vLLM decodes a population several times faster than transformers' `generate` on the same
-CPU (paged attention, no padding, fused kernels): against the ES paper's own loop on this
-project's 2-core reference machine, seedledger's full-rank default runs 3.0× the
-generations per hour on vLLM and 1.3× on transformers (benchmarks/paper_reference_bench.py,
-docs/benchmarks.md); vLLM's engine start costs ~40 s more than hf's model load. So
-`auto` takes vLLM where it is installed and serves the run, and the in-process hf backend
-otherwise:
+By measurement, on this project's 2-core reference machine with SmolLM2-135M (docs/
+benchmarks.md, "Which backend `auto` takes"): vLLM evaluated a generation faster than
+transformers in every shape measured, decoded or likelihood fitness, full-rank or
+low-rank (1.6-2.7x; the likelihood shapes under load), but its engine start costs ~40 s
+more than hf's model load (54 s against 15 s, quiet), so a short run is faster on hf.
+`auto` therefore takes:
 
 - hf when vLLM is not installed, the device is not the CPU (a vLLM build is for one
   platform, and its GPU memory reservation is not ours to take unasked), or vLLM's CPU
-  attention cannot run the model's head size;
+  attention cannot run the model's head size (`tiny`'s);
 - hf when the run uses something only the in-process backend builds (`hf_only`): the
   KL-to-base penalty, a quantized frozen base, LM-MA-ES or GA survivors, or an adapter
   (train: lora; its batched LoRA path is measured on hf, docs/lora.md);
+- hf when the run is shorter than `MIN_GENERATIONS` (a quick look): the least saving
+  measured, 8.4 s a generation (decoded full-rank, quiet), repays the start from the fifth;
 - vLLM otherwise.
 
 Like `members_per_forward` (engine.runtime.batching), the choice is stored with the run: its
@@ -32,6 +33,7 @@ from seedledger.engine.runtime.preflight import VLLM_CPU_HEAD_SIZES, head_dim
 from seedledger.ledger.errors import SeedLedgerError
 
 PIN = "SEEDLEDGER_AUTO_BACKEND"
+MIN_GENERATIONS = 5  # a run's target below this takes hf: vLLM's engine start is not repaid
 
 
 def hf_only(cfg) -> str | None:
@@ -58,7 +60,7 @@ def resolve(cfg, model_dir: Path) -> str:
         raise SeedLedgerError(f"{PIN}={pinned!r}: the only pin is hf (set backend: vllm in the config instead)")
     if pinned == "hf" or importlib.util.find_spec("vllm") is None:
         return "hf"
-    if not str(cfg.device).startswith("cpu") or hf_only(cfg) is not None:
+    if not str(cfg.device).startswith("cpu") or hf_only(cfg) is not None or cfg.generations < MIN_GENERATIONS:
         return "hf"
     head = head_dim(model_dir)
     return "hf" if head is not None and head not in VLLM_CPU_HEAD_SIZES else "vllm"
