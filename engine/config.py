@@ -135,8 +135,9 @@ class TrainConfig(Strict):
         0, ge=0, lt=2**63, description="the run key (noise, batches, sampling) derives from it"
     )
     backend: Literal["auto", "hf", "vllm", "module"] = Field(
-        "auto", description="vllm where installed and able, else hf: chosen when the run is created "
-        "(engine.runtime.backend_choice); `module` for a torch.nn.Module model (set by `model: module:...`)"
+        "auto", description="vllm where installed and able and the run has 5 generations or more, else hf: "
+        "chosen when the run is created (engine.runtime.backend_choice); `module` for a torch.nn.Module model "
+        "(set by `model: module:...`)"
     )
     device: str = Field(
         "cpu", description="torch device that evaluates members (`cpu`, `cuda`, `cuda:N`)"
