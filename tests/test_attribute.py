@@ -156,7 +156,7 @@ def test_a_preference_is_the_answers_likelihood_less_the_alternatives(trained):
     assert [c["metric"] for c in both.curve] == [a["metric"] - b["metric"] for a, b in zip(cat.curve, dog.curve,
                                                                                          strict=True)]
     assert [c["metric"] for c in rows.curve] == [c["metric"] for c in both.curve]
-    assert both.probe["instead"] == "<answer>dog</answer>" and rows.probe["instead"] == "alt"
+    assert both.probe["instead"] == "'<answer>dog</answer>'" and rows.probe["instead"] == "column alt"
 
 
 def test_the_console_script_prints_the_audit_as_json_and_draws_it(trained, tmp_path):

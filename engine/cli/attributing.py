@@ -94,7 +94,7 @@ def _progress():
 def render(r: dict[str, Any], top: int) -> str:
     """The human report of one audit."""
     p = r["probe"]
-    what = f"{p['by']} over {p['instead']!r}" if "instead" in p else p["by"]
+    what = f"{p['by']} of the answer less that of {p['instead']}" if "instead" in p else p["by"]
     lines = [f"attribute {r['run']}@{r['generation']}: {what} on {p['rows']}"]
     lines += ["  gen  metric      fingerprint"]
     lines += [f"  {c['generation']:>3}  {c['metric']:>10.6g}  {c['fingerprint'][:12]}" for c in r["curve"]]

@@ -62,7 +62,7 @@ class Probe:
     def describe(self) -> dict[str, Any]:
         out = {"rows": self.label, "count": len(self.rows), "by": self.by}
         if self.instead is not None:
-            out["instead"] = self.instead if isinstance(self.instead, str) else self.instead[0]
+            out["instead"] = f"column {self.instead}" if isinstance(self.instead, str) else repr(self.instead[0])
         return out
 
     def with_instead(self, instead: list[str] | str | None) -> Probe:
