@@ -228,7 +228,9 @@ def _generation(g: Any, index: int, population: int) -> GenerationHistory:
         rewards=[_reward(r, f"reward of generation {index}") for r in rewards],
         components=[_components(c, index) for c in components],
         batch_indices=[integer(b, 0, codec.I64_MAX, f"batch row of generation {index}") for b in batch],
-        timings={text(k, "timing name", MAX_NAME): finite(v, f"timing of generation {index}") for k, v in timings.items()},
+        timings={
+            text(k, "timing name", MAX_NAME): finite(v, f"timing of generation {index}") for k, v in timings.items()
+        },
         extra=json_object(g["extra"], f"extra of generation {index}"),
         committed_at=_time(g["committed_at"], f"commit time of generation {index}", optional=True),
     )

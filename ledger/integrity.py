@@ -113,7 +113,10 @@ class IntegrityMixin(LedgerBase):
                     continue
                 first, last = segments[row.name]
                 pg = row.parent_generation
-                link = root_genesis if row.parent_id is None else chain.genesis(row, digests[pg] if pg else root_genesis)
+                if row.parent_id is None:
+                    link = root_genesis
+                else:
+                    link = chain.genesis(row, digests[pg] if pg else root_genesis)
                 for g, members in self._rows(conn, row, first, last):
                     got = chain.generation_digest(link if g.idx == first else digests[g.idx - 1], g, members)
                     if g.digest != got:

@@ -160,7 +160,9 @@ def inspect_schema(location: str) -> SchemaState:
                 return SchemaState(url, None, "empty")
             revs = [r[0] for r in conn.execute(text("SELECT version_num FROM alembic_version"))]
     except DBAPIError as exc:
-        raise SeedLedgerError(f"cannot read ledger {display_location(location)}: {driver_error(url, exc.orig)}") from None
+        raise SeedLedgerError(
+            f"cannot read ledger {display_location(location)}: {driver_error(url, exc.orig)}"
+        ) from None
     finally:
         engine.dispose()
     if len(revs) != 1:

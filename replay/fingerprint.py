@@ -48,7 +48,8 @@ def all_lanes(master: Mapping[str, torch.Tensor]) -> dict[str, tuple[int, int]]:
     for names in groups.values():
         bits = [_bits_np(master[n]) for n in names]
         work_t, work_s = work_items([b.shape[0] for b in bits])
-        lanes = k.fingerprint_many(typed_list(bits), np.uint64(ref.FP_SALTS[0]), np.uint64(ref.FP_SALTS[1]), work_t, work_s)
+        salt_a, salt_b = np.uint64(ref.FP_SALTS[0]), np.uint64(ref.FP_SALTS[1])
+        lanes = k.fingerprint_many(typed_list(bits), salt_a, salt_b, work_t, work_s)
         out |= {n: (int(lanes[i, 0]), int(lanes[i, 1])) for i, n in enumerate(names)}
     return out
 

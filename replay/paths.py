@@ -254,4 +254,7 @@ class StateView:
         return projections(self.state, self.names, self.shapes, keys, m)
 
 
-__all__ = ["NAME", "Rule", "StateView", "apply", "gram", "kind", "member_", "member_settings", "member_tensor", "projections", "settings"]
+__all__ = [
+    "NAME", "Rule", "StateView", "apply", "gram", "kind", "member_", "member_settings", "member_tensor", "projections",
+    "settings",
+]

@@ -76,7 +76,8 @@ def _from_anchor(ledger, run: str, g: int, base: dict[str, torch.Tensor], anchor
         try:
             want = _recorded_fingerprint(ledger, run, info.generation, base_fp)
             carried = len(kinds[info.generation].carried) if info.generation in kinds else 0  # quant_codes' residual
-            master, state = load_anchor(info, anchors_dir, want, max_anchor_bytes(base, _buffers(ledger, info) + carried))
+            limit = max_anchor_bytes(base, _buffers(ledger, info) + carried)
+            master, state = load_anchor(info, anchors_dir, want, limit)
         except AnchorError as exc:
             warnings.warn(f"{exc}; falling back", RuntimeWarning, stacklevel=3)  # once: not logged too
             continue
@@ -174,8 +175,9 @@ def rebuild(
     try:  # a run whose kind cannot train what its lineage made (a fork leaving quant_scales)
         kinds[lineage[-1].name].check_master(master)
     except SeedLedgerError as exc:
-        raise SeedLedgerError(f"run {run!r} ({kinds[lineage[-1].name].label}) cannot train its master at generation {g}: "
-                              f"{exc}") from None
+        raise SeedLedgerError(
+            f"run {run!r} ({kinds[lineage[-1].name].label}) cannot train its master at generation {g}: {exc}"
+        ) from None
     return master, state
 
 
@@ -220,7 +222,9 @@ def apply_member(master: dict[str, torch.Tensor], step: Any, key: int, sign: int
     shrink, terms = 1.0, []
     if (step.optimizer or {}).get("name") == paths.NAME:
         if member is None or state is None:
-            raise SeedLedgerError(f"generation {step.index}: a member of a paths generation needs its index and the replay state")
+            raise SeedLedgerError(
+                f"generation {step.index}: a member of a paths generation needs its index and the replay state"
+            )
         paths.settings(step.optimizer, step.index, len(step.keys))  # the whole rule, not just this row
         shrink, terms = paths.member_settings(step.optimizer, step.index, member)
     scale = member_scale(sign, step.sigma, shrink)

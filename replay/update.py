@@ -149,8 +149,10 @@ def apply_step(master: dict[str, torch.Tensor], state: OptimizerState, step: Any
     state.step += 1
     if name == paths.NAME:
         items = [(tname, theta) for tname, theta in master.items() if pert.trained(tname, theta.shape)]
-        paths.apply(items, state, path_rule,
-                    lambda tname, theta, c: _delta(theta, tname, *((keys, coefs) if c is None else _nonzero(every_key, c))))
+        paths.apply(
+            items, state, path_rule,
+            lambda tname, theta, c: _delta(theta, tname, *((keys, coefs) if c is None else _nonzero(every_key, c))),
+        )
         return
     pert.update(master, state, BUFFERS[name], keys, coefs, RULES[name], _scalars(name, opt, state.step))
 

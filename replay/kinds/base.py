@@ -104,8 +104,9 @@ class PerturbationKind(ABC):
         """One generation's step on ``master`` (``prepare``d), in place: ``apply`` on every
         trained tensor with its ``buffers`` from ``state`` (``replay.update.OptimizerState``).
         A kind whose step needs more of the master than its trained tensors overrides this."""
-        self.apply([(n, t, [state.buffer(b, n, t) for b in buffers]) for n, t in master.items() if self.trained(n, t.shape)],
-                   keys, coefs, rule, scal)
+        trained = [(n, t) for n, t in master.items() if self.trained(n, t.shape)]
+        items = [(n, t, [state.buffer(b, n, t) for b in buffers]) for n, t in trained]
+        self.apply(items, keys, coefs, rule, scal)
 
     def member_weights(self, master: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """The weights a member's noise is added to, by the model's parameter names: the

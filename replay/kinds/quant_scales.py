@@ -69,7 +69,9 @@ class Int8Kind(Full):
     @classmethod
     def parse(cls, noise_spec: str, param_selection: str) -> Int8Kind:
         if noise_spec != SPEC:
-            raise SeedLedgerError(f"quantization {cls.trains} are perturbed with noise spec 'v1', not {short(noise_spec)}")
+            raise SeedLedgerError(
+                f"quantization {cls.trains} are perturbed with noise spec 'v1', not {short(noise_spec)}"
+            )
         if not param_selection.startswith(cls.prefix):
             raise SeedLedgerError(f"bad {cls.name} parameter selection {short(param_selection)} "
                                   f"(expected {cls.prefix}NAME,...)")
@@ -93,7 +95,9 @@ class Int8Kind(Full):
         self.check_master(master)
         quant.quantize_master_(master, self.quantizes)
         if not any(self.trained(n, t.shape) for n, t in master.items()):
-            raise SeedLedgerError(f"no linear weight of the master matches the {self.name} targets {list(self.targets)}")
+            raise SeedLedgerError(
+                f"no linear weight of the master matches the {self.name} targets {list(self.targets)}"
+            )
 
     def check_master(self, master: Mapping[str, torch.Tensor]) -> None:
         """Plain (contiguous fp32) or quantized by this kind: int8 codes only on targeted
