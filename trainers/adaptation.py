@@ -38,7 +38,9 @@ from seedledger.replay.noise import round_coefficient
 from seedledger.trainers.requirements import Mirrored
 
 # What the `pairs` rule needs of a run (`trainers.policy.check_config`).
-REQUIRES = (Mirrored("adaptation.sigma", "needs mirrored pairs, at least two (population >= 4)", value=True, minimum=4),)
+REQUIRES = (
+    Mirrored("adaptation.sigma", "needs mirrored pairs, at least two (population >= 4)", value=True, minimum=4),
+)
 
 
 class SigmaAdaptation(BaseModel):

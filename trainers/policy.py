@@ -43,7 +43,8 @@ def make_policy(cfg: Any) -> Policy:
     try:
         cls = ALGORITHMS[name]
     except KeyError:
-        raise SeedLedgerError(f"algorithm: unknown algorithm {name!r} (known: {', '.join(sorted(ALGORITHMS))})") from None
+        known = ", ".join(sorted(ALGORITHMS))
+        raise SeedLedgerError(f"algorithm: unknown algorithm {name!r} (known: {known})") from None
     return cls.from_config(cfg)
 
 

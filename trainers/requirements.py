@@ -3,14 +3,16 @@
 A policy class declares its `requires` (`trainers.policy_base.Policy.requirements`): plain
 records such as "no mirrored pairs", "an adapter run", "members built by
 a backend and pool that support path terms". Backends and pools declare what they support
-in the config's capability tables (`cfg.capabilities()`). `first_unmet` walks a list of requirements against a run's config and
-returns the first refusal, `{subject}: {why}`: the one-line message `engine.config` raises.
+in the config's capability tables (`cfg.capabilities()`). `first_unmet` walks a list of
+requirements against a run's config and returns the first refusal, `{subject}: {why}`: the
+one-line message `engine.config` raises.
 
 Why data: which algorithm goes with which backend, perturbation kind and settings was
 string comparisons spread over the config's validators; here adding an algorithm adds its
 declarations on its class, and a backend says what it can do where the config names it.
 
-The config is read by attribute (trainers cannot import engine): `mirrored`, `population`, `train`, `perturbation`, `backend`, `workers.pool`.
+The config is read by attribute (trainers cannot import engine): `mirrored`, `population`,
+`train`, `perturbation`, `backend`, `workers.pool`.
 """
 
 from __future__ import annotations

@@ -179,7 +179,10 @@ def _handle(request: dict) -> None:
     try:
         runner = _prepare(rid, job, setup, items, lim)
     except Exception as exc:  # noqa: BLE001 - a bad setup or a missing library: refuse, one line
-        text = str(exc) if isinstance(exc, Refused) else f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        if isinstance(exc, Refused):
+            text = str(exc)
+        else:
+            text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         text = text.splitlines()[0] if text else type(exc).__name__
         _send({"id": rid, "refused": text})
         return

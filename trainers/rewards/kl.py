@@ -86,7 +86,10 @@ class KLPenalty:
         the ledger records; the task's own reward and the KL stay as components. Returns the
         members and the record's `extra["kl"]` (β in force, mean KL), and moves β on."""
         penalised = [
-            m.scored(reward=m.reward - self.beta * m.kl, components={**m.components, "task_reward": m.reward, "kl": m.kl})
+            m.scored(
+                reward=m.reward - self.beta * m.kl,
+                components={**m.components, "task_reward": m.reward, "kl": m.kl},
+            )
             for m in members
         ]
         told = {"beta": self.beta, "mean": sum(m.kl for m in members) / len(members)}

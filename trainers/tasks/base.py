@@ -5,8 +5,9 @@ This is the surface the engine calls (docs/internals.md, trainers/):
 ``prompt(row) -> messages``, ``reward(prompts, completions, rows) -> (rewards, components)``,
 ``name``, ``describe()``. Rewards are completion rewards (functions of decoded text) and
 likelihood rewards (``loglik``: the reference answer scored by the backend, passed to
-``reward`` as ``likelihoods``); ``decodes`` says whether training needs completions at all. Tasks with difficulty levels (the generators) also honour
-``set_level`` so a ``Curriculum`` can move them.
+``reward`` as ``likelihoods``); ``decodes`` says whether training needs completions at all.
+Tasks with difficulty levels (the generators) also honour ``set_level`` so a ``Curriculum``
+can move them.
 """
 
 from __future__ import annotations

@@ -124,7 +124,8 @@ class ModelTask:
         try:
             number = float(value)
         except (TypeError, ValueError, RuntimeError) as exc:  # a tensor of more than one element
-            raise SeedLedgerError(f"{self.label}: returned a value for member {member} that is not one number ({exc})".splitlines()[0]) from None
+            why = f"{self.label}: returned a value for member {member} that is not one number ({exc})"
+            raise SeedLedgerError(why.splitlines()[0]) from None
         if not math.isfinite(number):
             raise SeedLedgerError(f"{self.label}: returned {number} for member {member}; a fitness must be finite")
         return number
@@ -176,7 +177,8 @@ class FitnessTask(ModelTask):
         except SeedLedgerError:
             raise
         except Exception as exc:
-            raise SeedLedgerError(f"{self.label}: raised {type(exc).__name__} for {whom}: {exc}".splitlines()[0]) from exc
+            why = f"{self.label}: raised {type(exc).__name__} for {whom}: {exc}"
+            raise SeedLedgerError(why.splitlines()[0]) from exc
 
 
 def _takes_seed(fn: Any) -> bool:

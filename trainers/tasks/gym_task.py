@@ -52,7 +52,8 @@ class GymTask(ModelTask):
         try:
             self.env = gym.make(env_id)
         except Exception as exc:  # gymnasium's NameNotFound, DependencyNotInstalled, ...
-            raise SeedLedgerError(f"task gym: cannot make {env_id!r}: {type(exc).__name__}: {exc}".splitlines()[0]) from None
+            why = f"task gym: cannot make {env_id!r}: {type(exc).__name__}: {exc}"
+            raise SeedLedgerError(why.splitlines()[0]) from None
         self.env_id = env_id
         self.max_steps = max_steps
         self.discrete = isinstance(self.env.action_space, gym.spaces.Discrete)

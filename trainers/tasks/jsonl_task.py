@@ -8,7 +8,8 @@ match the whole answer), or ``numeric`` (equal as numbers).
 
 Split: with no ``test_path``, ``test_size`` rows of a seeded permutation are held out; by
 default ``default_test_size`` rows (100, as always, above 100 rows; a fifth of a smaller
-file, at least 1), so a 30-row file trains on 24 and scores on 6. A file too small to split (1 row) is refused in one line.
+file, at least 1), so a 30-row file trains on 24 and scores on 6. A file too small to split
+(1 row) is refused in one line.
 
 Regex patterns come from the dataset and are compiled once, when the task loads; an
 invalid one is refused there with a one-line error naming the file, row and column. A

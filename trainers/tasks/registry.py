@@ -134,7 +134,8 @@ def code_refs(spec: Any) -> list[str]:
     spec = expand(spec, LOADERS)
     if isinstance(spec, list):
         return [r for item in spec for r in code_refs(item)]
-    if isinstance(spec, str) and spec.startswith("fitness:") or isinstance(spec, dict) and spec.get("name") == "fitness":
+    if (isinstance(spec, str) and spec.startswith("fitness:")
+            or isinstance(spec, dict) and spec.get("name") == "fitness"):
         return fitness_task.fitness_refs(spec)
     if not isinstance(spec, dict):
         return []
