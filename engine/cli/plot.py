@@ -4,8 +4,9 @@ Each run is drawn along its lineage: its own generations solid, generations it i
 from a parent that is not drawn itself dashed, and its fork point marked. Held-out
 rewards, where the ledger records them (`evaluation` events: `evaluate`, `evaluation.every`
 during training, the demo), are drawn as stars in a second panel below, on a scale of their
-own (a training batch's log-likelihood and held-out exact match do not share one). A run without generations has no curve: it
-is skipped and named, and a plot with nothing to draw is an error, not an empty chart.
+own (a training batch's log-likelihood and held-out exact match do not share one). A run
+without generations has no curve: it is skipped and named, and a plot with nothing to draw
+is an error, not an empty chart.
 """
 
 from __future__ import annotations

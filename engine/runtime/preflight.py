@@ -72,8 +72,10 @@ def held_out_rows(task, rows: int | None, skip: int = 0, owner: str = "objective
     if rows is None:
         rows = max(1, min(DEFAULT_EVALUATION_ROWS, available - skip))
     if skip + rows > available:
-        greedy = not task.scores_models
-        what, hint = ("test rows", "raise the task's test_size or ") if greedy else (f"held-out {task.held_out_unit}", "")
+        if task.scores_models:  # a module run's rows are its task's held-out seeds
+            what, hint = f"held-out {task.held_out_unit}", ""
+        else:
+            what, hint = "test rows", "raise the task's test_size or "
         raise SeedLedgerError(
             f"{owner}: rows {skip}..{skip + rows - 1} are beyond the task's {available} {what} ({hint}lower rows/skip)"
         )
