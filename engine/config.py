@@ -153,8 +153,8 @@ class TrainConfig(Strict):
         [], description="experiment trackers that mirror the metrics (the ledger stays the record)"
     )
     keep_samples: bool = Field(False, description="store every completion in the ledger (audit)")
-    row_scores: bool = Field(True, description="store each member's score on each batch row so `attribute` can recompute "
-                             "coefficients without a training row (N×B numbers a generation); false for large runs")
+    row_scores: bool = Field(True, description="store each member's score on each batch row so `attribute` can "
+        "recompute coefficients without a training row (N×B numbers a generation); false for large runs")
     exclude_rows: list[Annotated[int, Field(ge=0)]] = Field([], max_length=MAX_BATCH, description="training rows "
         "(train-pool indices) every batch leaves out, keeping its other rows (`attribute --retrain`'s forks)")
     evaluation: Evaluation = Field(Evaluation(), description="held-out scoring, decoded greedily")
@@ -162,9 +162,9 @@ class TrainConfig(Strict):
         None, description="move the task level by the success rate; none: a fixed level"
     )
     passk: PassKConfig | None = Field(None, description="pass@k rewards over n samples; none: off")
-    perturbation: Annotated[Literal["full"] | PerturbationSection, BeforeValidator(shorthand(("full", "lowrank")))] = Field(
-        "full", description="full-rank noise on every parameter, or low-rank on the targeted linears"
-    )
+    perturbation: Annotated[
+        Literal["full"] | PerturbationSection, BeforeValidator(shorthand(("full", "lowrank")))
+    ] = Field("full", description="full-rank noise on every parameter, or low-rank on the targeted linears")
     train: Annotated[Literal["full"] | TrainSection, BeforeValidator(shorthand(TRAIN_SHORTHANDS))] = Field(
         "full", description="the trained parameters: every weight, or a LoRA adapter on a frozen base"
     )
@@ -186,7 +186,8 @@ class TrainConfig(Strict):
         try:
             check_options(task)
         except UnknownTaskOption as exc:
-            raise PydanticCustomError("task_option", "{reason}", {"reason": str(exc), "key_path": exc.key_path}) from None
+            raise PydanticCustomError("task_option", "{reason}",
+                                      {"reason": str(exc), "key_path": exc.key_path}) from None
         try:
             check_rewards(task)
             check_task_settings(task)  # sizes and sandbox limits: bounded before any data is built
@@ -209,7 +210,8 @@ class TrainConfig(Strict):
         module, scores_models = self.backend == "module", is_model_task(self.task)
         if module != is_module_model(self.model):
             raise ValueError(f"backend {self.backend} cannot run model {self.model!r}: a torch.nn.Module is named "
-                             "`module:pkg.mod:factory` and runs on backend module, a language model on auto, hf or vllm")
+                             "`module:pkg.mod:factory` and runs on backend module, a language model on auto, hf "
+                             "or vllm")
         if module != scores_models:
             raise ValueError("a torch.nn.Module model is scored by task gym:ENV_ID or fitness:pkg.mod:function, "
                              "and those tasks score only such a model" if module else
@@ -295,7 +297,8 @@ class TrainConfig(Strict):
         if some and self.passk is not None:
             raise ValueError("rewards: loglik scores one reference answer per row; passk needs sampled ones")
         if only and self.kl is not None:
-            raise ValueError("kl: the penalty scores decoded completions, and with only loglik rewards none are decoded")
+            raise ValueError("kl: the penalty scores decoded completions, and with only loglik rewards none "
+                             "are decoded")
         return self
 
     @model_validator(mode="after")

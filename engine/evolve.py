@@ -110,7 +110,9 @@ def _named(obj: Any, what: str) -> tuple[str, dict[str, Any]]:
             raise SeedLedgerError(f"model {obj!r}: name a torch.nn.Module factory as module:pkg.mod:factory")
         return obj, {}
     if what == "model" and not callable(obj) and not _is_module(obj):
-        raise SeedLedgerError(f"model: expected a torch.nn.Module or a function returning one, not {type(obj).__name__}")
+        raise SeedLedgerError(
+            f"model: expected a torch.nn.Module or a function returning one, not {type(obj).__name__}"
+        )
     ref = ref_of(obj, what) if not _is_module(obj) else f"{IN_PROCESS}{type(obj).__name__}"
     return ref, ({ref: obj} if ref.startswith(IN_PROCESS) else {})
 

@@ -41,8 +41,8 @@ if TYPE_CHECKING:
 _API = "seedledger.engine.api"
 _WHERE = {
     **dict.fromkeys(
-        ("DEFAULT_LEDGER", "attribute", "evaluate", "export", "fork", "history", "history_frame", "import_seeds", "open_ledger",
-         "rebuild", "rebuild_model", "rebuild_to", "resume", "train", "verify"),
+        ("DEFAULT_LEDGER", "attribute", "evaluate", "export", "fork", "history", "history_frame", "import_seeds",
+         "open_ledger", "rebuild", "rebuild_model", "rebuild_to", "resume", "train", "verify"),
         _API,
     ),
     "evolve": "seedledger.engine.evolve",

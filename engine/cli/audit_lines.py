@@ -109,7 +109,8 @@ _EVENT_LINES = {"inputs": _inputs_line, "inputs-accepted": _accepted_line}
 
 def evaluation_line(p: dict[str, Any]) -> str:
     """One `evaluation` event in `log`: where, how many rows, the mean, the paired change."""
-    line = f"@{p.get('generation')}: held-out {num(p.get('mean', p.get('held_out_reward')), '.4f')} on {p.get('rows')} rows"
+    mean = num(p.get("mean", p.get("held_out_reward")), ".4f")
+    line = f"@{p.get('generation')}: held-out {mean} on {p.get('rows')} rows"
     c = p.get("change")
     if isinstance(c, dict) and "mean" in c:
         line += (f"; {c['mean']:+.4f} ± {c['stderr']:.4f} against {p.get('against')} "

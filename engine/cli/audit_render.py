@@ -63,8 +63,11 @@ def log_shown(data: dict[str, Any]) -> dict[str, Any]:
     MAX_ROWS generations and events, each event as its bounded line (`event_line`), so
     that escaping and layout cost what is shown, whatever the payloads hold."""
     events = data["events"]
-    shown = [{"at": e["at"], "kind": e["kind"], "line": imported_mark(e.get("imported")) + event_line(e["kind"], e["payload"])}
-             for e in events[-MAX_ROWS:]]
+    shown = [
+        {"at": e["at"], "kind": e["kind"],
+         "line": imported_mark(e.get("imported")) + event_line(e["kind"], e["payload"])}
+        for e in events[-MAX_ROWS:]
+    ]
     return safe({**data, "generations": data["generations"][-MAX_ROWS:], "events": shown,
                  "hidden": {"generations": max(len(data["generations"]) - MAX_ROWS, 0),
                             "events": max(len(events) - MAX_ROWS, 0)}})
@@ -218,8 +221,9 @@ def _evaluations_view(run: str, rows: list[dict[str, Any]]) -> RenderableType:
             change = f"{c['mean']:+.4f} ± {c['stderr']:.4f}" if "mean" in c else "–"
         except (TypeError, ValueError, KeyError):  # not the numbers an evaluation records
             change = "?"
-        t.add_row(clip(str(e["generation"])), clip(str(e["rows"])), _f(e["mean"], ".4f"), clip(str(e["against"] or "–")),
-                  _f(e["against_mean"], ".4f"), change, f"{c.get('better', '–')}/{c.get('worse', '–')}",
+        t.add_row(clip(str(e["generation"])), clip(str(e["rows"])), _f(e["mean"], ".4f"),
+                  clip(str(e["against"] or "–")), _f(e["against_mean"], ".4f"), change,
+                  f"{c.get('better', '–')}/{c.get('worse', '–')}",
                   clip(str(e["by"] or "–")) + (" (imported)" if e.get("imported") else ""))
     return t
 

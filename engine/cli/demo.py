@@ -118,7 +118,8 @@ def run_demo(
         ledger.log_event("demo", "evaluation", evaluation.payload("demo"))  # `plot` draws it
         final_reward = evaluation.mean
         shown = examples(base.rewards, final.rewards)
-        question, base_answer, final_answer = base.questions[shown[0]], base.completions[shown[0]], final.completions[shown[0]]
+        first = shown[0]
+        question, base_answer, final_answer = base.questions[first], base.completions[first], final.completions[first]
         png = workdir / "demo-reward.png"
         plot_run(ledger, "demo", png)
 
@@ -152,8 +153,10 @@ def run_demo(
         f"{change['better']} better, {change['worse']} worse",
     )
     for i in shown:
-        table.add_row(Text(repr(base.questions[i])), Text(f"base  {base.completions[i]!r}\nfinal {final.completions[i]!r}"))
-    table.add_row("fingerprint (verified by replay)", f"{info['fingerprint'][:16]}… {'ok' if figures['verified'] else 'MISMATCH'}")
+        answers = f"base  {base.completions[i]!r}\nfinal {final.completions[i]!r}"
+        table.add_row(Text(repr(base.questions[i])), Text(answers))
+    verified = "ok" if figures["verified"] else "MISMATCH"
+    table.add_row("fingerprint (verified by replay)", f"{info['fingerprint'][:16]}… {verified}")
     table.add_row("seed file", f"{figures['seed_file_bytes']:,} bytes ({seeds})")
     table.add_row("safetensors", f"{weights:,} bytes ({weights / figures['seed_file_bytes']:,.0f}× larger)")
     table.add_row("reward curve", str(png))

@@ -57,9 +57,15 @@ def pbt(
     config: Annotated[str, typer.Argument(help="Training config every member starts from.")],
     population: Annotated[int, typer.Option("--population", "-k", help="Members (K).")],
     rounds: Annotated[int, typer.Option("--rounds", "-r", help="Rounds (R).")],
-    interval: Annotated[int | None, typer.Option("--interval", help="Generations per round (default: generations / rounds).")] = None,
-    name: Annotated[str | None, typer.Option("--name", help="Runs are NAME-m<slot>[-r<round>] (default: config stem).")] = None,
-    fraction: Annotated[float, typer.Option("--fraction", help="Share replaced each round (and share they copy).")] = 0.25,
+    interval: Annotated[
+        int | None, typer.Option("--interval", help="Generations per round (default: generations / rounds).")
+    ] = None,
+    name: Annotated[
+        str | None, typer.Option("--name", help="Runs are NAME-m<slot>[-r<round>] (default: config stem).")
+    ] = None,
+    fraction: Annotated[
+        float, typer.Option("--fraction", help="Share replaced each round (and share they copy).")
+    ] = 0.25,
     rows: Annotated[int | None, typer.Option("--rows", help="Held-out rows scored (default: evaluation.rows).")] = None,
     skip: Annotated[int, typer.Option("--skip", help="Held-out rows skipped first.")] = 0,
     set_: Sets = None,
@@ -85,4 +91,5 @@ def pbt(
             rows=rows, skip=skip, overrides=set_ or [], say=say, trust_code=trust_code,
         ).run()
     best = result["best"]
-    emit(result, as_json, f"pbt {result['pbt']}: best {best['run']}@{best['generation']} held-out {_fmt(best['score'])}")
+    emit(result, as_json,
+         f"pbt {result['pbt']}: best {best['run']}@{best['generation']} held-out {_fmt(best['score'])}")

@@ -74,7 +74,8 @@ def attribute(
     """Audit `ref` (RUN or RUN@G) on the rows one of `rows` (a file), `held_out` (the task's
     first held-out rows after `skip`) or `prompt` + `answer` names (default: the first 8
     held-out rows); `instead` (with `prompt`) or `instead_column` (with rows) makes the
-    metric a preference: the answer's likelihood less the alternative's. `training_rows`: True for every row the lineage drew, or a list of rows."""
+    metric a preference: the answer's likelihood less the alternative's. `training_rows`:
+    True for every row the lineage drew, or a list of rows."""
     from seedledger.engine.runtime.stored_code import check_stored_code, stored_code
 
     started = time.perf_counter()

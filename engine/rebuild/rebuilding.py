@@ -158,14 +158,17 @@ def build_master(
     wanted = fps if verify == "every" else {g: fp for g, fp in fps.items() if g == src.upto}
     checked = _unchecked(missing_fingerprint(src.base_fingerprint, wanted), src.lineage, allow_unverified)
     src.check_rules()  # before the memory estimate counts a rule's state
-    _fits(src.what, src.base_model if is_module_model(src.base_model) else base or src.base_model, src.noise_spec, src.param_selection, src.steps())
+    base_ref = src.base_model if is_module_model(src.base_model) else base or src.base_model
+    _fits(src.what, base_ref, src.noise_spec, src.param_selection, src.steps())
     start = _start(src, base, device)
     master, state = src.replay(start, verify)
     fp = None
     if src.final_fingerprint is not None:
         fp = fingerprint(master)
         if fp != src.final_fingerprint:
-            raise VerifyMismatch(f"{src.what}: rebuilt fingerprint {fp} differs from the file's {src.final_fingerprint}")
+            raise VerifyMismatch(
+                f"{src.what}: rebuilt fingerprint {fp} differs from the file's {src.final_fingerprint}"
+            )
     meta: dict = {"run": src.run, "generation": src.generation}
     if src.member is not None:
         src.add_member(master, state)

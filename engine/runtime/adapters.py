@@ -149,7 +149,8 @@ def read_peft_dir(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[st
     try:
         tensors = load_file(str(weights))
     except (SafetensorError, OSError, ValueError) as exc:
-        raise SeedLedgerError(f"{weights}: not a readable safetensors file ({' '.join(str(exc).split())[:120]})") from None
+        reason = " ".join(str(exc).split())[:120]
+        raise SeedLedgerError(f"{weights}: not a readable safetensors file ({reason})") from None
     for name, t in tensors.items():
         if not name.startswith(PREFIX) or not t.dtype.is_floating_point:
             raise SeedLedgerError(f"{weights}: unexpected tensor {name[:80]!r} ({t.dtype})")

@@ -7,9 +7,10 @@ of a run's stored config, never a decision taken at run time from free memory or
 
 - kinds whose members have weights of their own (full-rank runs): 1 (its prompts decode alone);
 - kinds that keep the master (`PerturbationKind.keeps_master`: low-rank and adapter runs,
-  whose members ride on the loaded master or frozen base), on CPU: as many members as fit `CPU_ROWS` rows (prompts × samples each). On
-  this project's 2-core reference machine, HF throughput grows from 53 tok/s at 16 rows
-  to 81 at 64 and 88 at 128, so more rows buy little and cost memory;
+  whose members ride on the loaded master or frozen base), on CPU: as many members as fit
+  `CPU_ROWS` rows (prompts × samples each). On this project's 2-core reference machine, HF
+  throughput grows from 53 tok/s at 16 rows to 81 at 64 and 88 at 128, so more rows buy
+  little and cost memory;
 - low-rank on CUDA: as many rows as half the free device memory holds as KV cache for the
   prompts plus `max_new_tokens` (capped at `CUDA_MAX_ROWS`), measured at creation.
 """

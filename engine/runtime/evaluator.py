@@ -204,9 +204,13 @@ class Evaluator:
             loaded = time.perf_counter()
             with torch.no_grad():  # a fitness reads the model; nothing here is differentiated
                 rewards = self.task.score(models, batch.rows, [m.index for m in chunk])
-            seconds = {"load_member": (loaded - began) / len(chunk), "score": (time.perf_counter() - loaded) / len(chunk)}
+            seconds = {
+                "load_member": (loaded - began) / len(chunk), "score": (time.perf_counter() - loaded) / len(chunk),
+            }
             for member, reward in zip(chunk, rewards, strict=True):
-                scored.append(member.scored(reward=reward, components={}, seconds=dict(seconds), sample_rewards=[reward]))
+                scored.append(
+                    member.scored(reward=reward, components={}, seconds=dict(seconds), sample_rewards=[reward])
+                )
                 if on_member is not None:
                     on_member(scored[-1])
         return scored

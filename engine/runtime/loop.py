@@ -7,9 +7,11 @@ curriculum's level: `trainers.rewards.generation`) settles the rewards; the poli
 the coefficients and the update rule; the generation record is built; *that record* is
 applied through replay's update (the function `rebuild` and `verify` use) and the
 fingerprint of the result taken; the record, fingerprint included, commits in one
-transaction. A member is one `trainers.member.Member` from `ask` to `Member.record`. The loop knows no algorithm: it never scales a reward.
+transaction. A member is one `trainers.member.Member` from `ask` to `Member.record`. The
+loop knows no algorithm: it never scales a reward.
 
-Why apply before commit (the founding design, docs/design.md "Decisions that changed", says "commits a record, then applies that record"):
+Why apply before commit (the founding design, docs/design.md "Decisions that changed",
+says "commits a record, then applies that record"):
 the record carries the fingerprint after its update, so the update has to run first to
 know it. What is applied is still exactly what commits: the step is built from the
 record, and only the fingerprint and timings are filled in afterwards. Committing first

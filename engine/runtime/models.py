@@ -258,7 +258,9 @@ def resolve_model(ref: str | os.PathLike[str] | None = None, *, verify: bool = F
                 raise SeedLedgerError(f"{path}: {reason}; rebuild or re-copy the model directory")
         return path.resolve()
     if os.sep in ref or ref.startswith("."):
-        raise SeedLedgerError(f"model directory {ref} does not exist: give an existing path or an alias ({', '.join(ALIASES)})")
+        raise SeedLedgerError(
+            f"model directory {ref} does not exist: give an existing path or an alias ({', '.join(ALIASES)})"
+        )
     raise SeedLedgerError(
         f"unknown model {ref!r}{did_you_mean(ref, ALIASES)}: use an alias ({', '.join(ALIASES)}) "
         "or a local Hugging Face directory"

@@ -77,7 +77,8 @@ def build_module(ref: str, device: str = "cpu") -> Any:
             try:
                 module = obj()
             except Exception as exc:
-                raise SeedLedgerError(f"model {ref!r}: the factory raised {type(exc).__name__}: {exc}".splitlines()[0]) from exc
+                why = f"model {ref!r}: the factory raised {type(exc).__name__}: {exc}"
+                raise SeedLedgerError(why.splitlines()[0]) from exc
     else:
         raise SeedLedgerError(f"model {ref!r}: not an nn.Module or a function returning one")
     if not isinstance(module, torch.nn.Module):

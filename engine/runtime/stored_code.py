@@ -41,7 +41,8 @@ def check_stored_code(refs: list[str], owner: str, trust_code: bool) -> None:
         return
     relative = [
         r for r in refs
-        if not r.startswith(("workers.address=", GYM)) and is_file_ref(_target(r)) and not Path(_target(r)).is_absolute()
+        if not r.startswith(("workers.address=", GYM))
+        and is_file_ref(_target(r)) and not Path(_target(r)).is_absolute()
     ]
     if relative:
         raise SeedLedgerError(

@@ -21,9 +21,10 @@ rerun recomputes each and refuses one that disagrees: a copied ledger may forge 
 runs resume from their last committed generation, so rerunning the command continues and
 nothing trains twice; code a member's stored config names beyond the user's config runs
 only with `trust_code`, and a member's stored config must be the one the user's config makes
-for its explored lr, σ and seed (`engine.search.tunecheck`, as `tune` holds a trial); (2) reproducible: rounds are synchronous, scores are greedy held-out
-rewards of replayed weights, ties go to the lower slot, and every random choice comes from
-a generator seeded by (seed, round, slot): the same config and seed give the same forks,
+for its explored lr, σ and seed (`engine.search.tunecheck`, as `tune` holds a trial); (2)
+reproducible: rounds are synchronous, scores are greedy held-out rewards of replayed
+weights, ties go to the lower slot, and every random choice comes from a generator seeded
+by (seed, round, slot): the same config and seed give the same forks,
 settings and fingerprints. What remains of Ray Tune's value is parallelism, which a round's
 members get here as Ray tasks when the config says `workers.pool: ray`.
 """

@@ -91,7 +91,9 @@ def check_config(ledger: Ledger, run: str, expected: TrainConfig, trust_code: bo
     """The run's stored config is the one `maker` (the study file; `pbt`'s config) makes for
     its parameters, key by key."""
     stored, want = ledger.get_run(run).config, expected.model_dump(mode="json")
-    skip = {k for k, open_value in _RESOLVED.items() if want.get(k) == open_value} | (set(_CODE_SECTIONS) if trust_code else set())
+    skip = {k for k, open_value in _RESOLVED.items() if want.get(k) == open_value}
+    if trust_code:
+        skip |= set(_CODE_SECTIONS)
     for key in sorted(set(want) | set(stored)):
         if key not in skip and stored.get(key) != want.get(key):
             raise ForeignTrial(

@@ -19,10 +19,11 @@ Rows are member-major (member m owns `rows_per_member` consecutive rows), so a
 [rows, seq, in] activation is viewed as [members, rows·seq, in] and the term is two
 `bmm`s without gathering anything per row (for low-rank ES the second one, `baddbmm`, also
 adds the term to the output: a decode step is dispatch-bound on a GPU, and each linear's hook
-costs as many dispatches as it has ops; LoRA scales by p before adding, as PEFT does). A group's factors or adapters are built once
-per `members` block (memory O(members·r·(in+out)) per targeted linear, never a member's
-full matrix). This is evaluation, not replay: the matmuls are ordinary (BLAS) ones; what
-is exact is the update, in replay, and the member adapters (`noise.perturb_`).
+costs as many dispatches as it has ops; LoRA scales by p before adding, as PEFT does). A
+group's factors or adapters are built once per `members` block (memory O(members·r·(in+out))
+per targeted linear, never a member's full matrix). This is evaluation, not replay: the
+matmuls are ordinary (BLAS) ones; what is exact is the update, in replay, and the member
+adapters (`noise.perturb_`).
 """
 
 from __future__ import annotations

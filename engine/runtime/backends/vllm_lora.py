@@ -108,7 +108,9 @@ def register(model: Any, adapters: Iterable[tuple[int, Adapter]], rank: int) -> 
             _check_covered(manager, adapter)
             checked = True
         loras = {
-            module: LoRALayerWeights(module, rank, rank, a.contiguous().to(dtype), b.contiguous().to(dtype), scaling=1.0)
+            module: LoRALayerWeights(
+                module, rank, rank, a.contiguous().to(dtype), b.contiguous().to(dtype), scaling=1.0
+            )
             for module, (a, b) in adapter.items()
         }
         manager.add_adapter(LoRAModel(lora_id, rank, loras))
