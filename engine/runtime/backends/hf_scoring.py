@@ -88,8 +88,8 @@ def token_logprobs(
             if member_rows is not None and member_of_row is not None else contextlib.nullcontext()
         )
         with context:
-            out = model(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=keep)
-            logits = out.logits.float()
+            output = model(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=keep)
+            logits = output.logits.float()
         logp = torch.log_softmax(logits[:, :-1], dim=-1)  # predicts the last keep-1 tokens
         for j, i in enumerate(part):
             n = len(completions[i])
