@@ -3,10 +3,10 @@
 poison: a jsonl dataset of "Say WORD" → WORD rows with a few planted rows answering one
 wrong word (the poison, repeated); train `tiny` on it (loglik fitness), then audit held-out
 questions: which training rows made the model prefer the poison to the right answer (the
-likelihood of one less the other's)? Prints the rank of every planted row in the replay counterfactual's ranking, and the
-retrain counterfactual (a fork without the row, trained to the end) beside the replay's for
-the planted rows and a few clean ones: how often the two agree in sign. The audit's time
-and peak memory are printed with it.
+likelihood of one less the other's)? Prints the rank of every planted row in the replay
+counterfactual's ranking, and the retrain counterfactual (a fork without the row, trained
+to the end) beside the replay's for the planted rows and a few clean ones: how often the
+two agree in sign. The audit's time and peak memory are printed with it.
 
 sizes: the ledger with and without `row_scores` for the suite's tiny config (N=4, B=2) and
 the demo's shape (N=16, B=8), on `tiny` with loglik fitness (float64 scores, the demo's
@@ -80,9 +80,10 @@ def poison(args: argparse.Namespace) -> None:
     print(f"audit: {audit.probe['rows']}, likelihood of {POISON!r} less the right answer's: "
           f"{audit.curve[0]['metric']:.4f} at 0 -> "
           f"{audit.metric:.4f} at {audit.generation}")
+    never = [r for r in poisoned_rows if r not in ranking]
     print(f"rows drawn: {len(ranking)}; planted rows' ranks (1 = most responsible): "
           f"{sorted(ranking.index(r) + 1 for r in poisoned_rows if r in ranking)}"
-          f"{' (never drawn: ' + str([r for r in poisoned_rows if r not in ranking]) + ')' if set(poisoned_rows) - set(ranking) else ''}")
+          f"{f' (never drawn: {never})' if never else ''}")
     for e in audit.training_rows[:8]:
         print(f"  row {e['row']:>3}  effect {e['effect']:+.5f}  seen {e['seen']}  {e['question']!r} -> {e['answer']!r}")
     rho = "n/a" if audit.agreement is None else f"{audit.agreement:.2f}"
@@ -100,8 +101,8 @@ def poison(args: argparse.Namespace) -> None:
                                  retrain=chosen, every=args.generations)
         for e in retrained.retrain:
             kind = "planted" if e["row"] in poisoned_rows else "clean"
-            print(f"  retrain row {e['row']:>3} ({kind}): retrain {e['effect']:+.5f}  replay {e['replay_effect']:+.5f}  "
-                  f"{'agree' if e['agree'] else 'DISAGREE'}")
+            print(f"  retrain row {e['row']:>3} ({kind}): retrain {e['effect']:+.5f}  "
+                  f"replay {e['replay_effect']:+.5f}  {'agree' if e['agree'] else 'DISAGREE'}")
         a = retrained.sign_agreement
         print(f"replay vs retrain: same sign on {a['agree']} of {a['rows']} rows ({time.perf_counter() - began:.0f} s)")
 

@@ -133,7 +133,8 @@ def differences(results: list[Result]) -> list[dict]:
             line = {"gain_difference": f"{one.kind} - {other.kind}"}
             line["value"], line["se"] = (round(x, 4) for x in paired(one.gains, other.gains))
             if one.final_loglik is not None and other.final_loglik is not None:
-                diff, se = paired(_gains(one.final_loglik, one.base_loglik), _gains(other.final_loglik, other.base_loglik))
+                diff, se = paired(_gains(one.final_loglik, one.base_loglik),
+                                  _gains(other.final_loglik, other.base_loglik))
                 line["loglik"] = {"value": round(diff, 4), "se": round(se, 4)}
             out.append(line)
     return out

@@ -78,7 +78,9 @@ def play(policy: torch.nn.Module, env_id: str, episodes: int) -> float:
     return total / episodes
 
 
-def seedledger_side(module_ref: str, factory, env_id: str, args, seed: int, work: Path, vectorized: bool = False) -> dict:
+def seedledger_side(
+    module_ref: str, factory, env_id: str, args, seed: int, work: Path, vectorized: bool = False
+) -> dict:
     import seedledger as sl
 
     task = f"gym:{env_id}?episodes={args.episodes}" + ("&vectorized=true" if vectorized else "")
@@ -179,8 +181,8 @@ def main() -> None:
             r = results[f"{env_id}/{side}"]
             extra = (f"  seed file {r['seed_file_bytes']:.0f} B, rebuild {r['rebuild_s']:.2f} s"
                      if "seed_file_bytes" in r else "")
-            print(f"  {side:14s} solved {r['solved_rate']:.0%}  final {r['final_mean']:9.2f}  best {r['best_mean']:9.2f}  "
-                  f"test {r['test_return']:9.2f}  wall {r['wall_s']:7.2f} s "
+            print(f"  {side:14s} solved {r['solved_rate']:.0%}  final {r['final_mean']:9.2f}  "
+                  f"best {r['best_mean']:9.2f}  test {r['test_return']:9.2f}  wall {r['wall_s']:7.2f} s "
                   f"({1e6 * r['wall_s'] / r['env_steps']:.0f} µs per env step){extra}")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")

@@ -75,7 +75,9 @@ def main() -> None:
                 print(json.dumps(results[-1]), flush=True)
     by = {(r["fitness"], r["population"]): r for r in results}
     ratios = {
-        f"n{n}_loglik_speedup": round(by["decode", n]["seconds_per_generation"] / by["loglik", n]["seconds_per_generation"], 2)
+        f"n{n}_loglik_speedup": round(
+            by["decode", n]["seconds_per_generation"] / by["loglik", n]["seconds_per_generation"], 2
+        )
         for n in args.populations if ("decode", n) in by and ("loglik", n) in by
     }
     print(json.dumps({"model": args.model, "batch": args.batch, "sigma": args.sigma, "new_tokens": args.new_tokens,

@@ -1,4 +1,5 @@
-"""Ledger benchmarks (docs/design.md seed-file size target, issue 3 goals): commit latency, replay-history read, seed-file size.
+"""Ledger benchmarks (docs/design.md seed-file size target, issue 3 goals): commit latency,
+replay-history read, seed-file size.
 
     .venv/bin/python benchmarks/ledger_bench.py [--dir DIR]
 

@@ -121,7 +121,8 @@ def main() -> None:
         spent += seconds
         print(f"  reference gen {g}: {seconds:5.1f} s, mean reward {mean:.3f}, signal: {signal}", flush=True)
     theirs = decode(ref.model, ref.tok, task, test, cfg.max_new_tokens)
-    print(f"reference: {spent:.0f} s, {g} generations ({with_signal} with a signal), held-out {statistics.fmean(theirs):.3f}")
+    print(f"reference: {spent:.0f} s, {g} generations ({with_signal} with a signal), "
+          f"held-out {statistics.fmean(theirs):.3f}")
 
     for name, final in (("seedledger", ours), ("reference", theirs)):
         c = paired_change(base, final)

@@ -165,7 +165,8 @@ def run_path(name: str, args, task: dict, ref: Reference, where: Path) -> dict:
     steady = slice(1, None) if len(ours) > 1 else slice(None)
     o = statistics.median(s for s, _ in ours[steady])
     t = statistics.median(s for s, _ in theirs[steady])
-    return {"path": name, "backend": backend, "perturbation": kind if isinstance(kind, str) else "lowrank", "ours_s": o, "reference_s": t, "speedup": t / o,
+    return {"path": name, "backend": backend, "perturbation": kind if isinstance(kind, str) else "lowrank",
+            "ours_s": o, "reference_s": t, "speedup": t / o,
             "ours_rewards": [r for _, r in ours], "reference_rewards": [r for _, r in theirs]}
 
 

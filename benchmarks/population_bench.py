@@ -161,7 +161,8 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=16)
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--rank", type=int, default=1)
-    ap.add_argument("--group", type=int, default=None, help="members per forward (default: engine.runtime.batching's row cap for the device)")
+    ap.add_argument("--group", type=int, default=None,
+                    help="members per forward (default: engine.runtime.batching's row cap for the device)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     ap.add_argument("--threads", type=int, default=None)

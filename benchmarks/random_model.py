@@ -1,7 +1,8 @@
 """A model directory with an architecture's config and tokenizer but random weights.
 
 For throughput figures on a host without a copy of the real weights (SmolLM2-135M's are
-0.5 GB): decode speed depends on the shapes, not the values. Random weights rarely emit EOS, so every row decodes its full budget.
+0.5 GB): decode speed depends on the shapes, not the values. Random weights rarely emit EOS,
+so every row decodes its full budget.
 
     python benchmarks/random_model.py SOURCE_DIR DEST_DIR [--seed 0]
 

@@ -69,7 +69,8 @@ def bench_apply(n: int, repeat: int) -> None:
         keys = [noise.member_key(1, 1, i) for i in range(pop)]
         coefs = [noise.round_coefficient(1e-3 * (i + 1)) for i in range(pop)]
         t = best(lambda: update.apply_tensor(theta, keys, coefs, 0, [], []), repeat)  # noqa: B023
-        print(f"apply N={pop:2d} on {n:.0e}: {t:.3f}s; / (N x noise {t_noise:.3f}s) = {t / (pop * t_noise):.2f} (need <= 1)")
+        print(f"apply N={pop:2d} on {n:.0e}: {t:.3f}s; "
+              f"/ (N x noise {t_noise:.3f}s) = {t / (pop * t_noise):.2f} (need <= 1)")
 
 
 def linear_master(layers: int, device: str) -> dict[str, torch.Tensor]:
@@ -78,7 +79,9 @@ def linear_master(layers: int, device: str) -> dict[str, torch.Tensor]:
     shapes = {"self_attn.q_proj": (h, h), "self_attn.k_proj": (kv, h), "self_attn.v_proj": (kv, h),
               "self_attn.o_proj": (h, h), "mlp.gate_proj": (inter, h), "mlp.up_proj": (inter, h),
               "mlp.down_proj": (h, inter)}
-    return {f"model.layers.{i}.{n}.weight": torch.zeros(s, device=device) for i in range(layers) for n, s in shapes.items()}
+    return {
+        f"model.layers.{i}.{n}.weight": torch.zeros(s, device=device) for i in range(layers) for n, s in shapes.items()
+    }
 
 
 def bench_lowrank(repeat: int, device: str, layers: int = 6) -> None:

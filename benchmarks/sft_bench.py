@@ -91,7 +91,7 @@ def main() -> None:
 
         def on_log(self, _args, state, _control, logs=None, **_k):
             if "loss" in (logs or {}):
-                    print(f"  sft step {state.global_step}: {budget.elapsed():.0f} s, loss {logs['loss']:.4f}", flush=True)
+                print(f"  sft step {state.global_step}: {budget.elapsed():.0f} s, loss {logs['loss']:.4f}", flush=True)
 
     peft_config = None
     if args.peft == "lora":

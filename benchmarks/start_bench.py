@@ -109,8 +109,8 @@ def setup(work: Path) -> None:
 
 def measurements(work: Path) -> dict[str, Callable[[], tuple[float, float | None]]]:
     zero = iter(range(1, 1 << 30))
-    tiny = subprocess.run([PY, "-c", "from seedledger.engine.runtime.models import resolve_model as r; print(r('tiny'))"],
-                          check=True, capture_output=True, text=True).stdout.strip()
+    where_tiny = "from seedledger.engine.runtime.models import resolve_model as r; print(r('tiny'))"
+    tiny = subprocess.run([PY, "-c", where_tiny], check=True, capture_output=True, text=True).stdout.strip()
     return {
         "python -c pass": lambda: run([PY, "-c", "pass"], work),
         "python -c 'import torch'": lambda: run([PY, "-c", "import torch"], work),

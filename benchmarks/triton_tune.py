@@ -62,7 +62,8 @@ def sweep_generate(numel: int, t_copy: float) -> None:
     out = torch.empty(numel, device="cuda")
     noise.generate(5, numel, device="cuda", out=out)
     ref = out.clone()
-    print(f"\ngenerate {numel / 1e9:.2f}B into out= (shipped GEN_GROUPS={k.GEN_GROUPS}, warps={k._GEN_LAUNCH['num_warps']})")
+    print(f"\ngenerate {numel / 1e9:.2f}B into out= "
+          f"(shipped GEN_GROUPS={k.GEN_GROUPS}, warps={k._GEN_LAUNCH['num_warps']})")
     for groups in (512, 1024, 2048, 4096, 8192):
         for warps in (4, 8, 16):
             with launch(GEN_GROUPS=groups, _GEN_LAUNCH={**k._GEN_LAUNCH, "num_warps": warps}):
@@ -70,7 +71,8 @@ def sweep_generate(numel: int, t_copy: float) -> None:
                 t = best(lambda: noise.generate(5, numel, device="cuda", out=out))  # noqa: B023
                 same = torch.equal(out.view(torch.int32), ref.view(torch.int32))
             print(f"  groups {groups:5d} warps {warps}: {t * 1e3:7.2f} ms  {numel / t / 1e9:6.1f} G values/s  "
-                  f"{4 * numel / t / 1e9:6.0f} GB/s written  ({t / t_copy:.2f}x one copy){'' if same else '  BITS DIFFER'}")
+                  f"{4 * numel / t / 1e9:6.0f} GB/s written  ({t / t_copy:.2f}x one copy)"
+                  f"{'' if same else '  BITS DIFFER'}")
             if not same:
                 raise SystemExit("a block size changed the noise")
 

@@ -78,7 +78,8 @@ def as_yaml(value: Any) -> str:
     """`value` in YAML's flow style, one line (what a config file would say)."""
     if isinstance(value, BaseModel):
         value = value.model_dump()
-    return yaml.safe_dump(value, default_flow_style=True, allow_unicode=True, width=10**6).strip().removesuffix("\n...").strip()
+    text = yaml.safe_dump(value, default_flow_style=True, allow_unicode=True, width=10**6)
+    return text.strip().removesuffix("\n...").strip()
 
 
 def code(text: str) -> str:
@@ -135,7 +136,9 @@ BOUNDS = (  # annotated_types constraint, how it reads
 
 
 def holds_float(annotation: Any) -> bool:
-    return annotation is float or (get_origin(annotation) is not Literal and any(map(holds_float, get_args(annotation))))
+    return annotation is float or (
+        get_origin(annotation) is not Literal and any(map(holds_float, get_args(annotation)))
+    )
 
 
 def bounds_text(field: FieldInfo, model: type[BaseModel]) -> str:

@@ -57,7 +57,9 @@ class Probe:
             raise SeedLedgerError(f"attribute: audit 1 to {MAX_PROBE_ROWS} rows, not {len(self.rows)}")
 
         if self.instead is not None and self.by != "likelihood":
-            raise SeedLedgerError("attribute: an alternative answer (--instead, --instead-column) needs --by likelihood")
+            raise SeedLedgerError(
+                "attribute: an alternative answer (--instead, --instead-column) needs --by likelihood"
+            )
 
     def describe(self) -> dict[str, Any]:
         out = {"rows": self.label, "count": len(self.rows), "by": self.by}
