@@ -56,23 +56,26 @@ def test_the_curve_is_one_verified_pass_scored_at_every_generation(trained):
     assert audit.cost["updates"] == 4 + (4 + 3 + 2 + 1) + sum(4 - e["seen"][0] + 1 for e in audit.training_rows)
 
 
+def commit_zeroed(db, run: str, g: int, name: str) -> list:
+    """Run `name`: `run`'s records with generation g's coefficients set to 0, committed through
+    the ledger API with the fingerprints replay gives them (row scores kept as they were)."""
+    base = sl.rebuild(f"{run}@0", ledger=db)
+    with Ledger.open(str(db)) as led:
+        records = led.records(run)
+        records[g - 1] = dataclasses.replace(records[g - 1], members=[dataclasses.replace(m, coefficient=0.0)
+                                                                    for m in records[g - 1].members])
+        master, state = {n: t.clone() for n, t in base.items()}, None
+        for step, rec in zip(led.replay_history(run), records, strict=True):
+            step = dataclasses.replace(step, coefficients=[m.coefficient for m in rec.members])
+            master, state = replay_steps(master, [step], state)
+            rec.fingerprint = fingerprint(master)
+        led.import_run(name, records, led.get_run(run).spec())
+    return records
+
+
 @pytest.fixture(scope="module")
 def zeroed(trained):
-    """Run `zeroed`: r's records with generation 2's coefficients set to 0, committed through
-    the ledger API with the fingerprints replay gives them (its row scores kept as they were)."""
-    root, _ = trained
-    base = sl.rebuild("r@0", ledger=root / "l.db")
-    with Ledger.open(str(root / "l.db")) as led:
-        records = led.records("r")
-        records[1] = dataclasses.replace(records[1], members=[dataclasses.replace(m, coefficient=0.0)
-                                                                for m in records[1].members])
-        master = {n: t.clone() for n, t in base.items()}
-        for step, rec in zip(led.replay_history("r"), records, strict=True):
-            step = dataclasses.replace(step, coefficients=[m.coefficient for m in rec.members])
-            master, _ = replay_steps(master, [step])
-            rec.fingerprint = fingerprint(master)
-        led.import_run("zeroed", records, led.get_run("r").spec())
-    return records
+    return commit_zeroed(trained[0] / "l.db", "r", 2, "zeroed")
 
 
 def test_a_generation_removed_by_replay_is_the_run_committed_with_it_zeroed(trained, zeroed):
@@ -84,6 +87,18 @@ def test_a_generation_removed_by_replay_is_the_run_committed_with_it_zeroed(trai
     assert without["fingerprint"] == zeroed[-1].fingerprint != audit.curve[-1]["fingerprint"]
     again = sl.attribute("zeroed", ledger=root / "l.db", held_out=2, every=4)
     assert again.metric == without["without"] and without["effect"] == audit.metric - without["without"]
+
+
+def test_with_adam_too_a_removed_generation_is_the_run_committed_with_it_zeroed(tmp_path):
+    """Adam's state decays through a zeroed generation, as the run that recorded it replays."""
+    config = {**CONFIG, "generations": 3, "optimizer": {"name": "adam"}, "lr": 0.01}
+    sl.train(project(tmp_path, config), run="a", ledger=tmp_path / "l.db")
+    audit = sl.attribute("a", ledger=tmp_path / "l.db", held_out=1, generations=True)
+    for g in (1, 2):
+        records = commit_zeroed(tmp_path / "l.db", "a", g, f"a-without-{g}")
+        assert sl.verify(f"a-without-{g}", ledger=tmp_path / "l.db")["ok"]
+        (without,) = [e for e in audit.generations if e["generation"] == g]
+        assert without["fingerprint"] == records[-1].fingerprint != audit.curve[-1]["fingerprint"]
 
 
 def test_subtracting_an_sgd_update_is_not_the_replay_without_it(trained, zeroed):
