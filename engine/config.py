@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BeforeValidator, Field, ValidationError, field_validator, model_validator
+from pydantic import BeforeValidator, Field, NonNegativeInt, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from seedledger.engine.config_errors import report
@@ -153,10 +153,8 @@ class TrainConfig(Strict):
         [], description="experiment trackers that mirror the metrics (the ledger stays the record)"
     )
     keep_samples: bool = Field(False, description="store every completion in the ledger (audit)")
-    row_scores: bool = Field(True, description="store each member's score on each batch row so `attribute` can "
-        "recompute coefficients without a training row (N×B numbers a generation); false for large runs")
-    exclude_rows: list[Annotated[int, Field(ge=0)]] = Field([], max_length=MAX_BATCH, description="training rows "
-        "(train-pool indices) every batch leaves out, keeping its other rows (`attribute --retrain`'s forks)")
+    row_scores: bool = Field(True, description="keep each member's score on each batch row (`attribute` drops rows)")
+    exclude_rows: list[NonNegativeInt] = Field([], max_length=MAX_BATCH, description="train-pool rows no batch takes")
     evaluation: Evaluation = Field(Evaluation(), description="held-out scoring, decoded greedily")
     curriculum: CurriculumConfig | None = Field(
         None, description="move the task level by the success rate; none: a fixed level"
