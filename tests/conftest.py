@@ -109,9 +109,10 @@ def box():
 
 
 # Minutes each long file took (pytest --durations=0, 2026-11-26, on a loaded 2-core
-# machine: ranks, not timings; test_pbt.py's Ray test took 16 of its 20 there, 75 s alone). `--dist loadfile` hands whole files to the workers in
-# collection order, so the long files go first: the short ones then fill the gaps, and
-# the workers finish together instead of one running a long file alone at the end.
+# machine: ranks, not timings; test_pbt.py's Ray test took 16 of its 20 there, 75 s
+# alone). `--dist loadfile` hands whole files to the workers in collection order, so the
+# long files go first: the short ones then fill the gaps, and the workers finish together
+# instead of one running a long file alone at the end.
 LONG_FILES = {
     "test_pbt.py": 5.0, "test_cli_friction.py": 12.9, "test_untrusted_cli.py": 12.4, "test_ray_pool.py": 11.7,
     "test_cli_walkthrough.py": 8.0, "test_cli_contract.py": 7.8, "test_ga_survivors.py": 6.8,

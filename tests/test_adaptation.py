@@ -48,7 +48,8 @@ def test_state_is_a_function_of_the_last_record_and_restarts_on_new_base_values(
     policy = make_policy(cfg)
     policy.restore([])
     lr, sigma, extra = policy.hyperparameters(1)
-    assert (lr, sigma) == (cfg.lr, round_coefficient(cfg.sigma)) and extra["adaptation"]["base"] == {"lr": cfg.lr, "sigma": cfg.sigma}
+    assert (lr, sigma) == (cfg.lr, round_coefficient(cfg.sigma))
+    assert extra["adaptation"]["base"] == {"lr": cfg.lr, "sigma": cfg.sigma}
     history = []
     for g in range(1, 5):
         lr, sigma, extra = policy.hyperparameters(g)

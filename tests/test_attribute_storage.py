@@ -63,7 +63,8 @@ def test_an_edited_score_breaks_the_chain(trained, tmp_path):
     scores = [list(m.row_scores) for m in rec.members]
     scores[0][0] += 1.0
     con = sqlite3.connect(db)
-    con.execute("UPDATE generations SET row_scores = ? WHERE idx = 1 AND run_id = (SELECT id FROM runs WHERE name = 'r')",
+    con.execute("UPDATE generations SET row_scores = ? "
+                "WHERE idx = 1 AND run_id = (SELECT id FROM runs WHERE name = 'r')",
                 (rowscores.pack(scores),))
     con.commit()
     con.close()

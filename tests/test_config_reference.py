@@ -46,7 +46,10 @@ def expected(model: type[BaseModel], prefix: str = "", defaults: BaseModel | Non
         nested = reference.models_in(field.annotation)
         for sub in nested:
             kinds = get_args(sub.model_fields["kind"].annotation) if "kind" in sub.model_fields else ()
-            path = key if len(nested) == 1 else f"{key} (kind: {' | '.join(kinds)})" if kinds else f"{key} ({sub.__name__})"
+            if len(nested) == 1:
+                path = key
+            else:
+                path = f"{key} (kind: {' | '.join(kinds)})" if kinds else f"{key} ({sub.__name__})"
             keys |= expected(sub, f"{path}.", value if isinstance(value, sub) else None)
     return keys
 

@@ -21,7 +21,8 @@ def test_docs_build_strict(tmp_path):
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     proc = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(ROOT / "mkdocs.yml"), "-d", str(tmp_path / "site")],
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(ROOT / "mkdocs.yml"),
+         "-d", str(tmp_path / "site")],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -46,7 +47,8 @@ def test_broken_reference_fails_the_build(tmp_path):
     (docs / "index.md").write_text("# x\n\nSee [nowhere](missing.md).\n")
     (tmp_path / "mkdocs.yml").write_text("site_name: t\nnav:\n  - index.md\n")
     proc = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(tmp_path / "mkdocs.yml"), "-d", str(tmp_path / "site")],
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(tmp_path / "mkdocs.yml"),
+         "-d", str(tmp_path / "site")],
         cwd=tmp_path, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"}, capture_output=True, text=True, timeout=120,
     )
     assert proc.returncode != 0 and "missing.md" in proc.stderr

@@ -178,12 +178,14 @@ def test_hf_and_vllm_members_are_the_perturbed_singular_values_expanded():
             apply_member(member, step, key, sign)
         expected.append(peft_adapter(spec, member))
     assert not torch.equal(expected[1][tensor_names(MODULES[0])[1]], expected[2][tensor_names(MODULES[0])[1]])
-    terms = RowTerms(_toy_model(), lambda name, _m: spec.matches(name), "test").adapters(spec, master, keys, signs, sigma)
+    row_terms = RowTerms(_toy_model(), lambda name, _m: spec.matches(name), "test")
+    terms = row_terms.adapters(spec, master, keys, signs, sigma)
     served = dict(lora_adapters(master, spec, range(len(keys)), keys, scales))
     for m, want in enumerate(expected):
         for module in MODULES:
             a_name, b_name = tensor_names(module)
-            assert torch.equal(terms[module].down[m], want[a_name].T) and torch.equal(terms[module].up[m], want[b_name].T)
+            assert torch.equal(terms[module].down[m], want[a_name].T)
+            assert torch.equal(terms[module].up[m], want[b_name].T)
             assert terms[module].post == spec.scale
             a, b = served[m][module]
             assert torch.equal(a, want[a_name]) and torch.equal(b, want[b_name] * spec.scale)

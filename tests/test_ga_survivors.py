@@ -248,7 +248,8 @@ def test_every_genome_rebuilds_to_what_was_evaluated(ga_run):
         records = [led.generation("g", g) for g in (1, 2, 3)]
         base_fp = fingerprint(ref_master(led, "g@0")[1])  # the adapter's initial master
         assert all(r.optimizer["name"] == "paths" and len(r.optimizer["mix"]) == 2 for r in records)
-        assert any(b != 0.0 for r in records[1:] for row in r.optimizer["members"] for b in row), "children rode offsets"
+        offsets = [b for r in records[1:] for row in r.optimizer["members"] for b in row]
+        assert any(b != 0.0 for b in offsets), "children rode offsets"
         assert len(set(fps)) == 3, "pick a seed whose masters move every generation"
         run = led.get_run("g")
         start = load_start("tiny", run.config, run.noise_spec, run.param_selection)

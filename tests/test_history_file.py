@@ -200,7 +200,8 @@ def test_hostile_history_files_are_refused_in_one_line(sender, tmp_path):
     def other_session(d):
         next(e for e in d["events"] if e["kind"] == "inputs")["payload"]["digest"] = "0" * 64
     assert "sessions' inputs differ" in forged(other_session)
-    assert "sessions' inputs differ" in forged(lambda d: d.update(events=[e for e in d["events"] if e["kind"] != "inputs"]))
+    assert "sessions' inputs differ" in forged(
+        lambda d: d.update(events=[e for e in d["events"] if e["kind"] != "inputs"]))
 
     # every field type- and range-checked
     assert "bad reward of generation 1" in forged(lambda d: d["generations"][0]["rewards"].__setitem__(0, "1"))
@@ -214,9 +215,8 @@ def test_hostile_history_files_are_refused_in_one_line(sender, tmp_path):
     assert "bad event kind" in forged(lambda d: d["events"][0].update(kind=""))
     assert "bad event" in forged(lambda d: d["events"][0].update(kind="x" * 65))
     assert "bad header" in forged(lambda d: d.update(format="pickle"))
-    assert "malformed: RecursionError" in _refused(
-        _write(bad, json.dumps(_doc(good)).replace('"extra": {', '"extra": {"x": ' + "[" * 100000 + "]" * 100000 + ",", 1)
-               .encode(), digest), seeds)
+    deep = json.dumps(_doc(good)).replace('"extra": {', '"extra": {"x": ' + "[" * 100000 + "]" * 100000 + ",", 1)
+    assert "malformed: RecursionError" in _refused(_write(bad, deep.encode(), digest), seeds)
     assert "malformed: UnicodeDecodeError" in _refused(_write(bad, b"\xff" * 64, digest), seeds)
 
 
@@ -224,7 +224,8 @@ def test_the_cli_refuses_a_hostile_companion_in_one_line_and_writes_nothing(send
     shutil.copy(sender / "r.seeds", tmp_path / "r.seeds")
     doc = _doc(sender / "r.seeds.history")
     doc["generations"][0]["components"].pop()
-    _write(tmp_path / "r.seeds.history", json.dumps(doc).encode(), read_seedfile(tmp_path / "r.seeds", key_fn=member_key).digest)
+    digest = read_seedfile(tmp_path / "r.seeds", key_fn=member_key).digest
+    _write(tmp_path / "r.seeds.history", json.dumps(doc).encode(), digest)
     line = Cli(tmp_path, "l.db").bad("import", "r.seeds")
     assert "r.seeds.history: bad components of generation 1" in line
     with sl.open_ledger(tmp_path / "l.db") as led:

@@ -142,7 +142,9 @@ def test_imported_events_are_the_senders_never_the_receivers_own(sender, tmp_pat
                 "pbt-score": {"pbt": "p", "round": 0}, "module": {"parameters": [["w", [1 << 30], "float32"]]}}
 
     def plant(d: dict) -> None:
-        d["events"] += [{"kind": kind, "at": SENT, "payload": payloads.get(kind, {"planted": True})} for kind in PLANTED]
+        d["events"] += [
+            {"kind": kind, "at": SENT, "payload": payloads.get(kind, {"planted": True})} for kind in PLANTED
+        ]
 
     historyforge.forge(sender / "r.seeds", sender / "r.seeds.history", tmp_path / "r.seeds.history", plant)
     digest = read_seedfile(tmp_path / "r.seeds", key_fn=member_key).digest

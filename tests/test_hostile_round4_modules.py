@@ -23,7 +23,8 @@ from tests.support.cli import script
 
 pytestmark = pytest.mark.slow
 
-NET = "import torch\n\ndef net():\n    return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))\n"
+NET = ("import torch\n\ndef net():\n"
+       "    return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))\n")
 PLANTED = """import pathlib
 
 import gymnasium

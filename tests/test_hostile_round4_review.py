@@ -80,7 +80,8 @@ def _digest(seeds: Path) -> str:
     return read_seedfile(seeds, key_fn=member_key).digest
 
 
-NET = "import torch\n\ndef net():\n    return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))\n"
+NET = ("import torch\n\ndef net():\n"
+       "    return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))\n")
 FIT = ("import torch\n\nX = torch.linspace(-1, 1, 32).reshape(8, 4)\n\ndef fit(model):\n    with torch.no_grad():\n"
        "        return -float((model(X) ** 2).mean())\n")
 

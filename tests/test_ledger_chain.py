@@ -78,7 +78,8 @@ KID5 = "(SELECT g.id FROM generations g JOIN runs r ON r.id = g.run_id WHERE r.n
 @pytest.mark.parametrize(
     ("statement", "run", "bad"),
     [
-        ("UPDATE generations SET lr = 0.5 WHERE idx = 3 AND run_id = (SELECT id FROM runs WHERE name = 'root')", "root", 3),
+        ("UPDATE generations SET lr = 0.5 WHERE idx = 3 AND run_id = (SELECT id FROM runs WHERE name = 'root')",
+         "root", 3),
         ("UPDATE generations SET fingerprint = 'ab' WHERE idx = 2", "kid", 2),  # root@2, kid's lineage
         (f"UPDATE members SET components = '{{}}' WHERE idx = 3 AND generation_id = {KID5}", "kid", 5),
         (f"UPDATE members SET samples = NULL WHERE idx = 0 AND generation_id = {KID5}", "kid", 5),
@@ -104,7 +105,8 @@ def test_a_rewritten_digest_breaks_the_next_link(ledger_url):
     with Ledger.open(ledger_url) as led:
         _lineage(led)
         prev = _digests(led)[("root", 1)]
-        _sql(ledger_url, "UPDATE generations SET lr = 0.5 WHERE idx = 2 AND run_id = (SELECT id FROM runs WHERE name = 'root')")
+        _sql(ledger_url, "UPDATE generations SET lr = 0.5 "
+                         "WHERE idx = 2 AND run_id = (SELECT id FROM runs WHERE name = 'root')")
         with led.engine.connect() as conn:
             g2 = conn.execute(
                 sa.select(Generation).where(Generation.idx == 2, Generation.run_id == led.run_id("root"))

@@ -1,4 +1,6 @@
-"""LoRA on an int8 base (torchao weight-only): the base is quantized and fingerprinted as\nloaded, and a run resumes after SIGKILL to the same bits and refuses another base.\n\\`make test\\` runs these apart, with torchao on PYTHONPATH (the int8 marker)."""
+"""LoRA on an int8 base (torchao weight-only): the base is quantized and fingerprinted as
+loaded, and a run resumes after SIGKILL to the same bits and refuses another base.
+`make test` runs these apart, with torchao on PYTHONPATH (the int8 marker)."""
 
 from __future__ import annotations
 

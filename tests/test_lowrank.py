@@ -121,7 +121,8 @@ def test_factor_keys_are_pinned():
     ka, kb = perturbation.factor_keys(MK, Q)
     assert (ka, kb) == (0x590562E78C1615CA, 0x9C270402FA7B45BA)
     tk = noise.tensor_key(MK, Q)
-    assert ka == mix(tk, stable_hash("seedledger/lowrank/v1/A")) and kb == mix(tk, stable_hash("seedledger/lowrank/v1/B"))
+    assert ka == mix(tk, stable_hash("seedledger/lowrank/v1/A"))
+    assert kb == mix(tk, stable_hash("seedledger/lowrank/v1/B"))
 
 
 @pytest.mark.parametrize("rank,a0,a1,b0,b1,da,db", FACTORS)
@@ -131,7 +132,8 @@ def test_factor_golden_vectors(rank, a0, a1, b0, b1, da, db):
     assert (a[0, 0].item(), a[-1, -1].item(), b[0, 0].item(), b[-1, -1].item()) == (a0, a1, b0, b1)
     assert (digest(a), digest(b)) == (da, db)
     ka, kb = perturbation.factor_keys(MK, Q)  # row-major: A[o, r] is element o·R + r of key_A's noise
-    assert torch.equal(a.view(-1), ref.noise_ref(ka, 7 * rank)) and torch.equal(b.view(-1), ref.noise_ref(kb, 130 * rank))
+    assert torch.equal(a.view(-1), ref.noise_ref(ka, 7 * rank))
+    assert torch.equal(b.view(-1), ref.noise_ref(kb, 130 * rank))
 
 
 def test_key_table_equals_python_ints():

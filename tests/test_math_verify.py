@@ -95,8 +95,10 @@ def test_gsm8k_stays_numeric_unless_asked():
     ([{"problem": "p", "solution": "no box"}], {}, "row 0: column 'solution': no \\boxed{} answer"),
     ([{"problem": "p", "solution": r"\boxed{1}"}, {"problem": "q"}], {}, "row 1: missing column 'solution'"),
     ([{"text": "p"}], {}, "row 0: missing column 'question'"),
-    ([{"problem": "p", "answer": "1"}, {"problem": "q", "answer": "2"}], {"verifier": "numeric"}, "need verifier: math_verify"),
-    ([{"problem": "p", "answer": "1"}, {"problem": "q", "answer": "2"}], {"verifier": "sympy"}, "verifier must be one of"),
+    ([{"problem": "p", "answer": "1"}, {"problem": "q", "answer": "2"}], {"verifier": "numeric"},
+     "need verifier: math_verify"),
+    ([{"problem": "p", "answer": "1"}, {"problem": "q", "answer": "2"}], {"verifier": "sympy"},
+     "verifier must be one of"),
 ])
 def test_bad_input_is_a_one_line_error(tmp_path, rows, options, message):
     path = tmp_path / "m.jsonl"

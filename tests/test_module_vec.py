@@ -165,8 +165,9 @@ def test_evaluate_scores_a_module_run_on_held_out_episodes(tmp_path, policies):
 
 def test_evaluate_a_fitness_run_against_another_run(tmp_path):
     path = tmp_path / "toy.py"
-    path.write_text("import torch\n\ndef mlp():\n    return torch.nn.Sequential(torch.nn.Linear(2, 4), torch.nn.Tanh(), "
-                    "torch.nn.Linear(4, 1))\n\ndef fit(model, seed):\n    x = torch.tensor([[seed % 7 / 7.0, 1.0]])\n"
+    path.write_text("import torch\n\ndef mlp():\n"
+                    "    return torch.nn.Sequential(torch.nn.Linear(2, 4), torch.nn.Tanh(), torch.nn.Linear(4, 1))\n"
+                    "\ndef fit(model, seed):\n    x = torch.tensor([[seed % 7 / 7.0, 1.0]])\n"
                     "    return -float((model(x) - 0.5).abs().sum())\n")
     led = tmp_path / "l.db"
     model, task = f"module:{path}:mlp", f"fitness:{path}:fit"

@@ -69,7 +69,9 @@ def test_table_is_symmetric_unit_variance_12_bit():
     assert all(noise.round_coefficient(float(v)) == float(v) for v in TABLE_NP[::97])
 
 
-SHAPES = [(0, 0), (1, 0), (1, 3), (2, 1), (3, 2), (4, 0), (5, 7), (4095, 1), (4096, 0), (4097, 2), (10007, 5), (8195, 4093)]
+SHAPES = [
+    (0, 0), (1, 0), (1, 3), (2, 1), (3, 2), (4, 0), (5, 7), (4095, 1), (4096, 0), (4097, 2), (10007, 5), (8195, 4093),
+]
 
 
 @pytest.mark.parametrize("n,offset", SHAPES)

@@ -78,7 +78,8 @@ def test_a_killed_pbt_reruns_to_the_same_history(two_pbts):
     out, whole, rerun, killed = two_pbts
     assert history(killed) == history(whole)
     assert rerun["rounds_done"] == out["rounds_done"] and rerun["best"] == out["best"]
-    again = json.loads(cli("pbt", str(Path(whole).parent / "tiny.yaml"), *ARGS, "--ledger", str(killed), "--json").stdout)
+    third = cli("pbt", str(Path(whole).parent / "tiny.yaml"), *ARGS, "--ledger", str(killed), "--json")
+    again = json.loads(third.stdout)
     assert again["rounds_done"] == out["rounds_done"]  # nothing trains twice
     assert history(killed) == history(whole)
 

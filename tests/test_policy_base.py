@@ -86,7 +86,8 @@ def test_a_member_is_one_type_from_ask_to_its_record():
     ({"algorithm": "ga", "mirrored": False, "ga": {"survivors": 2}, "perturbation": "lowrank"},
      "ga.survivors: survivors are kept as full-size offsets"),
     ({"kl": {"beta": 0.1}, "backend": "vllm"}, "kl: the KL-to-base penalty needs backend: hf"),
-    ({"algorithm": "cmaes", "optimizer": "adam"}, "algorithm cmaes: its update is applied as is, so optimizer must be sgd"),
+    ({"algorithm": "cmaes", "optimizer": "adam"},
+     "algorithm cmaes: its update is applied as is, so optimizer must be sgd"),
     ({"ga": {"parents": 2}}, "ga: settings given but algorithm is not ga"),
     ({"population": 5}, "population must be even when mirrored (got 5)"),
 ])

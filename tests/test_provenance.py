@@ -56,7 +56,8 @@ def _events(ledger: Path, run: str, kind: str) -> list[dict]:
 
 
 EDITS = {
-    "dataset": ("data.jsonl", lambda p: p.write_text(p.read_text() + json.dumps({"prompt": "x", "answer": "y"}) + "\n")),
+    "dataset": ("data.jsonl",
+                lambda p: p.write_text(p.read_text() + json.dumps({"prompt": "x", "answer": "y"}) + "\n")),
     "reward module": ("reward.py", lambda p: p.write_text(p.read_text() + "\n# edited\n")),
     "imported module": ("helper.py", lambda p: p.write_text("SCALE = 2.0\n")),
     "tokenizer file": ("model/tokenizer_config.json", lambda p: p.write_text(p.read_text() + "\n")),
@@ -220,7 +221,8 @@ def test_seed_files_carry_the_base_models_provenance(tmp_path, tiny_model_dir):
     with sl.open_ledger(led) as sender, sl.open_ledger(tmp_path / "other.db") as receiver:
         from seedledger.engine.cli import audit
 
-        mine, theirs = audit.show_generation(sender, "t@1")["inputs"], audit.show_generation(receiver, "copy@1")["inputs"]
+        mine = audit.show_generation(sender, "t@1")["inputs"]
+        theirs = audit.show_generation(receiver, "copy@1")["inputs"]
         assert {k: v for k, v in theirs.items() if k != "imported_from"} == mine
     assert sl.verify("copy", ledger=tmp_path / "other.db")["inputs"]["text"] == "unchanged"
 
@@ -269,7 +271,8 @@ def test_tune_and_pbt_record_their_study_files_sha256(tmp_path, tiny_model_dir):
 
     (tmp_path / "tiny.yaml").write_text(tiny_config(generations=1, evaluation={"rows": 2}))
     study = tmp_path / "s.yaml"
-    study.write_text(yaml.safe_dump({"config": "tiny.yaml", "study": "s", "trials": 1, "objective": {"rows": 2, "every": 0},
+    study.write_text(yaml.safe_dump({"config": "tiny.yaml", "study": "s", "trials": 1,
+                                     "objective": {"rows": 2, "every": 0},
                                      "space": {"lr": {"type": "float", "low": 1e-3, "high": 0.1, "log": True}}}))
     assert str(study) not in session_inputs("arithmetic", tiny_model_dir)["files"]
     with reading(study):

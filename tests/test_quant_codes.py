@@ -165,7 +165,8 @@ def test_a_members_genome_is_the_dequantized_master_plus_noise_on_the_targets():
     scale = noise.round_coefficient(-step.sigma)
     deq = quant.dequantize(master["m.q_proj.weight"], master["m.q_proj.weight_scale"])
     assert list(genome) == ["m.q_proj.weight", "m.norm.weight"]
-    assert torch.equal(genome["m.q_proj.weight"], noise.perturb_(torch.empty(6, 8), deq, noise.tensor_key(5, "m.q_proj.weight"), scale))
+    member = noise.perturb_(torch.empty(6, 8), deq, noise.tensor_key(5, "m.q_proj.weight"), scale)
+    assert torch.equal(genome["m.q_proj.weight"], member)
     assert torch.equal(genome["m.norm.weight"], torch.ones(8))
 
 

@@ -192,7 +192,8 @@ def test_members_in_one_forward_equal_each_members_dequantized_model(backend, ti
             for name, t in master.items():
                 if t.dtype == torch.int8:
                     s = master[quant.scale_name(name)]
-                    member = noise.perturb_(torch.empty_like(s), s, noise.tensor_key(key, quant.scale_name(name)), scale)
+                    tensor_key = noise.tensor_key(key, quant.scale_name(name))
+                    member = noise.perturb_(torch.empty_like(s), s, tensor_key, scale)
                     params[name].copy_(quant.dequantize(t, member))
             alone = plain(ids).logits
         assert torch.allclose(together[2 * m : 2 * m + 2], alone, atol=1e-5, rtol=1e-4)

@@ -100,7 +100,8 @@ for step in led.replay_history("main"):
 print(json.dumps(got))
 """
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    res = subprocess.run([sys.executable, "-c", script, str(world["tmp"] / "l.db"), str(world["tmp"] / "base.safetensors")],
+    res = subprocess.run([sys.executable, "-c", script, str(world["tmp"] / "l.db"),
+                          str(world["tmp"] / "base.safetensors")],
                          capture_output=True, text=True, env=env, timeout=300, cwd=ROOT)
     assert res.returncode == 0, res.stderr[-2000:]
     got = {int(k): v for k, v in json.loads(res.stdout.strip().splitlines()[-1]).items()}

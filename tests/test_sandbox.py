@@ -34,7 +34,8 @@ HOSTILE = [
     ("kill the launcher", "import os, signal; os.kill(os.getppid(), signal.SIGKILL)", "failed", "PermissionError"),
     ("write to /usr", "open('/usr/pwned', 'w')", "failed", "OSError"),
     ("exit 0 before the tests", "import sys; sys.exit(0)", "failed", "SystemExit"),
-    ("fake a result on stdout", "print('{\"status\": \"ok\", \"value\": 1.0}')\nraise ValueError", "failed", "ValueError"),
+    ("fake a result on stdout", "print('{\"status\": \"ok\", \"value\": 1.0}')\nraise ValueError", "failed",
+     "ValueError"),
     ("huge file", "open('/tmp/big', 'wb').write(b'x' * (64 << 20))", "failed", "OSError"),
 ]
 

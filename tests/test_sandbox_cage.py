@@ -160,7 +160,8 @@ FAKE = b'{"status": "ok", "value": 1.0}'
 
 def test_a_fake_verdict_on_any_fd_does_not_score(box):
     """Written to fd 3 or every fd, then exit 0 (or go on and fail): never ``ok``."""
-    spray = f"import os\nfor fd in range(64):\n    try:\n        os.write(fd, {FAKE!r})\n    except OSError:\n        pass\n"
+    spray = (f"import os\nfor fd in range(64):\n    try:\n        os.write(fd, {FAKE!r})\n"
+             "    except OSError:\n        pass\n")
     outcomes = run(
         box,
         f"import os\nos.write(3, {FAKE!r})\nos._exit(0)",

@@ -311,7 +311,8 @@ HONEST = [
      "try:\n    f(-1)\nexcept ValueError:\n    pass\nelse:\n    raise AssertionError('no ValueError')"),
     ("from fractions import Fraction\ndef half():\n    return Fraction(1, 2)",
      "from fractions import Fraction\nassert half() == Fraction(1, 2)"),
-    ("def double(x):\n    return 2 * x", "METADATA = {}\ndef check(candidate):\n    assert candidate(2) == 4\ncheck(double)"),
+    ("def double(x):\n    return 2 * x",
+     "METADATA = {}\ndef check(candidate):\n    assert candidate(2) == 4\ncheck(double)"),
     ("import numpy as np\ndef f():\n    return np.int64(3), np.arange(3)", "assert f() == (3, [0, 1, 2])"),
 ]
 
@@ -346,9 +347,11 @@ def test_a_machine_without_nested_user_namespaces_is_refused_with_what_to_do():
 
 SHADOWS = [
     ("a builtin the test uses", "def abs(x):\n    return 0\ndef f():\n    return 5", "assert abs(f() - 1) < 0.5"),
-    ("a module the test uses", "class math:\n    @staticmethod\n    def isclose(*args, **kwargs):\n        return True\n"
+    ("a module the test uses",
+     "class math:\n    @staticmethod\n    def isclose(*args, **kwargs):\n        return True\n"
      "def f():\n    return 5", "assert math.isclose(f(), 1)"),
-    ("a module under the name of another", "import json as math\ndef f():\n    return 5", "assert math.isclose(f(), 1)"),
+    ("a module under the name of another", "import json as math\ndef f():\n    return 5",
+     "assert math.isclose(f(), 1)"),
 ]
 
 

@@ -102,7 +102,8 @@ def test_rows_do_not_depend_on_the_hosts_hash_seed():
 
 
 @pytest.mark.parametrize("spec, message", [
-    ("reasoning_gym:no_such_task", "task reasoning_gym:no_such_task: ValueError: Dataset 'no_such_task' not registered"),
+    ("reasoning_gym:no_such_task",
+     "task reasoning_gym:no_such_task: ValueError: Dataset 'no_such_task' not registered"),
     ({"name": "reasoning_gym", "dataset": "chain_sum", "options": {"bogus": 1}}, "unexpected keyword argument 'bogus'"),
     ({"name": "reasoning_gym", "dataset": "chain_sum", "options": {"seed": 1}}, "without seed and size"),
     ({"name": "reasoning_gym", "dataset": "chain_sum", "test_size": 0}, "test_size must be a positive integer"),

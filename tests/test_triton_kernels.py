@@ -40,7 +40,8 @@ def reports() -> dict[str, str]:
         pytest.skip(res.stdout.strip())
     assert res.returncode == 0, (res.stdout + res.stderr)[-4000:]
     found = re.split(r"^(ok|FAIL) (\w+)$", res.stdout, flags=re.M)[1:]
-    return {name: (outcome if outcome == "ok" else detail) for outcome, name, detail in zip(*[iter(found)] * 3, strict=True)}
+    triples = zip(*[iter(found)] * 3, strict=True)
+    return {name: (outcome if outcome == "ok" else detail) for outcome, name, detail in triples}
 
 
 @pytest.mark.parametrize("check", CHECKS)

@@ -87,7 +87,8 @@ def _leased(db: Path) -> bool:
         return False
     con = sqlite3.connect(db, timeout=30)
     try:
-        return con.execute("SELECT count(*) FROM study_system_attributes WHERE key = 'seedledger:tuner'").fetchone()[0] > 0
+        query = "SELECT count(*) FROM study_system_attributes WHERE key = 'seedledger:tuner'"
+        return con.execute(query).fetchone()[0] > 0
     except sqlite3.OperationalError:
         return False
     finally:

@@ -73,7 +73,8 @@ def test_sgd_is_the_member_order_fp32_sum():
             prod = np.float32(c) * eps
             assert np.array_equal(prod.astype(np.float64), c * eps.astype(np.float64))  # exact
             delta = delta + prod
-        assert np.array_equal((theta.reshape(-1) + delta).view(np.int32), master[name].numpy().reshape(-1).view(np.int32))
+        got = master[name].numpy().reshape(-1).view(np.int32)
+        assert np.array_equal((theta.reshape(-1) + delta).view(np.int32), got)
 
 
 def test_generation_record_and_replay_step_agree():

@@ -91,7 +91,8 @@ def test_lora_run_on_vllm_trains_resumes_and_verifies(tmp_path: Path, smollm2_di
     proc = _cli(*cmd, env=os.environ | {"SEEDLEDGER_FAILPOINT": "member@2"}, check=False)
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
     assert _fingerprints(crash, "c") == fps[:1]
-    assert json.loads(_cli("resume", "c", "--ledger", str(crash), "--json", "--trust-code").stdout)["latest_generation"] == 2
+    resumed = _cli("resume", "c", "--ledger", str(crash), "--json", "--trust-code")
+    assert json.loads(resumed.stdout)["latest_generation"] == 2
     assert _fingerprints(crash, "c") == fps
 
 

@@ -55,7 +55,8 @@ def test_rebuilt_directory_serves_in_vllm(tmp_path: Path, smollm2_dir: Path) -> 
 
     out = tmp_path / "rebuilt"
     subprocess.run(
-        [sys.executable, "-m", "seedledger.engine.cli", "rebuild", "one@1", "-o", str(out), "--ledger", str(ledger_path)],
+        [sys.executable, "-m", "seedledger.engine.cli", "rebuild", "one@1", "-o", str(out),
+         "--ledger", str(ledger_path)],
         cwd=ROOT, check=True, capture_output=True, text=True,
     )
     assert fingerprint(read_master(out)) == trained

@@ -77,7 +77,8 @@ def as_user(argv: list[str]) -> tuple[list[str], dict[str, str]]:
     paths = [Path(sys.base_prefix), Path(sys.prefix), Path(sys.executable).resolve().parent, ROOT]
     command = [str(shutil.which("bwrap")), "--die-with-parent", "--dev-bind", "/", "/", *_reachable(paths),
                "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--",
-               str(shutil.which("setpriv")), f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--clear-groups", "--", *argv]
+               str(shutil.which("setpriv")), f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--clear-groups",
+               "--", *argv]
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": user.pw_dir, "LANG": "C.UTF-8",
            **{k: v for k, v in os.environ.items() if k in ("PYTHONPATH", "CI")}}
     return command, env

@@ -195,7 +195,8 @@ def check_apply_random_shapes():
             high = {1: 20000, 2: 140, 3: 27}[dims]  # at most ~20k elements: the interpreter is slow
             shapes[f"t{i}"] = tuple(int(d) for d in rng.integers(0 if dims == 1 else 1, high, dims))
         rule = list(OPTS)[trial % 3]
-        compare_apply(shapes, rule, bool(trial % 2), seed=100 + trial, generations=3, population=int(rng.integers(1, 9)))
+        compare_apply(shapes, rule, bool(trial % 2), seed=100 + trial, generations=3,
+                      population=int(rng.integers(1, 9)))
 
 
 def check_kernel_skips_zero_members():
@@ -317,7 +318,8 @@ def check_lowrank_apply():
             sf, ss = update.OptimizerState(), update.OptimizerState()
             for st in steps(2, 4, OPTS[rule], seed=rank, mirrored=True):
                 st.coefficients[-2] = 2.0**-100
-                st.noise_spec, st.param_selection = f"lowrank-v1:r={rank}", "suffix:q_proj,k_proj,v_proj,o_proj,up_proj,down_proj"
+                st.noise_spec = f"lowrank-v1:r={rank}"
+                st.param_selection = "suffix:q_proj,k_proj,v_proj,o_proj,up_proj,down_proj"
                 with no_reference():
                     update.apply_step(fast, sf, st)
                 reference_apply(slow, ss, st)
@@ -350,7 +352,8 @@ def check_lowrank_zero():
     keys = [noise.member_key(1, 1, i) for i in range(4)]
     with no_reference():
         update.apply_step(master, update.OptimizerState(),
-                          ReplayStep("z", 1, keys, [0.0] * 4, 0.001, {"name": "sgd"}, "lowrank-v1:r=4", "suffix:q_proj,v_proj"))
+                          ReplayStep("z", 1, keys, [0.0] * 4, 0.001, {"name": "sgd"}, "lowrank-v1:r=4",
+                                     "suffix:q_proj,v_proj"))
         items = [(t, []) for t in master.values()]
         tk.lowrank_apply_many(items, torch.from_numpy(perturbation.key_table(keys, list(master)).view(np.int64)),
                               [0.0] * 4, 4, 0, [])
