@@ -155,8 +155,8 @@ def run_demo(
     for i in shown:
         answers = f"base  {base.completions[i]!r}\nfinal {final.completions[i]!r}"
         table.add_row(Text(repr(base.questions[i])), Text(answers))
-    verified = "ok" if figures["verified"] else "MISMATCH"
-    table.add_row("fingerprint (verified by replay)", f"{info['fingerprint'][:16]}… {verified}")
+    verdict = "ok" if figures["verified"] else "MISMATCH"
+    table.add_row("fingerprint (verified by replay)", f"{info['fingerprint'][:16]}… {verdict}")
     table.add_row("seed file", f"{figures['seed_file_bytes']:,} bytes ({seeds})")
     table.add_row("safetensors", f"{weights:,} bytes ({weights / figures['seed_file_bytes']:,.0f}× larger)")
     table.add_row("reward curve", str(png))
