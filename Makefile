@@ -28,7 +28,7 @@ TEST_WORKERS ?= 2
 # The int8-marked tests run in a second pytest with it on PYTHONPATH.
 INT8_PATH := $(VENV)/int8
 
-.PHONY: demo test lint bench docs clean-venv sandbox postgres
+.PHONY: demo test test-quick lint bench docs clean-venv sandbox postgres
 
 $(CORE_STAMP): setup.cfg setup.py pyproject.toml constraints.txt Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -79,6 +79,13 @@ test: $(STAMP) sandbox postgres
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 	PYTHONPATH=$(INT8_PATH) $(BIN)/python -m pytest -q -p no:cacheprovider -m int8 tests/test_lora_int8.py
+
+# The inner loop: ruff and the tests that train nothing slow (no slow, Ray, vLLM,
+# PostgreSQL, int8 or GPU marker). `make test` stays the one command that runs all CI runs.
+QUICK := not slow and not ray and not vllm and not postgres and not int8 and not gpu
+test-quick: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "$(QUICK)"
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -103,8 +103,10 @@ def _captured() -> Iterator[_Output]:
         saved_fds = os.dup(1), os.dup(2)
         os.dup2(out.fileno(), 1)
         os.dup2(err.fileno(), 2)
-        sys.stdout = io.TextIOWrapper(os.fdopen(os.dup(1), "wb"), encoding="utf-8", errors="backslashreplace")
-        sys.stderr = io.TextIOWrapper(os.fdopen(os.dup(2), "wb"), encoding="utf-8", errors="backslashreplace",
+        # streams on the descriptors themselves, never closed: a logging handler made during
+        # the call (transformers', vLLM's) keeps a stream that still works after it
+        sys.stdout = io.TextIOWrapper(os.fdopen(1, "wb", closefd=False), encoding="utf-8", errors="backslashreplace")
+        sys.stderr = io.TextIOWrapper(os.fdopen(2, "wb", closefd=False), encoding="utf-8", errors="backslashreplace",
                                       line_buffering=True)
         try:
             yield output
@@ -112,7 +114,6 @@ def _captured() -> Iterator[_Output]:
             for stream in (sys.stdout, sys.stderr):
                 with contextlib.suppress(Exception):
                     stream.flush()
-                    stream.close()
             sys.stdout, sys.stderr = saved_streams
             os.dup2(saved_fds[0], 1)
             os.dup2(saved_fds[1], 2)
