@@ -17,6 +17,7 @@ from pydantic import BeforeValidator, Field, NonNegativeInt, ValidationError, fi
 from pydantic_core import PydanticCustomError
 
 from seedledger.engine.config_errors import report
+from seedledger.engine.config_paths import absolute_refs
 from seedledger.engine.config_sections import (
     MAX_BATCH,
     MAX_NEW_TOKENS,
@@ -51,10 +52,8 @@ from seedledger.trainers.lmmaes import LMMAESSpec
 from seedledger.trainers.optim import OptimizerSpec
 from seedledger.trainers.policy import check_config
 from seedledger.trainers.requirements import BASE_LOGPROBS, MEMBER_TERMS
-from seedledger.trainers.rewards.loader import is_file_ref
 from seedledger.trainers.tasks.registry import (
     UnknownTaskOption,
-    absolute_paths,
     check_options,
     check_rewards,
     is_model_task,
@@ -348,35 +347,11 @@ def validate(
     with a run loads the same files from wherever it is resumed. Every error is reported
     (one line), each blamed on the `--set` in `overrides` that wrote the key, else on
     `source`."""
-    if isinstance(data, dict) and "task" in data:
-        data = {**data, "task": absolute_paths(data["task"], base_dir or Path.cwd())}
-    data = _absolute_model(_absolute_init(data, base_dir or Path.cwd()), base_dir or Path.cwd())
+    data = absolute_refs(data, base_dir or Path.cwd())
     try:
         return TrainConfig.model_validate(data)
     except ValidationError as exc:
         raise SeedLedgerError(report(exc.errors(), source, overrides, TrainConfig)) from None
-
-
-def _absolute_model(data: Any, base_dir: Path) -> Any:
-    """A module run's `model: module:file.py:factory` made absolute against `base_dir`, as
-    reward files are, so the stored config finds it from anywhere."""
-    model = data.get("model") if isinstance(data, dict) else None
-    if not isinstance(model, str) or not model.startswith("module:"):
-        return data
-    target, sep, name = model.removeprefix("module:").rpartition(":")
-    if sep and is_file_ref(target) and not Path(target).expanduser().is_absolute():
-        data = {**data, "model": f"module:{(Path(base_dir) / target).resolve()}:{name}"}
-    return data
-
-
-def _absolute_init(data: Any, base_dir: Path) -> Any:
-    """`train.init` (a PEFT adapter directory) made absolute against `base_dir`, as
-    dataset paths are, so the stored config finds it from anywhere."""
-    train = data.get("train") if isinstance(data, dict) else None
-    if isinstance(train, dict) and isinstance(train.get("init"), str) and train["init"]:
-        init = Path(train["init"]).expanduser()
-        data = {**data, "train": {**train, "init": str(init if init.is_absolute() else Path(base_dir) / init)}}
-    return data
 
 
 def load_config(path: str | Path | None, overrides: list[str] = ()) -> TrainConfig:
@@ -394,9 +369,7 @@ def load_config(path: str | Path | None, overrides: list[str] = ()) -> TrainConf
             raise SeedLedgerError(f"{path}: not valid YAML{where}") from None
         if loaded is not None and not isinstance(loaded, dict):
             raise SeedLedgerError(f"{path}: expected a mapping of config keys")
-        data = loaded or {}
-        if "task" in data:  # the file's own relative paths are relative to the file
-            data["task"] = absolute_paths(data["task"], Path(path).resolve().parent)
-        data = _absolute_model(_absolute_init(data, Path(path).resolve().parent), Path(path).resolve().parent)
+        # the file's own relative paths are relative to the file
+        data = absolute_refs(loaded or {}, Path(path).resolve().parent)
     # paths given with --set are relative to the working directory (validate's default)
     return validate(apply_overrides(data, list(overrides)), source, overrides=list(overrides))

@@ -133,7 +133,7 @@ ENGINE_PARTS = {
     "config": set(),
     "refs": set(),
 }
-CONFIG = {"config", "config_errors", "config_sections"}  # one part: the run's configuration
+CONFIG = {"config", "config_errors", "config_paths", "config_sections"}  # one part: the run's configuration
 
 
 def engine_part(name: str) -> str | None:
