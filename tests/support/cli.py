@@ -54,6 +54,8 @@ def seedledger(
     argv = [os.fspath(a) for a in args]
     env = dict(os.environ if env is None else env)
     if process or EVERY_CALL_IN_A_SUBPROCESS or any(env.get(name) for name in PROCESS_ONLY):
+        # the tests' own modules (`tests.support.rewards:…` in configs) import there as here
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
         return subprocess.run(
             [*script(), *argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
         )
