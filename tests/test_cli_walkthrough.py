@@ -17,6 +17,7 @@ import json
 import math
 import os
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -141,24 +142,42 @@ def readme_run(tmp_path_factory) -> tuple[Path, list[tuple[str, list[str], str]]
     return work, run_block(work, _env())
 
 
-def run_block(work: Path, env: dict[str, str]) -> list[tuple[str, list[str], str]]:
+def run_block(work: Path, env: dict[str, str], in_process: bool = False) -> list[tuple[str, list[str], str]]:
     """Each `$ ` line of the README's block through bash in `work`, the venv's bin first on
-    PATH; each must exit 0. Returns [(command, excerpt, output)]."""
+    PATH (or, `in_process`, its `seedledger ARGS [> FILE]` lines through `seedledger()`);
+    each must exit 0. Returns [(command, excerpt, output)]."""
     steps = readme_steps()
     assert steps[0][0] == "source .venv/bin/activate", "the block starts by activating the venv"
     env = env | {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     results = []
     for command, excerpt in steps[1:]:
         started = time.perf_counter()
-        proc = subprocess.run(
-            ["bash", "-c", command], cwd=work, env=env, stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, text=True, timeout=600,
-        )
+        words = shlex.split(command, comments=True)
+        if in_process and words[0] == "seedledger":
+            proc = _in_process(words[1:], work, env)
+        else:
+            proc = subprocess.run(
+                ["bash", "-c", command], cwd=work, env=env, stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT, text=True, timeout=600,
+            )
         print(f"{time.perf_counter() - started:6.1f}s  $ {command}\n{proc.stdout}")  # with -s
         assert proc.returncode == 0, f"$ {command}\nexited {proc.returncode}:\n{proc.stdout[-3000:]}"
         results.append((command, excerpt, proc.stdout))
     return results
 
+
+
+def _in_process(args: list[str], work: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """`seedledger ARGS [> FILE]` in this process; stdout then stderr as the output (bash's
+    2>&1 interleaves them; excerpts are matched line by line)."""
+    target = None
+    if ">" in args:
+        args, target = args[: args.index(">")], args[args.index(">") + 1]
+    proc = seedledger(args, cwd=work, env=env)
+    if target is not None:
+        (work / target).write_text(proc.stdout)
+        return subprocess.CompletedProcess(args, proc.returncode, proc.stderr)
+    return subprocess.CompletedProcess(args, proc.returncode, proc.stdout + proc.stderr)
 
 def test_readme_walkthrough_runs_as_printed(readme_run):
     _, results = readme_run
@@ -168,8 +187,9 @@ def test_readme_walkthrough_runs_as_printed(readme_run):
 @pytest.mark.postgres
 def test_readme_walkthrough_on_postgres(tmp_path: Path, pg_url: str) -> None:
     """The same block with `$SEEDLEDGER_DB` a PostgreSQL database: the same output, so the
-    same fingerprints, rewards and coefficients, bit for bit."""
-    _check_excerpts(run_block(tmp_path, _env(SEEDLEDGER_DB=pg_url)))
+    same fingerprints, rewards and coefficients, bit for bit (its seedledger commands in
+    process: the block as printed through bash is the test above)."""
+    _check_excerpts(run_block(tmp_path, _env(SEEDLEDGER_DB=pg_url), in_process=True))
 
 
 def _check_excerpts(results: list[tuple[str, list[str], str]]) -> None:

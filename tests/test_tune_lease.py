@@ -14,6 +14,7 @@ from pathlib import Path
 
 import yaml
 
+from tests.support.cli import seedledger
 from tests.support.configs import tiny_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,10 +39,9 @@ def test_two_tuners_on_one_study_one_is_refused_and_the_study_converges(tmp_path
     (tmp_path / "tiny.yaml").write_text(tiny_config(generations=1, evaluation={"rows": 2}))
     study = tmp_path / "s.yaml"
     study.write_text(yaml.safe_dump(STUDY))
-    alone = tune(study, tmp_path / "alone.db")
-    out, err = alone.communicate(timeout=600)
-    assert alone.returncode == 0, err
-    expected = trials(out)
+    alone = seedledger(["tune", study, "--ledger", tmp_path / "alone.db", "--json"], cwd=ROOT)  # in process
+    assert alone.returncode == 0, alone.stderr
+    expected = trials(alone.stdout)
 
     first = tune(study, tmp_path / "l.db")
     time.sleep(0.5)
@@ -54,8 +54,7 @@ def test_two_tuners_on_one_study_one_is_refused_and_the_study_converges(tmp_path
     assert refusal.count("\n") == 1 and "is being tuned by" in refusal, refusal
     (_, done, _), = [r for r in results if r[0] == 0]
     assert trials(done) == expected
-    rerun = subprocess.run([SEEDLEDGER, "tune", str(study), "--ledger", str(tmp_path / "l.db"), "--json"],
-                           cwd=ROOT, capture_output=True, text=True)
+    rerun = seedledger(["tune", study, "--ledger", tmp_path / "l.db", "--json"], cwd=ROOT)
     assert rerun.returncode == 0 and json.loads(rerun.stdout)["ran_now"] == [] and trials(rerun.stdout) == expected
 
 
@@ -74,8 +73,7 @@ def test_a_killed_tuners_lease_is_taken_over(tmp_path):
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert _leased(db)
-    rerun = subprocess.run([SEEDLEDGER, "tune", str(study), "--ledger", str(db), "--json"],
-                           cwd=ROOT, capture_output=True, text=True)
+    rerun = seedledger(["tune", study, "--ledger", db, "--json"], cwd=ROOT)  # takes over in this process
     assert rerun.returncode == 0, rerun.stderr
     assert [t["state"] for t in json.loads(rerun.stdout)["trials"]] == ["complete"] and not _leased(db)
 
@@ -117,7 +115,6 @@ def test_a_planted_lease_row_holds_no_study(tmp_path):
                 (sid, KEY, json.dumps(forged)))
     con.commit()
     con.close()
-    rerun = subprocess.run([SEEDLEDGER, "tune", str(study), "--ledger", str(db), "--json"],
-                           cwd=ROOT, capture_output=True, text=True)
+    rerun = seedledger(["tune", study, "--ledger", db, "--json"], cwd=ROOT)
     assert rerun.returncode == 0, rerun.stderr
     assert [t["state"] for t in json.loads(rerun.stdout)["trials"]] == ["complete"] and not _leased(db)

@@ -105,18 +105,25 @@ def test_held_out_generation_after_evaluation_sees_the_master(backends: tuple) -
 
 def test_member_sampling_seeds_and_samples(backends: tuple) -> None:
     """Row (member m, prompt i, sample s) samples with the seed `(seed_m, i, s)`, as the
-    full-rank path's `generate(seed=seed_m, samples=...)`: at σ = 0 they are the same."""
+    full-rank path's `generate(seed=seed_m, samples=...)`: at σ = 0 they are the same.
+    Three prompts and 8 tokens: sampled rows never stop early, and which seed a row got
+    shows in its first tokens."""
     vb, _ = backends
-    seeds = (7, 8, 9, 10)
+    seeds, prompts, tokens = (7, 8, 9, 10), PROMPTS[2:], 8
+
+    def evaluate(population: Population, samples: int) -> list[list[str]]:
+        return vb.evaluate(vb.master(), population, prompts, tokens, samples).completions
+
     vb.temperature = 1.0
     try:
         still = Population((1, 1, 2, 2), (1, -1, 1, -1), 0.0, seeds)
-        out = _evaluate(vb, still, samples=2)
-        assert out == [vb.generate(PROMPTS, MAX_NEW, seed=s, samples=2) for s in seeds]
+        out = evaluate(still, samples=2)
+        assert out == [vb.generate(prompts, tokens, seed=s, samples=2) for s in seeds]
+        assert len({tuple(member) for member in out}) == len(seeds), "two seeds sampled alike"
         moved = Population(GENERATIONS[0].keys, GENERATIONS[0].signs, SIGMA, seeds)
-        twice = _evaluate(vb, moved, samples=2)
-        assert twice == _evaluate(vb, moved, samples=2)
-        assert twice[0][::2] == _evaluate(vb, moved, samples=1)[0]
+        twice = evaluate(moved, samples=2)
+        assert twice == evaluate(moved, samples=2)
+        assert twice[0][::2] == evaluate(moved, samples=1)[0]
         assert twice != out
     finally:
         vb.temperature = 0.0
