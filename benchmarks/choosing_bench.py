@@ -1,6 +1,8 @@
 """ES, GRPO or SFT? Every method on one task at one wall-clock budget, one after another, each
 in a process of its own; per method: held-out base → final on the same rows, paired gain ±
-s.e., rows better/worse, steps per minute and peak RSS (the kernel's figure for that process).
+s.e., rows better/worse, the held-out training reward (the config's decoded fitness on the
+same rows, greedy) base → final with its paired s.e., steps per minute and peak RSS (the
+kernel's figure for that process).
 
 Methods (`--methods`, in this order):
 - `seedledger`: the config as shipped (`api.train`), stopped after the first generation past
@@ -63,7 +65,7 @@ def seedledger(args, cfg, task, test: list[dict], where: Path) -> dict:
               flush=True)
 
     model, tok = common.base_model(cfg)
-    base = common.verdict(task, test, common.complete(model, tok, task, test, cfg.max_new_tokens))
+    base = common.judge(task, test, common.complete(model, tok, task, test, cfg.max_new_tokens))
     del model
     ledger = where / "seedledger.db"
     api.train(str(common.config_path(args.config)), run="bench", ledger=ledger,
@@ -71,7 +73,7 @@ def seedledger(args, cfg, task, test: list[dict], where: Path) -> dict:
               hooks=Hooks(on_generation_start=lambda *_: budget.start(), on_generation_end=end,
                           should_stop=lambda: spent))
     model, tok = api.rebuild_model("bench", ledger=ledger)
-    final = common.verdict(task, test, common.complete(model, tok, task, test, cfg.max_new_tokens))
+    final = common.judge(task, test, common.complete(model, tok, task, test, cfg.max_new_tokens))
     return common.report("seedledger", base, final, budget, "generation", config=args.config)
 
 
@@ -84,7 +86,7 @@ def paper(args, cfg, task, test: list[dict], where: Path) -> dict:
 
     reference.SIGMA, reference.ALPHA = args.paper_sigma, args.paper_alpha
     ref = learning.WordsReference(resolve_model(cfg.model), task, cfg.population, cfg.max_new_tokens)
-    base = common.verdict(task, test, common.complete(ref.model, ref.tok, task, test, cfg.max_new_tokens))
+    base = common.judge(task, test, common.complete(ref.model, ref.tok, task, test, cfg.max_new_tokens))
     budget, with_signal = common.Budget(args.seconds), 0
     budget.start()
     while True:
@@ -95,7 +97,7 @@ def paper(args, cfg, task, test: list[dict], where: Path) -> dict:
         print(f"  paper gen {budget.steps + 1}: {seconds:.1f} s, mean reward {mean:.4f}", flush=True)
         if budget.step_done():
             break
-    final = common.verdict(task, test, common.complete(ref.model, ref.tok, task, test, cfg.max_new_tokens))
+    final = common.judge(task, test, common.complete(ref.model, ref.tok, task, test, cfg.max_new_tokens))
     return common.report("paper-loop", base, final, budget, "generation", generations_with_signal=with_signal,
                          sigma=args.paper_sigma, alpha=args.paper_alpha)
 
@@ -158,7 +160,10 @@ def main() -> None:
         for b in reports[i + 1:]:
             diff, se = paired([f - x for f, x in zip(a["final_rows"], a["base_rows"], strict=True)],
                               [f - x for f, x in zip(b["final_rows"], b["base_rows"], strict=True)])
-            print(f"gain {a['method']} − {b['method']}: {diff:+.3f} ± {se:.3f}")
+            rdiff, rse = paired([f - x for f, x in zip(a["final_reward_rows"], a["base_reward_rows"], strict=True)],
+                                [f - x for f, x in zip(b["final_reward_rows"], b["base_reward_rows"], strict=True)])
+            print(f"gain {a['method']} − {b['method']}: {diff:+.3f} ± {se:.3f}"
+                  f" (held-out reward {rdiff:+.4f} ± {rse:.4f})")
     print(json.dumps(reports))
 
 

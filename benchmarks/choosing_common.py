@@ -15,6 +15,7 @@ import resource
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -78,16 +79,31 @@ def complete(model: Any, tok: Any, task: Any, rows: list[dict], new_tokens: int,
     return done
 
 
-def verdict(task: Any, rows: list[dict], completions: list[str]) -> list[float]:
-    """Each row's held-out verdict: the task's own answer check (its `own_rewards`, whatever
-    the config trains on), 0.0 where it does not apply."""
+@dataclass(frozen=True)
+class Judged:
+    """Held-out greedy answers judged twice, per row: `verdicts` by the task's own answer
+    check (exact match), `rewards` by the config's decoded fitness (the training reward on
+    rows never trained on: a finer figure where exact match stays at 0 for every method)."""
+
+    verdicts: list[float]
+    rewards: list[float]
+
+    @property
+    def mean(self) -> float:
+        return sum(self.verdicts) / len(self.verdicts)
+
+
+def judge(task: Any, rows: list[dict], completions: list[str]) -> Judged:
+    """`completions` of `rows` judged by the task's own answer check (its `own_rewards`,
+    whatever the config trains on) and by the config's decoded rewards (`held_out_reward`)."""
     from seedledger.trainers.rewards.combine import combine
     from seedledger.trainers.tasks.base import as_conversation, columns_of
 
     prompts = [task.prompt(r) for r in rows]
     convo = [as_conversation(c) for c in completions]
     total, _ = combine(task.own_rewards, prompts, convo, columns_of(rows))
-    return [float(t) for t in total]
+    fitness, _ = task.held_out_reward(prompts, completions, rows)
+    return Judged([float(t) for t in total], [float(f) for f in fitness])
 
 
 def base_model(cfg: Any) -> tuple[Any, Any]:
@@ -137,29 +153,34 @@ def peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def report(method: str, base: list[float], final: list[float], budget: Budget, step: str,
-           **extra: Any) -> dict[str, Any]:
+def report(method: str, base: Judged, final: Judged, budget: Budget, step: str, **extra: Any) -> dict[str, Any]:
     """One method's figures (JSON-able); `step` says what one step is."""
     from seedledger.engine.runtime.evaluation import paired_change
 
-    change = paired_change(base, final)
+    change = paired_change(base.verdicts, final.verdicts)
+    reward = paired_change(base.rewards, final.rewards)
     minutes = budget.spent / 60
-    return {"method": method, "rows": len(base), "base": sum(base) / len(base), "final": sum(final) / len(final),
+    return {"method": method, "rows": len(base.verdicts), "base": base.mean, "final": final.mean,
             "gain": change["mean"], "gain_se": change["stderr"], "better": change["better"],
-            "worse": change["worse"], "steps": budget.steps, "step": step,
+            "worse": change["worse"], "base_reward": sum(base.rewards) / len(base.rewards),
+            "final_reward": sum(final.rewards) / len(final.rewards), "reward_gain": reward["mean"],
+            "reward_gain_se": reward["stderr"], "steps": budget.steps, "step": step,
             "train_seconds": round(budget.spent, 1),
             "steps_per_minute": round(budget.steps / minutes, 3) if minutes else 0.0,
-            "peak_rss_mib": round(peak_rss_mib()), **extra, "base_rows": base, "final_rows": final}
+            "peak_rss_mib": round(peak_rss_mib()), **extra, "base_rows": base.verdicts,
+            "final_rows": final.verdicts, "base_reward_rows": base.rewards, "final_reward_rows": final.rewards}
 
 
 def line(r: dict[str, Any]) -> str:
     """One report as the table row every script prints."""
     return (f"{r['method']:<14} {r['base']:.3f} → {r['final']:.3f}  {r['gain']:+.3f} ± {r['gain_se']:.3f}"
-            f"  {r['better']:>3}/{r['worse']:<3} {r['steps_per_minute']:>8.2f}  {r['peak_rss_mib']:>7,.0f}"
-            f"  {r['steps']} × {r['step']} in {r['train_seconds']:.0f} s")
+            f"  {r['better']:>3}/{r['worse']:<3} {r['base_reward']:.4f} → {r['final_reward']:.4f}"
+            f"  {r['reward_gain']:+.4f} ± {r['reward_gain_se']:.4f} {r['steps_per_minute']:>8.2f}"
+            f"  {r['peak_rss_mib']:>7,.0f}  {r['steps']} × {r['step']} in {r['train_seconds']:.0f} s")
 
 
-HEADER = f"{'method':<14} {'base → final':<13}  {'gain ± s.e.':<14}  {'b/w':<7} {'steps/min':>8}  {'RSS MiB':>7}  steps"
+HEADER = (f"{'method':<14} {'base → final':<13}  {'gain ± s.e.':<14}  {'b/w':<7} {'reward base → final':<17}"
+          f"  {'reward gain ± s.e.':<18} {'steps/min':>8}  {'RSS MiB':>7}  steps")
 
 
 def finish(r: dict[str, Any], result: Path | None) -> None:

@@ -76,8 +76,8 @@ def main() -> None:
     model, tok = common.base_model(cfg)
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
-    base = common.verdict(task, test, common.complete(model, tok, task, test, cfg.max_new_tokens))
-    print(f"base: held-out {sum(base) / len(base):.3f} on {len(test)} rows", flush=True)
+    base = common.judge(task, test, common.complete(model, tok, task, test, cfg.max_new_tokens))
+    print(f"base: held-out {base.mean:.3f} on {len(test)} rows", flush=True)
 
     budget = common.Budget(args.seconds)
 
@@ -113,7 +113,7 @@ def main() -> None:
         if args.peft == "lora":
             model = model.merge_and_unload()
         model = model.eval()
-    final = common.verdict(task, test, common.complete(model, tok, task, test, cfg.max_new_tokens))
+    final = common.judge(task, test, common.complete(model, tok, task, test, cfg.max_new_tokens))
     common.finish(common.report(f"trl-sft-{'full' if args.peft == 'none' else 'lora'}", base, final, budget,
                                 "step", lr=lr, rows_per_step=cfg.batch_size), args.result)
 

@@ -108,18 +108,18 @@ def box():
     sandbox.close()
 
 
-# Minutes each long file took (pytest --durations=0, 2026-11-26, on a loaded 2-core
-# machine: ranks, not timings; test_pbt.py's Ray test took 16 of its 20 there, 75 s
-# alone). `--dist loadfile` hands whole files to the workers in collection order, so the
-# long files go first: the short ones then fill the gaps, and the workers finish together
-# instead of one running a long file alone at the end.
+# Worker-minutes each long file took (`pytest --durations=0` under make test, 2026-11-28,
+# a quiet 2-core machine, less what e16eb8f took off). `--dist loadfile` hands whole files
+# to the workers in collection order, so the long files go first: the short ones then fill
+# the gaps, and the workers finish together instead of one running a long file alone.
 LONG_FILES = {
-    "test_pbt.py": 5.0, "test_cli_friction.py": 12.9, "test_untrusted_cli.py": 12.4, "test_ray_pool.py": 11.7,
-    "test_cli_walkthrough.py": 8.0, "test_cli_contract.py": 7.8, "test_ga_survivors.py": 6.8,
-    "test_many_writers.py": 6.7, "test_vllm_lora_es.py": 5.9, "test_extras.py": 4.4, "test_ga.py": 4.0,
-    "test_module_es.py": 4.0, "test_search_hostile.py": 3.6, "test_cli_safety.py": 3.6,
-    "test_quant_scales.py": 3.3, "test_quant_codes.py": 3.3, "test_training_hard_tasks.py": 3.2,
-    "test_vllm_lora.py": 3.1,
+    "test_vllm_lora.py": 3.8, "test_many_writers.py": 2.6, "test_ray_pool.py": 2.5, "test_vllm_lora_es.py": 2.5,
+    "test_pbt.py": 1.7, "test_newcomer_vllm.py": 1.6, "test_lifecycle.py": 1.5, "test_cli_walkthrough.py": 1.4,
+    "test_training.py": 1.3, "test_extras.py": 1.2, "test_vllm_backend.py": 1.2, "test_console_script.py": 0.9,
+    "test_tune_lease.py": 0.8, "test_cli_friction.py": 0.7, "test_notebook.py": 0.6, "test_newcomer.py": 0.6,
+    "test_training_hard_tasks.py": 0.6, "test_module_es.py": 0.6, "test_lora_vllm.py": 0.5,
+    "test_vllm_rebuild.py": 0.5, "test_tasks_reasoning_gym.py": 0.5, "test_tune.py": 0.5,
+    "test_untrusted_signals.py": 0.4, "test_lowrank_training.py": 0.4,
 }
 
 
