@@ -175,7 +175,8 @@ def fork(
 def demo(
     name: Annotated[str, typer.Argument(
         help="Which demo: `likelihood` (the answer format from the reference's likelihood) or "
-        "`reward` (the word alone from a decoded reward only).")] = "likelihood",
+        "`reward` (an experiment: the word alone from a decoded reward only; it does not learn yet, "
+        "docs/choosing.md).")] = "likelihood",
     workdir: Annotated[Path | None, typer.Option(
         "--workdir", help="Where the demo writes (default: demo-out, or demo-reward-out for `reward`).")] = None,
     generations: Gens = None,
