@@ -118,6 +118,32 @@ def base_model(cfg: Any) -> tuple[Any, Any]:
     return model, AutoTokenizer.from_pretrained(model_dir)
 
 
+def common_arguments(ap: Any, config: str) -> None:
+    """The options every TRL method's script shares with choosing_bench.py's command line."""
+    ap.add_argument("--config", default=config, help=f"demo, reward, arithmetic or a config path (default: {config})")
+    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--seconds", type=float, required=True, help="training wall time")
+    ap.add_argument("--rows", type=int, help="held-out rows (default: the config's evaluation.rows)")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--result", type=Path, help="write the report here (JSON)")
+
+
+def prepared(args: Any) -> tuple[Any, Any, list[dict], Any, Any, Judged]:
+    """The run's config, task, held-out rows, base model and tokenizer (a pad token named),
+    and the base's held-out judgement, printed."""
+    import torch
+
+    torch.set_num_threads(args.threads)
+    cfg, task = bench_task(args.config, args.overrides)
+    test = task.test_rows()[: args.rows or cfg.evaluation.rows or len(task.test_rows())]
+    model, tok = base_model(cfg)
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    base = judge(task, test, complete(model, tok, task, test, cfg.max_new_tokens))
+    print(f"base: held-out {base.mean:.3f} on {len(test)} rows", flush=True)
+    return cfg, task, test, model, tok, base
+
+
 class Budget:
     """Wall-clock budget of a training loop: started at its first step's start; a loop
     reports each finished step (`step_done`) and stops once it says the budget is spent

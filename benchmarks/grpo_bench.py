@@ -55,30 +55,17 @@ def dataset(task, cfg, steps: int):
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--config", default="reward", help="reward (default), demo, arithmetic or a path")
-    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
-    ap.add_argument("--seconds", type=float, required=True, help="training wall time")
-    ap.add_argument("--rows", type=int, help="held-out rows (default: the config's evaluation.rows)")
+    common.common_arguments(ap, "reward")
     ap.add_argument("--lr", type=float, default=1e-5)
     ap.add_argument("--beta", type=float, default=0.0, help="KL coefficient (TRL 1.16's default: 0.0)")
     ap.add_argument("--group", type=int, default=8, help="completions per prompt (TRL's num_generations)")
-    ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--max-steps", type=int, default=2000, help="rows prepared: this many batches")
-    ap.add_argument("--result", type=Path, help="write the report here (JSON)")
     args = ap.parse_args()
 
-    import torch
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    torch.set_num_threads(args.threads)
-    cfg, task = common.bench_task(args.config, args.overrides)
-    test = task.test_rows()[: args.rows or cfg.evaluation.rows or len(task.test_rows())]
-    model, tok = common.base_model(cfg)
-    if tok.pad_token is None:
-        tok.pad_token = tok.eos_token
-    base = common.judge(task, test, common.complete(model, tok, task, test, cfg.max_new_tokens))
-    print(f"base: held-out {base.mean:.3f} on {len(test)} rows", flush=True)
+    cfg, task, test, model, tok, base = common.prepared(args)
 
     budget = common.Budget(args.seconds)
 
