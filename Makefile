@@ -77,7 +77,7 @@ postgres:
 
 test: $(STAMP) sandbox postgres
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 	PYTHONPATH=$(INT8_PATH) $(BIN)/python -m pytest -q -p no:cacheprovider -m int8 tests/test_lora_int8.py
 
 # The inner loop: ruff and the tests that train nothing slow (no slow, Ray, vLLM,
@@ -85,7 +85,7 @@ test: $(STAMP) sandbox postgres
 QUICK := not slow and not ray and not vllm and not postgres and not int8 and not gpu
 test-quick: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "$(QUICK)"
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "$(QUICK)"
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

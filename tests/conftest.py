@@ -111,7 +111,9 @@ def box():
 # Worker-minutes each long file took (`pytest --durations=0` under make test, 2026-11-28,
 # a quiet 2-core machine, less what e16eb8f took off). `--dist loadfile` hands whole files
 # to the workers in collection order, so the long files go first: the short ones then fill
-# the gaps, and the workers finish together instead of one running a long file alone.
+# the gaps, and the workers finish together instead of one running a long file alone
+# (make test passes --no-loadscope-reorder: xdist's default reorders files by their number
+# of tests, which put test_many_writers' two long tests last).
 LONG_FILES = {
     "test_vllm_lora.py": 3.8, "test_many_writers.py": 2.6, "test_ray_pool.py": 2.5, "test_vllm_lora_es.py": 2.5,
     "test_pbt.py": 1.7, "test_newcomer_vllm.py": 1.6, "test_lifecycle.py": 1.5, "test_cli_walkthrough.py": 1.4,
