@@ -172,7 +172,7 @@ def test_left_padding_mixed_lengths_batch_8_equals_batch_1(tiny_model_dir, maste
 
 
 def test_prompt_stream_seed_of_sample_zero_is_unchanged():
-    from seedledger.engine.runtime.backends.hf import prompt_stream_seed
+    from seedledger.engine.runtime.backends.seeded_sampling import prompt_stream_seed
     from seedledger.replay.hashing import splitmix64
 
     assert (prompt_stream_seed(7, 3), prompt_stream_seed(7, 3, 2)) == (3879072848308665546, 334283646672543036)

@@ -35,51 +35,11 @@ from seedledger.engine.runtime.backends.base import (
     Population,
     PopulationOutput,
 )
+from seedledger.engine.runtime.backends.seeded_sampling import SeededSampler, prompt_stream_seed
 from seedledger.engine.runtime.models import load_causal_lm
 from seedledger.replay import noise
 from seedledger.replay import paths as replay_paths
-from seedledger.replay.hashing import MASK64, splitmix64
 from seedledger.replay.kinds import Full, PerturbationKind, member_scale
-
-
-def prompt_stream_seed(seed: int, index: int, sample: int = 0) -> int:
-    """The CPU-generator seed for sample `sample` of prompt `index` under `seed` (63 bits,
-    for manual_seed). Sample 0 keeps the seed that prompt had before samples existed."""
-    x = splitmix64(seed & MASK64) ^ (index & MASK64)  # splitmix64 spreads (seed, index) apart
-    if sample:
-        x = splitmix64(x) ^ (sample & MASK64)
-    return splitmix64(x) >> 1
-
-
-class _SeededSampler:
-    """Logits processor that samples one token per row from its own pre-drawn uniforms: the
-    scores it returns are -inf except at the chosen token, which the greedy decoder picks."""
-
-    def __init__(self, uniforms: torch.Tensor, prompt_len: int, temperature: float, top_p: float):
-        self.uniforms = uniforms  # [batch, max_new_tokens], float64 on CPU
-        self.prompt_len = prompt_len
-        self.temperature = temperature
-        self.top_p = top_p
-
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        step = input_ids.shape[1] - self.prompt_len
-        probs = torch.softmax(scores.double() / self.temperature, dim=-1)
-        if self.top_p < 1.0:
-            sorted_p, order = torch.sort(probs, dim=-1, descending=True, stable=True)
-            cum = torch.cumsum(sorted_p, dim=-1)
-            keep = (cum - sorted_p) < self.top_p  # smallest prefix whose mass reaches top_p
-            keep[:, 0] = True
-            sorted_p = sorted_p * keep
-        else:  # no truncation: the vocabulary order serves as well and needs no sort
-            sorted_p = probs
-            order = torch.arange(probs.shape[1], device=probs.device).expand_as(probs)
-        cum = torch.cumsum(sorted_p, dim=-1)
-        u = self.uniforms[:, step].to(cum.device) * cum[:, -1]
-        pick = torch.searchsorted(cum, u.unsqueeze(1)).clamp_(max=cum.shape[1] - 1)
-        token = order.gather(1, pick)
-        out = torch.full_like(scores, float("-inf"))
-        out.scatter_(1, token, 0.0)
-        return out
 
 
 class HFBackend:
@@ -391,7 +351,7 @@ class HFBackend:
                     ]
                 )
                 procs = LogitsProcessorList(
-                    [_SeededSampler(uniforms, prompt_len, temperature, top_p)]
+                    [SeededSampler(uniforms, prompt_len, temperature, top_p)]
                 )
             out = self.model.generate(**enc, generation_config=gen_cfg, logits_processor=procs)
             for row in out[:, prompt_len:].tolist():

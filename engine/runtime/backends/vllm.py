@@ -53,7 +53,7 @@ from seedledger.engine.runtime.backends.base import (
     PopulationOutput,
     evaluate_one_by_one,
 )
-from seedledger.engine.runtime.backends.hf import prompt_stream_seed
+from seedledger.engine.runtime.backends.seeded_sampling import prompt_stream_seed
 from seedledger.engine.runtime.backends.vllm_env import (
     cpu_env,
     guard_llvmlite_dunders,
