@@ -92,6 +92,7 @@ def adapted(tmp_path_factory):
     return config, db
 
 
+@pytest.mark.slow
 def test_adapted_values_are_recorded_and_a_killed_run_resumes_to_the_same_bits(adapted):
     _, db = adapted
     with Ledger.open(db, create=False) as led:

@@ -141,6 +141,7 @@ def test_bad_input_is_one_seedledger_error(tmp_path, trained):
         assert led.latest_generation("a") == 2
 
 
+@pytest.mark.slow
 def test_the_cli_and_the_api_reach_the_same_bits(tmp_path, trained):
     """`seedledger train` (which calls sl.train) on the same config from a YAML file: the
     run is named after the file and reaches the API run's fingerprint."""

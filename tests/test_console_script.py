@@ -18,6 +18,8 @@ from seedledger.engine.cli import app
 from tests.support.cli import seedledger
 from tests.support.configs import tiny_config
 
+pytestmark = pytest.mark.slow  # make test-quick leaves it to make test
+
 # commands whose console-script run lives in another file
 ELSEWHERE = {
     # the README walkthrough, run through bash as printed (test_cli_walkthrough.py)

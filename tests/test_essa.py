@@ -250,6 +250,7 @@ def test_essa_run_moves_the_singular_values_alone_and_verifies(essa_run):
     assert all(torch.equal(exported[n], plain[n]) for n in exported), "B = U·diag(s), A = Vᵀ"
 
 
+@pytest.mark.slow
 def test_essa_run_resumes_after_sigkill_to_the_same_bits(essa_run):
     tmp, _, _ = essa_run
     fps = _fingerprints(tmp / "e.db", "e")

@@ -70,6 +70,7 @@ def _independent(model_dir: Path, cfg, rows: list[dict]) -> tuple[list[str], lis
     return completions, rewards
 
 
+@pytest.mark.slow
 def test_evaluate_equals_an_independent_scoring_of_the_rebuilt_model(work: Path, tiny_model_dir: Path) -> None:
     from seedledger.trainers.tasks import load_task
 

@@ -24,6 +24,8 @@ from seedledger.ledger.errors import SeedLedgerError
 from seedledger.ledger.extras import EXTRAS, ensure, require
 from tests.support.configs import tiny_config
 
+pytestmark = pytest.mark.slow  # make test-quick leaves it to make test
+
 ROOT = Path(__file__).resolve().parents[1]
 
 # argv: the modules to block (comma-separated), then the CLI's arguments

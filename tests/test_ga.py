@@ -135,6 +135,7 @@ def _rebuilt(ledger_path: Path, source: str, out: Path) -> dict:
     return json.loads(_cli("rebuild", source, "-o", str(out), "--force", "--ledger", str(ledger_path), "--json").stdout)
 
 
+@pytest.mark.slow
 def test_elites_and_genomes_rebuild_to_their_fingerprints(reference, tmp_path):
     ledger_path, fps, _ = reference
     with Ledger.open(str(ledger_path)) as led:

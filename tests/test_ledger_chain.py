@@ -156,6 +156,7 @@ def _verify_quick(path, ref: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow
 def test_verify_quick_names_the_edited_row(ledger_url):
     """Through the console script: exit 0 with the chain's head, then a hand edit -> exit 1,
     one line naming the generation, the JSON report too."""

@@ -10,6 +10,7 @@ import random
 import signal
 import struct
 
+import pytest
 import sqlalchemy as sa
 from test_ledger_kit import new_run, record
 
@@ -56,6 +57,7 @@ def _check(path, committed: set[int]) -> int:
         engine.dispose()
 
 
+@pytest.mark.slow
 def test_sigkill_while_committing(ledger_url):
     path = ledger_url
     with Ledger.open(path) as led:

@@ -24,6 +24,7 @@ def _open_and_write(path, barrier, queue, name) -> None:
 
 
 @pytest.mark.parametrize("db", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+@pytest.mark.slow
 def test_two_processes_create_the_same_ledger(tmp_path, request, db):
     ctx = mp.get_context("fork")  # the children start at once, with modules already loaded
     server = request.getfixturevalue("pg_server") if db == "postgres" else None

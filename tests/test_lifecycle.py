@@ -24,6 +24,8 @@ from seedledger.trainers.policy import ALGORITHMS
 from tests.support.lifecycle import ALGORITHM_SETTINGS, KIND_SETTINGS, Case, cases
 from tests.support.runs import fingerprints
 
+pytestmark = pytest.mark.slow  # make test-quick leaves it to make test
+
 CASES, REFUSED = cases()
 
 

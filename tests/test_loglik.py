@@ -115,6 +115,7 @@ def test_difference_shaping_is_the_projected_gradient():
         es.shape([0.0, 1.0, 2.0, 3.0])
 
 
+@pytest.mark.slow
 def test_a_loglik_run_killed_resumes_forks_and_rebuilds_exactly(tmp_path):
     """3 generations straight == SIGKILLed inside generation 3's update, then resumed; a fork
     of it rebuilds from its own seed file to its fingerprint."""

@@ -373,6 +373,7 @@ def run_probe(env_extra: dict[str, str]) -> dict:
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_processes_thread_counts_and_reference_agree():
     one = run_probe({"NUMBA_NUM_THREADS": "1"})
     two = run_probe({"NUMBA_NUM_THREADS": "2"})

@@ -48,6 +48,7 @@ def by_answer(task, answer: str) -> dict:
     return next(r for r in task.train_rows() + task.test_rows() if r["answer"] == answer)
 
 
+@pytest.mark.slow
 def test_equivalent_forms_score_and_wrong_or_hostile_ones_do_not(math_task):
     cases = [
         (r"\frac{5}{6}", r"The sum is \boxed{\dfrac{5}{6}}.", 1.0),

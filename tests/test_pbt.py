@@ -14,6 +14,8 @@ from seedledger.ledger import Ledger
 from tests.support.configs import tiny_config
 from tests.support.runs import cli
 
+pytestmark = pytest.mark.slow  # make test-quick leaves it to make test
+
 ROOT = Path(__file__).resolve().parents[1]
 ARGS = ["--population", "4", "--rounds", "3", "--interval", "1", "--rows", "2", "--name", "p"]
 

@@ -71,6 +71,7 @@ def tiny_reward_config(tmp_path: Path, **overrides) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_the_reward_run_resumes_after_sigkill_verifies_and_rebuilds_from_its_seed_file(
     tmp_path: Path, tiny_model_dir: Path
 ) -> None:

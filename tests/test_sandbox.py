@@ -40,6 +40,7 @@ HOSTILE = [
 ]
 
 
+@pytest.mark.slow
 def test_hostile_programs_are_stopped_and_score_nothing(box):
     outcomes = run(box, *[p for _, p, _, _ in HOSTILE])
     got = [(name, o.status, o.error) for (name, *_), o in zip(HOSTILE, outcomes, strict=True)]

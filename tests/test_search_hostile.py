@@ -155,6 +155,7 @@ def _copy(pbt_ledger, tmp: Path) -> Path:
     return tmp / "l.db"
 
 
+@pytest.mark.slow
 def test_a_forged_pbt_score_is_not_adopted(pbt_ledger, tmp_path):
     """Slot 1's round-1 score raised to 1e9 in its event: the rerun recomputes it and refuses
     in one line; nothing is forked or trained on the forged score."""

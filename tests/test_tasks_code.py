@@ -50,6 +50,7 @@ def test_all_164_problems_load(humaneval):
     assert all(row["tests"] for row in humaneval.test_rows())
 
 
+@pytest.mark.slow
 def test_canonical_solutions_pass_and_wrong_ones_get_their_share(humaneval):
     p = problems()
     rows = humaneval.test_rows()[:3]
@@ -97,6 +98,7 @@ def test_relative_paths_resolve_but_humaneval_is_a_name(tmp_path):
     assert absolute_paths("reasoning_gym:chain_sum", tmp_path) == "reasoning_gym:chain_sum"
 
 
+@pytest.mark.slow
 def test_without_bwrap_training_refuses_in_one_line_exit_2(tmp_path, tiny_model_dir):
     import os
     import subprocess

@@ -73,6 +73,7 @@ def test_math_and_logic_generators_score_their_own_answers(spec):
     assert rewards == [1.0, 1.0, 0.0]
 
 
+@pytest.mark.slow
 def test_a_scorer_that_evals_the_answer_runs_it_only_in_the_sandbox(tmp_path):
     """string_insertion's score_answer evals the answer: a hostile one reaches nothing."""
     need_bwrap()
@@ -85,6 +86,7 @@ def test_a_scorer_that_evals_the_answer_runs_it_only_in_the_sandbox(tmp_path):
     assert rewards == [0.0, 0.0, 1.0] and not marker.exists()
 
 
+@pytest.mark.slow
 def test_rows_do_not_depend_on_the_hosts_hash_seed():
     """word_ladder's generator iterates sets of strings: made in the sandbox (fixed hash
     seed) its rows are the same whatever PYTHONHASHSEED the training process has."""

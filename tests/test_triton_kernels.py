@@ -45,5 +45,6 @@ def reports() -> dict[str, str]:
 
 
 @pytest.mark.parametrize("check", CHECKS)
+@pytest.mark.slow
 def test_triton_kernels_in_interpreter(reports, check):
     assert reports.get(check) == "ok", reports.get(check, "the check did not run")

@@ -83,6 +83,7 @@ def killed_study(tmp_path_factory):
     return study, db, out | {"interrupted": interrupted, "trained_at_kill": trained}
 
 
+@pytest.mark.slow
 def test_a_killed_study_resumes_without_losing_or_repeating_a_trial(killed_study):
     _, db, out = killed_study
     assert [t["trial"] for t in out["trials"]] == list(range(6))

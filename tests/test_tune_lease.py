@@ -12,10 +12,13 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.support.cli import seedledger
 from tests.support.configs import tiny_config
+
+pytestmark = pytest.mark.slow  # make test-quick leaves it to make test
 
 ROOT = Path(__file__).resolve().parents[1]
 SEEDLEDGER = str(Path(sys.executable).with_name("seedledger"))

@@ -81,6 +81,7 @@ def _read_only(cli: Cli, directory: Path, *args: str) -> subprocess.CompletedPro
         directory.chmod(0o755)
 
 
+@pytest.mark.slow
 def test_a_read_only_ledger_reads_and_verifies(cli):
     work = cli.workdir
     shelf = work / "shelf"
