@@ -16,7 +16,17 @@ import yaml
 from pydantic import BeforeValidator, Field, NonNegativeInt, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
+from seedledger.engine.config_backends import BACKEND_CAPABILITIES, BACKEND_FORMS
 from seedledger.engine.config_errors import report
+from seedledger.engine.config_kinds import (
+    PERTURBATION_SHORTHANDS,
+    TRAIN_SHORTHANDS,
+    LoraTrain,
+    LowRank,
+    PerturbationSection,
+    TrainSection,
+    shorthand,
+)
 from seedledger.engine.config_paths import absolute_refs
 from seedledger.engine.config_sections import (
     MAX_BATCH,
@@ -26,24 +36,19 @@ from seedledger.engine.config_sections import (
     MAX_WORKERS,
     MIN_SCALE,
     POOL_CAPABILITIES,
-    TRAIN_SHORTHANDS,
     CurriculumConfig,
     Evaluation,
     KLConfig,
-    LoraTrain,
-    LowRank,
     PassKConfig,
-    PerturbationSection,
     Sampling,
     Schedules,
     Strict,
-    TrainSection,
     Workers,
-    shorthand,
 )
 from seedledger.ledger.errors import SeedLedgerError
 from seedledger.ledger.seedfile import MAX_GENERATIONS, MAX_MEMBERS, MAX_POPULATION
 from seedledger.replay.kinds import Full, PerturbationKind
+from seedledger.replay.kinds.forms import refusal
 from seedledger.replay.task_settings import check_task_settings
 from seedledger.trainers.adaptation import AdaptationSpec
 from seedledger.trainers.cmaes import CMAESSpec
@@ -51,7 +56,6 @@ from seedledger.trainers.ga import GASpec
 from seedledger.trainers.lmmaes import LMMAESSpec
 from seedledger.trainers.optim import OptimizerSpec
 from seedledger.trainers.policy import check_config
-from seedledger.trainers.requirements import BASE_LOGPROBS, MEMBER_TERMS
 from seedledger.trainers.tasks.registry import (
     UnknownTaskOption,
     check_options,
@@ -66,17 +70,6 @@ __all__ = [
     "Evaluation", "KLConfig", "LoraTrain", "LowRank", "PassKConfig", "Sampling", "Schedules", "Strict",
     "TrainConfig", "Workers", "apply_overrides", "load_config", "validate",
 ]
-
-
-# What each backend can do (trainers.requirements' capabilities), one row per name the
-# `backend` key accepts. `auto` is resolved when the run is created
-# (engine.runtime.backend_choice) and is refused nothing here.
-BACKEND_CAPABILITIES: dict[str, frozenset[str]] = {
-    "auto": frozenset({MEMBER_TERMS, BASE_LOGPROBS}),
-    "hf": frozenset({MEMBER_TERMS, BASE_LOGPROBS}),
-    "vllm": frozenset(),
-    "module": frozenset({MEMBER_TERMS}),  # any torch.nn.Module (engine.runtime.backends.module)
-}
 
 
 MODULE_MODELS = ("module:", "in-process:")  # engine.runtime.module_models: a torch.nn.Module by code
@@ -160,7 +153,7 @@ class TrainConfig(Strict):
     )
     passk: PassKConfig | None = Field(None, description="pass@k rewards over n samples; none: off")
     perturbation: Annotated[
-        Literal["full"] | PerturbationSection, BeforeValidator(shorthand(("full", "lowrank")))
+        Literal["full"] | PerturbationSection, BeforeValidator(shorthand(PERTURBATION_SHORTHANDS))
     ] = Field("full", description="full-rank noise on every parameter, or low-rank on the targeted linears")
     train: Annotated[Literal["full"] | TrainSection, BeforeValidator(shorthand(TRAIN_SHORTHANDS))] = Field(
         "full", description="the trained parameters: every weight, or a LoRA adapter on a frozen base"
@@ -273,9 +266,12 @@ class TrainConfig(Strict):
         if self.base_quantization != "none" and self.train == "full":
             raise ValueError(f"base_quantization {self.base_quantization}: only an adapter's frozen "
                              "base can be quantized (train: lora)")
-        refusal = None if self.train == "full" else self.train.refusal(self.base_quantization, self.backend)
-        if refusal:
-            raise ValueError(refusal)
+        kind = self.perturbation_type()
+        why = refusal(kind.label, self.backend, kind.forms, BACKEND_FORMS[self.backend])
+        if why is None and self.train != "full":
+            why = self.train.refusal(self.base_quantization, self.backend)
+        if why:
+            raise ValueError(why)
         return self
 
     @model_validator(mode="after")

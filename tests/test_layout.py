@@ -133,7 +133,8 @@ ENGINE_PARTS = {
     "config": set(),
     "refs": set(),
 }
-CONFIG = {"config", "config_errors", "config_paths", "config_sections"}  # one part: the run's configuration
+# one part: the run's configuration
+CONFIG = {"config", "config_backends", "config_errors", "config_kinds", "config_paths", "config_sections"}
 
 
 def engine_part(name: str) -> str | None:

@@ -29,8 +29,10 @@ import importlib.util
 import os
 from pathlib import Path
 
+from seedledger.engine.config_backends import BACKEND_FORMS
 from seedledger.engine.runtime.preflight import VLLM_CPU_HEAD_SIZES, head_dim
 from seedledger.ledger.errors import SeedLedgerError
+from seedledger.replay.kinds.forms import common
 
 PIN = "SEEDLEDGER_AUTO_BACKEND"
 MIN_GENERATIONS = 5  # a run's target below this takes hf: vLLM's engine start is not repaid
@@ -48,6 +50,8 @@ def hf_only(cfg) -> str | None:
         return "ga.survivors"
     if cfg.train != "full":
         return "train"
+    if common(cfg.perturbation_type().forms, BACKEND_FORMS["vllm"]) is None:
+        return "perturbation"  # its members take no form vLLM builds (engine.config_backends)
     return None
 
 

@@ -17,6 +17,7 @@ from seedledger.ledger.errors import SeedLedgerError
 
 from ..adapter import PREFIX, LoraSpec, is_selection, member_adapter, parse_selection, tensor_names
 from .base import LoraPair, RowTerm, Shape, short
+from .forms import MemberForm
 from .full import SPEC, Full
 
 
@@ -31,6 +32,7 @@ class Adapter(Full):
     usual_sigma = 1e-2  # B starts at zero: σ·ε on B is the whole first-order term
     keeps_master = True
     frozen_base = True
+    forms = frozenset({MemberForm.ROW_TERMS, MemberForm.LORA_SLOTS})
 
     @classmethod
     def claims(cls, noise_spec: str, param_selection: str) -> bool:

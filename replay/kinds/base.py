@@ -17,8 +17,11 @@ import torch
 
 from seedledger.ledger.errors import SeedLedgerError
 
+from .. import paths as replay_paths
 from ..noise import round_coefficient
+from .forms import MemberForm
 
+_WRITABLE = (torch.float32, torch.bfloat16, torch.float16)  # what noise.perturb_ writes in place
 Item = tuple[str, torch.Tensor, list[torch.Tensor]]  # (name, θ, optimizer buffers) replay updates
 Shape = tuple[int, ...]
 RowTerm = tuple[torch.Tensor, torch.Tensor, float | None]  # down [M, in, r], up [M, r, out], post scale
@@ -50,6 +53,7 @@ class PerturbationKind(ABC):
     keeps_paths: ClassVar[bool] = True  # an optimizer `paths` rule (LM-MA-ES, GA survivors) applies
     scales_rows: ClassVar[bool] = False  # members differ by per-row output scales (`row_scales`)
     label: ClassVar[str]  # how messages name it: "full", "lowrank", "lora"
+    forms: ClassVar[frozenset[MemberForm]] = frozenset({MemberForm.WEIGHTS})  # its members' forms (.forms)
     usual_sigma: ClassVar[float] = 1e-3  # the σ it usually trains with (the paper's 1e-3)
     carried: ClassVar[tuple[str, ...]] = ()  # replay-state buffers kept across rule changes (quant_codes' residual)
 
@@ -119,6 +123,34 @@ class PerturbationKind(ABC):
         """The kind whose one-term SGD step on ``member_weights`` builds a member's genome
         (``replay.rebuild.apply_member``): this one, unless its step is no plain addition."""
         return self
+
+    def member_tensor_(self, out: torch.Tensor, name: str, weights: Mapping[str, torch.Tensor], key: int,
+                       scale: float, paths: Sequence[float] = (), state: Any = None) -> torch.Tensor:
+        """``out`` := cast(member tensor ``name``), the weights-form member every backend builds
+        and ``replay.rebuild.apply_member`` rebuilds: ``weights[name]`` (``member_weights``),
+        plus scale·E(key) where ``member_kind`` trains it, plus the ``paths`` terms where this
+        kind trains it, all in fp32, then one cast. ``scale`` is ``member_scale``'s."""
+        src = weights[name].to(out.device)
+        noisy = scale != 0.0 and self.member_kind.trained(name, src.shape)
+        termed = any(b != 0.0 for b in paths) and self.trained(name, src.shape)
+        if not (noisy or termed):
+            return out.copy_(src)
+        fp32 = out if not termed and out.dtype in _WRITABLE and out.is_contiguous() else torch.empty_like(src)
+        if noisy:
+            self.member_kind.noise_(fp32, src, name, key, scale)
+        else:
+            fp32.copy_(src)
+        if termed:
+            replay_paths.member_(fp32, name, state, paths)
+        return fp32 if fp32 is out else out.copy_(fp32)
+
+    def noise_(self, out: torch.Tensor, src: torch.Tensor, name: str, key: int, scale: float) -> torch.Tensor:
+        """``out`` := cast(src + scale·E) for trained tensor ``name``, E this kind's noise of
+        member ``key``: by definition the one-term SGD step of ``apply`` (a kind whose noise
+        has a direct form, v1's ``perturb_``, overrides this with it, bit for bit)."""
+        theta = src.clone()
+        self.apply([(name, theta, [])], [key], [scale], 0, [])  # rule 0: SGD, θ + Σ c·E
+        return out.copy_(theta)
 
     @abstractmethod
     def apply(self, items: Sequence[Item], keys: Sequence[int], coefs: Sequence[float], rule: int,

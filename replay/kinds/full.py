@@ -14,7 +14,7 @@ import torch
 from seedledger.ledger.errors import SeedLedgerError
 
 from .. import _reference as ref
-from ..noise import _use_fast, _use_triton, noise_xkey, tensor_key
+from ..noise import _use_fast, _use_triton, noise_xkey, perturb_, tensor_key
 from ..table import TABLE_NP
 from .base import Item, PerturbationKind, short
 
@@ -55,6 +55,10 @@ class Full(PerturbationKind):
 
     def trained(self, name: str, shape: Sequence[int]) -> bool:
         return True
+
+    def noise_(self, out: torch.Tensor, src: torch.Tensor, name: str, key: int, scale: float) -> torch.Tensor:
+        """v1 noise's direct form: cast(src + scale·ε) in one pass (the SGD step's bits)."""
+        return perturb_(out, src, tensor_key(key, name), scale)
 
     def apply(self, items: Sequence[Item], keys: Sequence[int], coefs: Sequence[float], rule: int,
               scal: Sequence[float]) -> None:

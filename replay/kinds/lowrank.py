@@ -18,6 +18,7 @@ from seedledger.ledger.errors import SeedLedgerError
 from .. import lowrank
 from ..lowrank import RANKS, factors, stacked_factors
 from .base import Item, LoraPair, PerturbationKind, RowTerm, Shape, short
+from .forms import MemberForm
 
 DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 PREFIX = "lowrank-v1:r="
@@ -37,6 +38,8 @@ class LowRank(PerturbationKind):
     known_specs = tuple(f"{PREFIX}{r}" for r in RANKS)
     keeps_master = True
     keeps_paths = False  # a path is a full-size offset: not a rank-R term
+    # rank-R terms on the loaded master, or own weights built by the one-term step (module backend)
+    forms = frozenset({MemberForm.ROW_TERMS, MemberForm.LORA_SLOTS, MemberForm.WEIGHTS})
 
     @classmethod
     def of(cls, rank: int, targets: Sequence[str] = DEFAULT_TARGETS) -> LowRank:

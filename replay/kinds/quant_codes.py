@@ -40,6 +40,7 @@ from typing import Any
 import torch
 
 from .. import quant
+from .forms import MemberForm
 from .full import SPEC, Full
 from .quant_scales import Int8Kind
 
@@ -69,6 +70,7 @@ class QuantCodes(Int8Kind):
     prefix = PREFIX
     trains = "codes"
     carried = (RESIDUAL,)
+    forms = frozenset({MemberForm.DEQUANTIZED})
 
     def trained(self, name: str, shape: Sequence[int]) -> bool:
         return self.quantizes(name, tuple(shape))

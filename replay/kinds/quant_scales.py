@@ -32,6 +32,7 @@ from seedledger.ledger.errors import SeedLedgerError
 
 from .. import noise, quant
 from .base import Shape, short
+from .forms import MemberForm
 from .full import SPEC, Full
 from .lowrank import DEFAULT_TARGETS
 
@@ -131,6 +132,7 @@ class QuantScales(Int8Kind):
     usual_sigma = 1e-5  # scales are absmax/127, about 1e-3: σ·ε moves them by ~1%
     keeps_master = True
     scales_rows = True
+    forms = frozenset({MemberForm.ROW_SCALES})
 
     def trained(self, name: str, shape: Sequence[int]) -> bool:
         return (len(shape) == 1 and name.endswith(quant.SCALE_SUFFIX)

@@ -61,7 +61,7 @@ def checkpoint_round_trip(ledger_path: Path, fps: list[str], tmp_path: Path):
 CONFIG_REFUSALS = [  # (config additions, the refusal; {kind} is the train kind)
     ({"algorithm": "lmmaes", "mirrored": False}, "algorithm lmmaes: its paths are m copies"),
     ({"algorithm": "ga", "ga": {"survivors": 2}, "mirrored": False}, "ga.survivors: survivors are kept"),
-    ({"backend": "vllm"}, "train: {kind} runs on the hf backend"),
+    ({"backend": "vllm"}, "kind {kind} cannot run on backend vllm: its members take the form"),
     ({"base_quantization": "int8"}, "a {kind} run quantizes the base itself"),
 ]
 

@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from seedledger.engine.config_backends import BACKEND_FORMS
 from seedledger.engine.runtime.backends import hf_scoring
 from seedledger.engine.runtime.backends.base import (
     LikelihoodOutput,
@@ -37,9 +38,8 @@ from seedledger.engine.runtime.backends.base import (
 )
 from seedledger.engine.runtime.backends.seeded_sampling import SeededSampler, prompt_stream_seed
 from seedledger.engine.runtime.models import load_causal_lm
-from seedledger.replay import noise
-from seedledger.replay import paths as replay_paths
 from seedledger.replay.kinds import Full, PerturbationKind, member_scale
+from seedledger.replay.kinds.forms import OWN_WEIGHTS, MemberForm, chosen
 
 
 class HFBackend:
@@ -73,6 +73,7 @@ class HFBackend:
         self.temperature = temperature
         self.top_p = top_p
         self.perturbation = kind = perturbation or Full()
+        self.form = chosen(kind, "hf", BACKEND_FORMS["hf"])  # how members are built
         if not kind.frozen_base and base_quantization != "none":
             raise ValueError("only an adapter run's frozen base may be quantized")
         model = load_causal_lm(self.model_dir, device=self.device, dtype=torch.float32,
@@ -98,13 +99,13 @@ class HFBackend:
         if tok.pad_token is None:
             tok.pad_token = tok.eos_token
         self.tokenizer = tok
-        self.keeps_master = kind.keeps_master
+        self.keeps_master = self.form.rides_master
         self._rows = None
-        if kind.keeps_master:  # members ride on the master as per-row terms (scales) the kind builds
+        if self.keeps_master:  # members ride on the master as per-row terms (scales) the kind builds
             from seedledger.engine.runtime.backends.hf_lowrank import RowTerms
             from seedledger.engine.runtime.backends.hf_quant import ScaleRows
 
-            self._rows = (ScaleRows if kind.scales_rows else RowTerms).of(model, kind)
+            self._rows = {MemberForm.ROW_TERMS: RowTerms, MemberForm.ROW_SCALES: ScaleRows}[self.form].of(model, kind)
             if kind.frozen_base:
                 self._rows.set_resident(kind, self._initial)
         self._reference = None  # the frozen base model, for the KL-to-base penalty
@@ -124,33 +125,21 @@ class HFBackend:
     @torch.no_grad()
     def load_member(self, master: dict[str, torch.Tensor], key: int, sign: int, sigma: float, *,
                     paths: Sequence[float] = (), state: Any = None, weights: dict | None = None) -> None:
-        """Set the model to `cast(w + sign*sigma*eps(key))` (w: `weights`, the kind's `member_weights`
-        built once per population; untrained tensors copied), with `paths` (GA survivors) `+ Σⱼ
-        pathsⱼ·Mⱼ` in fp32. The scale is `member_scale` (exact with eps); 0 copies the master."""
-        if self.perturbation.frozen_base:
-            raise ValueError("adapter members are evaluated together: use evaluate()")
-        scale = member_scale(sign, sigma)
-        if any(b != 0.0 for b in paths):
-            for name, param in self._params.items():
-                src = master[name].to(param.device)
-                param.data.copy_(replay_paths.member_tensor(src, name, key, scale, paths, state))
-            return
-        if scale == 0.0:
-            self.load_master(master)
-            return
-        kind, weights = self.perturbation.member_kind, weights or self.perturbation.member_weights(master)
+        """Set the model to the member's weights, the kind's `member_tensor_` tensor by tensor
+        (`cast(w + sign*sigma*E(key))` on its trained tensors, w: `weights`, its `member_weights`
+        built once per population; with `paths` (GA survivors) `+ Σⱼ pathsⱼ·Mⱼ` in fp32)."""
+        if not self.perturbation.forms & OWN_WEIGHTS:
+            raise ValueError(f"{self.perturbation.label} members have no weights of their own: use evaluate()")
+        kind, scale = self.perturbation, member_scale(sign, sigma)
+        weights = weights or kind.member_weights(master)
         for name, param in self._params.items():
-            src = weights[name].to(param.device)
-            if kind.trained(name, src.shape):
-                noise.perturb_(param.data, src, noise.tensor_key(key, name), scale)
-            else:
-                param.data.copy_(src)
+            kind.member_tensor_(param.data, name, weights, key, scale, paths, state)
 
     @torch.no_grad()
     def load_master(self, master: dict[str, torch.Tensor]) -> None:
         """Write the master into the model (a cast for low-precision models); an adapter
         becomes the term every row gets while no member is in flight (int8 scales: `hf_quant`)."""
-        if self.perturbation.frozen_base or self.perturbation.scales_rows:
+        if self.perturbation.frozen_base or self.form is MemberForm.ROW_SCALES:
             self._rows.set_resident(self.perturbation, master)
             return
         weights = self.perturbation.member_weights(master)

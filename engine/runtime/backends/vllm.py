@@ -45,6 +45,7 @@ from typing import Any
 
 import torch
 
+from seedledger.engine.config_backends import BACKEND_FORMS
 from seedledger.engine.runtime.backends import vllm_scoring
 from seedledger.engine.runtime.backends.base import (
     LikelihoodOutput,
@@ -65,6 +66,7 @@ from seedledger.engine.runtime.backends.vllm_lora import NO_PATH, engine_kwargs
 from seedledger.ledger.errors import SeedLedgerError
 from seedledger.replay.fingerprint import fingerprint
 from seedledger.replay.kinds import Full, PerturbationKind, member_scale
+from seedledger.replay.kinds.forms import chosen
 
 _EXTENSION = "seedledger.engine.runtime.backends.vllm_worker.SeedLedgerWorkerExtension"
 
@@ -121,7 +123,8 @@ class VLLMBackend:
         `batch_size`. A `frozen_base` kind: a LoRA run on the frozen base, its master
         seeded or read from `adapter_init` (a PEFT directory)."""
         self.perturbation = kind = perturbation or Full()
-        self.keeps_master = kind.keeps_master
+        self.form = chosen(kind, "vllm", BACKEND_FORMS["vllm"])  # own weights, or one LoRA slot per member
+        self.keeps_master = self.form.rides_master
         self.members_per_forward = members_per_forward
         if base_quantization != "none":
             raise SeedLedgerError(f"base_quantization {base_quantization}: the vllm backend serves "
@@ -190,10 +193,10 @@ class VLLMBackend:
 
     def load_member(self, master: dict[str, torch.Tensor], key: int, sign: int, sigma: float) -> None:
         """Set the engine's weights to `cast(master + sign*sigma*eps(key))` (built on the worker)."""
-        if self.perturbation.frozen_base:
-            raise ValueError("adapter members are evaluated together: use evaluate()")
+        if self.keeps_master:
+            raise ValueError(f"{self.perturbation.label} members are served in LoRA slots: use evaluate()")
         scale = member_scale(sign, sigma)
-        self.llm.collective_rpc("seedledger_load", args=(key, scale, master))
+        self.llm.collective_rpc("seedledger_load", args=(self.perturbation, key, scale, master))
         self.llm.reset_prefix_cache()
 
     def load_master(self, master: dict[str, torch.Tensor]) -> None:
@@ -203,7 +206,7 @@ class VLLMBackend:
             self.llm.collective_rpc("seedledger_keep_master", args=(master,))
             self._served = None  # registered again, under a fresh id, when next served
             return
-        self.llm.collective_rpc("seedledger_load", args=(0, 0.0, master))
+        self.llm.collective_rpc("seedledger_load", args=(self.perturbation, 0, 0.0, master))
         self.llm.reset_prefix_cache()
 
     def close(self) -> None:

@@ -24,34 +24,29 @@ from collections.abc import Iterator, Mapping
 import torch
 
 from seedledger.engine.runtime.backends.vllm_lora import register
-from seedledger.replay import noise
 from seedledger.replay.kinds import PerturbationKind
 from seedledger.replay.kinds.base import Shape
 
 Master = Mapping[str, torch.Tensor]
 
 
-def _perturbed(master: Master, key: int, scale: float) -> Iterator[tuple[str, torch.Tensor]]:
-    """`(name, cast(master + scale*eps))` one tensor at a time (peak memory: one tensor)."""
+def _perturbed(kind: PerturbationKind, master: Master, key: int, scale: float) -> Iterator[tuple[str, torch.Tensor]]:
+    """`(name, member tensor)` one tensor at a time (peak memory: one tensor): the kind's
+    `member_tensor_`, cast(master + scale*E) on the tensors it trains."""
     for name, src in master.items():
-        if scale == 0.0:
-            yield name, src
-            continue
-        out = torch.empty_like(src)
-        noise.perturb_(out, src, noise.tensor_key(key, name), scale)
-        yield name, out
+        yield name, src if scale == 0.0 else kind.member_tensor_(torch.empty_like(src), name, master, key, scale)
 
 
 class SeedLedgerWorkerExtension:
     """Mixed into vLLM's worker class; `self` is the worker (it has `model_runner`)."""
 
-    def seedledger_load(self, key: int, scale: float, master: Master) -> None:
-        """Load `cast(master + scale*eps(key))` (scale 0: the master itself) into the model.
+    def seedledger_load(self, kind: PerturbationKind, key: int, scale: float, master: Master) -> None:
+        """Load `kind`'s member `cast(master + scale*E(key))` (scale 0: the master itself).
 
         `master` arrives by reference when the engine is in-process (the backend's mode).
         """
         with torch.no_grad():
-            self.reload_weights(weights_iterator=_perturbed(master, key, scale))  # type: ignore[attr-defined]
+            self.reload_weights(weights_iterator=_perturbed(kind, master, key, scale))  # type: ignore[attr-defined]
             self._seedledger_redispatch_tied()
 
     def seedledger_members(self, kind: PerturbationKind, ids: list[int], keys: list[int | None],

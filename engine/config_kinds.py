@@ -1,0 +1,254 @@
+"""The config sections that name a perturbation kind, and the one contract they keep.
+
+`perturbation:` takes "full" or a `PERTURBATION_SECTIONS` entry, `train:` "full" or a
+`TRAIN_SECTIONS` entry (engine.config); each is a `KindSection`, whose protocol is the whole
+of what the engine reads of a kind's config: checked when the section's class is created
+(import), so a section that lacks part of it is refused before any config or run exists.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal, Union
+
+from pydantic import Field, ValidationError, model_validator
+
+from seedledger.engine.config_sections import Strict
+from seedledger.replay.adapter import LoraSpec
+from seedledger.replay.kinds import (
+    DEFAULT_TARGETS,
+    Adapter,
+    Int8Kind,
+    PerturbationKind,
+    QuantCodes,
+    QuantScales,
+)
+from seedledger.replay.kinds import LowRank as LowRankKind
+
+
+class KindSection(Strict):
+    """The typed protocol of a kind's config section. A concrete section (one with a
+    `kind: Literal["word"]` field, the word `train:` or `perturbation:` takes) declares:
+
+    - `kind_type`: the replay kind class it names (its `label` and member `forms` are read
+      while a LoRA section is still unresolved: messages, backend compatibility);
+    - `perturbation_kind()`: the replay kind itself;
+
+    and may override `dtype_policy(dtype, base_quantization)` (the run's stored policy:
+    fp32 master by default) and `refusal(base_quantization, backend)` (a one-line reason
+    the run cannot go as configured; backends are matched by member form, not here)."""
+
+    kind_type: ClassVar[type[PerturbationKind]]
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        if "kind" not in cls.model_fields:
+            return  # a base shared by sections (Int8Train), not one itself
+        word = cls.model_fields["kind"].default
+        if not isinstance(word, str):
+            raise TypeError(f"config section {cls.__name__} lacks a default for `kind` (the word that selects it)")
+        kind_type = getattr(cls, "kind_type", None)
+        if not (isinstance(kind_type, type) and issubclass(kind_type, PerturbationKind)):
+            raise TypeError(f"config section {cls.__name__} ({word}) lacks kind_type: the replay kind class it names")
+        if cls.perturbation_kind is KindSection.perturbation_kind:
+            raise TypeError(f"config section {cls.__name__} ({word}) lacks perturbation_kind(): the kind it builds")
+
+    def perturbation_kind(self) -> PerturbationKind:
+        """The replay-side kind this section names."""
+        raise NotImplementedError
+
+    def dtype_policy(self, dtype: str, base_quantization: str) -> str:
+        """The run's `dtype_policy`: an fp32 master, members evaluated in `dtype`."""
+        return f"fp32-master/{dtype}-eval"
+
+    def refusal(self, base_quantization: str, backend: str) -> str | None:
+        """Why this run cannot go as configured (one line), else None."""
+        return None
+
+
+def word(section: type[KindSection]) -> str:
+    """The word that selects `section` (its `kind` field's default)."""
+    return section.model_fields["kind"].default
+
+
+class LowRank(KindSection):
+    """EGGROLL-style perturbations E = A·Bᵀ/√rank of the targeted linear layers only
+    (replay.perturbation); every other parameter stays frozen."""
+
+    kind_type: ClassVar[type[PerturbationKind]] = LowRankKind
+
+    kind: Literal["lowrank"] = Field("lowrank", description="selects low-rank noise")
+    rank: Literal[1, 4, 16, 64] = Field(1, description="a power of 4, so 1/√rank is exact")
+    targets: list[str] = Field(
+        list(DEFAULT_TARGETS), min_length=1,
+        description="suffixes of the linear layers perturbed and trained (`<suffix>.weight`)",
+    )
+
+    def perturbation_kind(self) -> PerturbationKind:
+        """The replay-side kind this section names (replay.kinds.lowrank)."""
+        return LowRankKind.of(self.rank, self.targets)
+
+
+# The sections that name a perturbation kind besides "full" (engine.config's `perturbation`):
+# a new kind whose section sits beside the model's weights adds it here.
+PERTURBATION_SECTIONS: tuple[type[KindSection], ...] = (LowRank,)
+PerturbationSection = Union[PERTURBATION_SECTIONS]  # noqa: UP007 (a union built from the tuple)
+PERTURBATION_SHORTHANDS = ("full", *map(word, PERTURBATION_SECTIONS))
+
+
+class LoraTrain(KindSection):
+    """Train a LoRA adapter on the frozen base instead of every weight (replay.adapter).
+    Unset fields are filled in when the run is created (engine.runtime.adapters.resolve) and
+    stored with it: rank 8, alpha 16, every attention and MLP projection, A from the
+    run's seed and B = 0, or all of them from the PEFT adapter directory `init`."""
+
+    kind_type: ClassVar[type[PerturbationKind]] = Adapter
+
+    kind: Literal["lora"] = Field("lora", description="selects a LoRA adapter on the frozen base")
+    rank: int | None = Field(
+        None, ge=1, le=4096, description="the adapter's rank r (default: `init`'s, else 8)"
+    )
+    alpha: float | None = Field(None, gt=0.0, description="the model adds (alpha/rank)·B·A")
+    target_modules: list[str] | None = Field(None, min_length=1, description="linear-module name suffixes")
+    init: str | None = Field(None, description="a PEFT adapter directory to start from (SFT warm start)")
+    init_seed: int | None = Field(None, ge=0, lt=2**63, description="seed of the initial A (default: `seed`)")
+    init_fingerprint: str | None = Field(None, description="the fingerprint of `init`'s tensors")
+    essa: bool = Field(False, description="train only the singular values of `init`'s B·A (ESSA, "
+                                          "arXiv 2507.04453): U and V stay fixed")
+
+    @model_validator(mode="after")
+    def _essa_needs_init(self) -> LoraTrain:
+        if self.essa and self.init is None:
+            raise ValueError("train.essa trains the singular values of an SFT adapter: name its PEFT "
+                             "directory in train.init")
+        return self
+
+    def spec(self) -> LoraSpec:
+        if self.rank is None or self.alpha is None or self.target_modules is None:
+            raise ValueError("an adapter run's train block is resolved when the run is created")
+        init = f"seed:{self.init_seed}" if self.init is None else f"peft:{self.init_fingerprint}"
+        return LoraSpec(self.rank, self.alpha, tuple(self.target_modules), init, self.essa)
+
+    def perturbation_kind(self) -> PerturbationKind:
+        """The replay-side kind this section names (replay.kinds.adapter; resolved fields only)."""
+        return Adapter(self.spec())
+
+    def dtype_policy(self, dtype: str, base_quantization: str) -> str:
+        """The run's `dtype_policy`: an fp32 adapter on the (maybe int8) frozen base."""
+        return f"fp32-adapter/{base_quantization}-base/{dtype}-eval"
+
+    def refusal(self, base_quantization: str, backend: str) -> str | None:
+        """Why this run cannot go as configured (one line), else None."""
+        if base_quantization != "none" and backend == "vllm":
+            return (f"base_quantization {base_quantization}: the vllm backend serves the frozen base "
+                    "as stored; use backend: hf")
+        return None
+
+
+class Int8Train(KindSection):
+    """What the int8 sections share (replay.kinds.quant_scales.Int8Kind; docs/quantized.md):
+    the run starts from the fp32 base and its first generation quantizes the targeted
+    linears (symmetric, per output row); the kind says what moves from then on. Which
+    backends serve it follows from its kind's member forms (engine.config_backends)."""
+
+    kind_type: ClassVar[type[Int8Kind]]
+
+    targets: list[str]
+
+    def perturbation_kind(self) -> PerturbationKind:
+        """The replay-side kind this section names (replay.kinds)."""
+        return self.kind_type.of(self.targets)
+
+    def refusal(self, base_quantization: str, backend: str) -> str | None:
+        """Why this run cannot go as configured (one line), else None."""
+        if base_quantization != "none":
+            return (f"base_quantization {base_quantization}: a {self.kind_type.name} run quantizes the base "
+                    "itself (int8 codes, fp32 scales); drop base_quantization")
+        return None
+
+
+class QuantScalesTrain(Int8Train):
+    """ES over the per-row scales of an int8 weight-only model, its integer codes frozen
+    (replay.kinds.quant_scales; docs/quantized.md). The run starts from the fp32 base; its
+    first generation quantizes the targeted linears (symmetric, per output row) and from
+    then on only their scales move. σ is on the scales' own scale (about absmax/127)."""
+
+    kind_type: ClassVar[type[Int8Kind]] = QuantScales
+
+    kind: Literal["quant_scales"] = Field(
+        "quant_scales", description="selects ES over an int8 model's per-row scales"
+    )
+    targets: list[str] = Field(
+        list(DEFAULT_TARGETS), min_length=1,
+        description="suffixes of the linear layers quantized to int8, whose scales are trained",
+    )
+
+    def dtype_policy(self, dtype: str, base_quantization: str) -> str:
+        """The run's `dtype_policy`: fp32 scales beside the frozen int8 codes."""
+        return f"fp32-scales/int8-codes/{dtype}-eval"
+
+
+class QuantCodesTrain(Int8Train):
+    """ES over the int8 codes themselves, QES-style (replay.kinds.quant_codes; docs/quantized.md):
+    the first generation quantizes the targeted linears; members perturb the dequantized
+    weights (σ in weight units, as a full run), the update gathers in an fp32 residual and a
+    code moves by a step once its residual passes half a step. Scales stay frozen."""
+
+    kind_type: ClassVar[type[Int8Kind]] = QuantCodes
+
+    kind: Literal["quant_codes"] = Field(
+        "quant_codes", description="selects ES over an int8 model's integer codes"
+    )
+    targets: list[str] = Field(
+        list(DEFAULT_TARGETS), min_length=1,
+        description="suffixes of the linear layers quantized to int8, whose codes are trained",
+    )
+
+    def dtype_policy(self, dtype: str, base_quantization: str) -> str:
+        """The run's `dtype_policy`: int8 codes (an fp32 residual) beside frozen fp32 scales."""
+        return f"int8-codes/fp32-scales/{dtype}-eval"
+
+
+def shorthand(kinds: tuple[str, ...]):
+    """`perturbation: lowrank`, `train: lora` (or `train: quant_scales`) and `--set
+    perturbation.rank=4` / `--set train.rank=8` (which arrive as {name: full, rank: ...})
+    mean the obvious thing: settings given to the plain kind ask for the first other."""
+    plain, other, *more = kinds
+
+    def parse(value: Any) -> Any:
+        if isinstance(value, str) and value not in kinds:
+            raise ValueError(f"{value!r} is not one of {', '.join(kinds)} or {{kind: {other}, ...}}")
+        if isinstance(value, str) and value != plain:
+            return {"kind": value}
+        if isinstance(value, dict) and value.get("kind") in more:
+            return _checked(SECTIONS[value["kind"]], value)
+        if isinstance(value, dict) and "name" in value and "kind" not in value:
+            value = {("kind" if k == "name" else k): v for k, v in value.items()}
+            if value["kind"] == plain and set(value) - {"kind"}:
+                value["kind"] = other  # settings given to the plain kind ask for the other
+        if isinstance(value, dict) and value.get("kind") == plain and set(value) == {"kind"}:
+            return plain
+        return value
+
+    return parse
+
+
+def _checked(section: type[KindSection], value: dict) -> KindSection:
+    """`value` validated as `section` alone, so that its errors are not mixed with another
+    section's (a union reports every branch): ValueError naming the key."""
+    try:
+        return section.model_validate(value)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        why = "unknown key" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
+        raise ValueError(f"{where}: {why}" if where else why) from None
+
+
+# The sections `train:` accepts besides "full" (the first is what settings given to the
+# plain word ask for): a new trained-parameter kind adds its section here, and its word
+# becomes a shorthand. Kinds after the first are validated by their own section (`shorthand`).
+TRAIN_SECTIONS: tuple[type[KindSection], ...] = (LoraTrain, QuantScalesTrain, QuantCodesTrain)
+TrainSection = Union[TRAIN_SECTIONS]  # noqa: UP007 (a union built from the tuple)
+TRAIN_SHORTHANDS = ("full", *map(word, TRAIN_SECTIONS))
+SECTIONS: dict[str, type[KindSection]] = {word(s): s for s in TRAIN_SECTIONS[1:]}
