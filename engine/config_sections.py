@@ -1,5 +1,5 @@
 """The config's sub-sections (workers, sampling, evaluation, curriculum, pass@k, KL) and
-its bounds: engine.config assembles them, and the kind sections of engine.kind_sections,
+its bounds: engine.config assembles them, and the kind sections of engine.config_kinds,
 into TrainConfig, which stays one readable list of top-level keys."""
 
 from __future__ import annotations
