@@ -24,7 +24,7 @@ from seedledger.ledger.records import ReplayStep
 from seedledger.replay import kinds, quant
 from seedledger.replay.adapter import LoraSpec, tensor_names
 from seedledger.replay.kinds import KINDS, Adapter, Full, LowRank, QuantCodes, QuantScales
-from seedledger.replay.kinds.forms import OWN_WEIGHTS, common
+from seedledger.replay.kinds.forms import OWN_WEIGHTS, MemberForm, common
 from seedledger.replay.kinds.full import SPEC
 from seedledger.replay.noise import round_coefficient
 from seedledger.replay.rebuild import apply_member
@@ -235,3 +235,43 @@ def test_every_allowed_pair_evaluates_the_member_replay_rebuilds(vectors_registe
             plain = replayed_output(kind, quant.quantized_view(master, kind.quantizes)
                                     if isinstance(kind, QuantScales) else master, base, name, x[m])
             assert (y[m] - plain).abs().max() > 1e-3  # the member's noise is in the output
+
+
+def test_a_kind_lacking_a_method_its_form_needs_is_refused_when_its_class_is_made():
+    with pytest.raises(TypeError, match="^kind Terms declares member form 'per-row terms' but lacks row_terms$"):
+        class Terms(Full):
+            forms = frozenset({MemberForm.ROW_TERMS})
+
+            def row_linear(self, module, shape):
+                return True
+
+            targets_label = "all linears"
+
+
+def test_a_config_section_lacking_its_contract_is_refused_when_its_class_is_made():
+    from typing import Literal
+
+    from seedledger.engine.config_kinds import KindSection
+
+    with pytest.raises(TypeError, match=r"^config section NoType \(vectors\) lacks kind_type: the replay kind class"):
+        class NoType(KindSection):
+            kind: Literal["vectors"] = "vectors"
+
+            def perturbation_kind(self):
+                return Vectors()
+
+    with pytest.raises(TypeError, match=r"^config section NoBuild \(vectors\) lacks perturbation_kind\(\)"):
+        class NoBuild(KindSection):
+            kind_type = Vectors
+            kind: Literal["vectors"] = "vectors"
+
+    class Complete(KindSection):
+        kind_type = Vectors
+        kind: Literal["vectors"] = "vectors"
+
+        def perturbation_kind(self):
+            return Vectors()
+
+    section = Complete()
+    assert section.perturbation_kind() == Vectors() and section.refusal("none", "hf") is None
+    assert section.dtype_policy("bfloat16", "none") == "fp32-master/bfloat16-eval"

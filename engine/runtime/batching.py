@@ -6,8 +6,8 @@ of a run's stored config, never a decision taken at run time from free memory or
 `resolve` fills it in when a run is created (an explicit `members_per_forward` wins):
 
 - kinds whose members have weights of their own (full-rank runs): 1 (its prompts decode alone);
-- kinds that keep the master (`PerturbationKind.keeps_master`: low-rank and adapter runs,
-  whose members ride on the loaded master or frozen base), on CPU: as many members as fit
+- kinds whose members may ride on the loaded master or frozen base (a member form that
+  `rides_master`: low-rank, adapter and int8-scales runs), on CPU: as many members as fit
   `CPU_ROWS` rows (prompts × samples each). On this project's 2-core reference machine, HF
   throughput grows from 53 tok/s at 16 rows to 81 at 64 and 88 at 128, so more rows buy
   little and cost memory;
@@ -33,7 +33,7 @@ def resolve(cfg, model_dir: Path) -> int:
     """The run's `members_per_forward` (see the module docstring for the rule)."""
     if cfg.members_per_forward is not None:
         return cfg.members_per_forward
-    if not cfg.perturbation_spec().keeps_master:  # every member has weights of its own
+    if not any(form.rides_master for form in cfg.perturbation_type().forms):  # every member has weights of its own
         return 1
     rows = CPU_ROWS
     if str(cfg.device).startswith("cuda"):

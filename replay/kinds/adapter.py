@@ -30,7 +30,6 @@ class Adapter(Full):
     name = "adapter"
     label = "lora"
     usual_sigma = 1e-2  # B starts at zero: σ·ε on B is the whole first-order term
-    keeps_master = True
     frozen_base = True
     forms = frozenset({MemberForm.ROW_TERMS, MemberForm.LORA_SLOTS})
 

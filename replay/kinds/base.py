@@ -1,16 +1,17 @@
 """The protocol every perturbation kind implements, and the member scale they all share.
 
 A kind is what a run's two stored strings (``noise_spec``, ``param_selection``) name: which
-tensors are trained, how replay applies a generation's coefficients to them, and what the
-evaluation backends need to build a member (its scale, the linears that carry a per-member
-term when members ride on a loaded master, the LoRA slots vLLM serves them in). Consumers
-call these methods; none of them asks which kind it holds.
+tensors are trained and how replay applies a generation's coefficients to them (the replay
+core), plus the member forms it offers the evaluation backends (``forms``: own weights,
+built by ``member_tensor_`` here; per-row terms, row scales, LoRA slots, whose methods
+``forms`` lists and a kind declaring them defines). Consumers call these methods; none of
+them asks which kind it holds.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import torch
@@ -19,13 +20,13 @@ from seedledger.ledger.errors import SeedLedgerError
 
 from .. import paths as replay_paths
 from ..noise import round_coefficient
-from .forms import MemberForm
+from .forms import NEEDS, MemberForm
 
 _WRITABLE = (torch.float32, torch.bfloat16, torch.float16)  # what noise.perturb_ writes in place
 Item = tuple[str, torch.Tensor, list[torch.Tensor]]  # (name, θ, optimizer buffers) replay updates
 Shape = tuple[int, ...]
-RowTerm = tuple[torch.Tensor, torch.Tensor, float | None]  # down [M, in, r], up [M, r, out], post scale
-LoraPair = tuple[torch.Tensor, torch.Tensor]  # lora_A [r, in], lora_B [out, r], every scale folded in
+RowTerm = tuple[torch.Tensor, torch.Tensor, float | None]  # down [M, in, r], up [M, r, out], post scale (forms)
+LoraPair = tuple[torch.Tensor, torch.Tensor]  # lora_A [r, in], lora_B [out, r], every scale folded in (forms)
 
 
 def short(x: object) -> str:
@@ -48,14 +49,22 @@ class PerturbationKind(ABC):
 
     name: ClassVar[str]  # "full", "lowrank", "adapter"
     known_specs: ClassVar[tuple[str, ...]]  # the noise specs this kind may store
-    keeps_master: ClassVar[bool] = False  # members ride on the master loaded in the model
     frozen_base: ClassVar[bool] = False  # the model is a frozen base; the master a term on it
     keeps_paths: ClassVar[bool] = True  # an optimizer `paths` rule (LM-MA-ES, GA survivors) applies
-    scales_rows: ClassVar[bool] = False  # members differ by per-row output scales (`row_scales`)
     label: ClassVar[str]  # how messages name it: "full", "lowrank", "lora"
-    forms: ClassVar[frozenset[MemberForm]] = frozenset({MemberForm.WEIGHTS})  # its members' forms (.forms)
+    # the forms its members take (.forms): each asks for its methods (forms.NEEDS), checked below
+    forms: ClassVar[frozenset[MemberForm]] = frozenset({MemberForm.WEIGHTS})
     usual_sigma: ClassVar[float] = 1e-3  # the σ it usually trains with (the paper's 1e-3)
     carried: ClassVar[tuple[str, ...]] = ()  # replay-state buffers kept across rule changes (quant_codes' residual)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A kind lacking a method one of its member forms needs is refused when its class
+        is made (import), naming both, never when a backend first builds a member."""
+        super().__init_subclass__(**kwargs)
+        missing = [(form, m) for form in cls.forms for m in NEEDS[form] if not hasattr(cls, m)]
+        if missing:
+            form, method = missing[0]
+            raise TypeError(f"kind {cls.__name__} declares member form {form.value!r} but lacks {method}")
 
     # --- the stored strings -------------------------------------------------------------
 
@@ -158,7 +167,7 @@ class PerturbationKind(ABC):
         """One generation's update rule on the trained tensors ``items`` (``replay.update``):
         g = Σ c_i·(member i's noise) over the members with c_i ≠ 0, then the rule, in place."""
 
-    # --- evaluation (the backends) --------------------------------------------------------
+    # --- evaluation (the backends; each member form's own methods: .forms) ---------------
 
     @property
     def adapter(self) -> Any:
@@ -169,40 +178,3 @@ class PerturbationKind(ABC):
     def kind(self) -> str:
         """The historic name: "lowrank", or "full" (an adapter is a full kind on its tensors)."""
         return "full"
-
-    def row_linear(self, module: str, shape: Shape) -> bool:
-        """Does linear ``module`` (weight ``shape``) carry a per-member term (``keeps_master``)?"""
-        return False
-
-    @property
-    def targets_label(self) -> str:
-        """How messages name the linears ``row_linear`` picks."""
-        return "targets"
-
-    def row_terms(self, linears: Mapping[str, Shape], master: Mapping[str, torch.Tensor],
-                  keys: Sequence[int | None], scales: Sequence[float], *, device: torch.device,
-                  dtype: torch.dtype, paths: Sequence[Sequence[float]] = (), state: Any = None,
-                  ) -> dict[str, RowTerm]:
-        """Each member's term on every linear (member-major stacks), for the HF backend's
-        batched forward: y = x·Wᵀ + ((x·down)·up)·post. ``scales`` are ``member_scale``'s."""
-        raise ValueError(f"{self.name} members have weights of their own: load each member")
-
-    def row_scales(self, linears: Sequence[str], master: Mapping[str, torch.Tensor], keys: Sequence[int | None],
-                   scales: Sequence[float], *, device: torch.device) -> dict[str, torch.Tensor]:
-        """Each member's per-row output scales on every linear, [members, out] (``scales_rows``)."""
-        raise ValueError(f"{self.name} members carry no per-row scales")
-
-    @property
-    def lora_rank(self) -> int:
-        """The rank of the LoRA slots members are served in (vLLM)."""
-        raise ValueError(f"{self.name} members have weights of their own: no LoRA slots")
-
-    @property
-    def lora_targets(self) -> tuple[str, ...]:
-        """The linear-module suffixes those slots cover (vLLM's ``lora_target_modules``)."""
-        raise ValueError(f"{self.name} members have weights of their own: no LoRA slots")
-
-    def lora_members(self, master: Mapping[str, torch.Tensor] | None, linears: Mapping[str, Shape],
-                     keys: Sequence[int | None], scales: Sequence[float]) -> Iterator[dict[str, LoraPair]]:
-        """Each member's LoRA adapter by HF module name, made one at a time (vLLM's worker)."""
-        raise ValueError(f"{self.name} members have weights of their own: no LoRA slots")

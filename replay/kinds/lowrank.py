@@ -36,7 +36,6 @@ class LowRank(PerturbationKind):
     name = "lowrank"
     label = "lowrank"
     known_specs = tuple(f"{PREFIX}{r}" for r in RANKS)
-    keeps_master = True
     keeps_paths = False  # a path is a full-size offset: not a rank-R term
     # rank-R terms on the loaded master, or own weights built by the one-term step (module backend)
     forms = frozenset({MemberForm.ROW_TERMS, MemberForm.LORA_SLOTS, MemberForm.WEIGHTS})

@@ -130,8 +130,6 @@ class QuantScales(Int8Kind):
     prefix = PREFIX
     trains = "scales"
     usual_sigma = 1e-5  # scales are absmax/127, about 1e-3: σ·ε moves them by ~1%
-    keeps_master = True
-    scales_rows = True
     forms = frozenset({MemberForm.ROW_SCALES})
 
     def trained(self, name: str, shape: Sequence[int]) -> bool:

@@ -4,13 +4,17 @@ The evaluator hands a backend one *group* of members at a time (their keys, sign
 sampling seeds, the shared σ) with the generation's prompts; the backend returns every
 member's completions. How it batches is its business:
 
-- kinds whose members have weights of their own (full-rank runs): each member's weights
-  `cast(master + sign·σ·ε)` are built from the fp32 master (never undone by subtraction)
-  and its prompts decoded (`evaluate_one_by_one`);
-- kinds that keep the master (`PerturbationKind.keeps_master`: low-rank, adapters): the
-  model keeps the master and every member's rank-r term, which the kind builds, rides on
-  its own rows of one batched forward (HF: `row_terms` on the linears `row_linear` picks;
-  vLLM: one LoRA slot per member, `lora_members`).
+- members of the own-weights forms (`replay.kinds.forms`: full-rank runs, int8 codes):
+  each member's weights `cast(master + sign·σ·ε)` are built from the fp32 master by the
+  kind's `member_tensor_` (never undone by subtraction) and its prompts decoded
+  (`evaluate_one_by_one`);
+- members of a form that rides on the master (low-rank, adapters, int8 scales): the model
+  keeps the master and every member's term, which the kind builds, rides on its own rows
+  of one batched forward (HF: `row_terms` / `row_scales` on the linears `row_linear`
+  picks; vLLM: one LoRA slot per member, `lora_members`).
+
+Which form a backend builds is the first of its row in `engine.config_backends.BACKEND_FORMS`
+that the kind offers; a pair that shares none is refused when the config is validated.
 
 Every member's scale is `replay.kinds.member_scale(sign, σ, shrink)`, as replay's.
 
@@ -78,10 +82,10 @@ class LikelihoodOutput:
 class Backend(Protocol):
     """Holds one model; member weights always derive from the fp32 master.
 
-    `keeps_master` (the kind's): the backend evaluates members *on top of* the master
-    loaded in the model (low-rank, adapters), so whoever changes the master must
-    `load_master` it again; backends that rebuild every member's weights from the master
-    say False.
+    `keeps_master` (its member form's `rides_master`): the backend evaluates members *on top
+    of* the master loaded in the model (low-rank, adapters), so whoever changes the master
+    must `load_master` it again; backends that rebuild every member's weights from the
+    master say False.
     """
 
     keeps_master: bool

@@ -151,10 +151,10 @@ class VLLMBackend:
             self._master = adapter_for_shapes(shapes, kind.adapter, adapter_init)
         else:
             self._master = read_master(self.model_dir)
-        # the model's linears that carry a member term (a frozen-base kind's adapter names none)
+        # the model's linears that carry a member's slot (a frozen-base kind's adapter names none)
         self._linears = {
             n.removesuffix(".weight"): tuple(t.shape) for n, t in self._master.items()
-            if n.endswith(".weight") and kind.row_linear(n.removesuffix(".weight"), tuple(t.shape))
+            if self.keeps_master and n.endswith(".weight") and kind.row_linear(n[:-7], tuple(t.shape))
         }
         if batch_size is not None:  # the HF backend's knob: sequences decoded together
             rows = batch_size * (members_per_forward if self.keeps_master else 1)
