@@ -44,6 +44,16 @@ class Workers(Strict):
         1, ge=1, le=MAX_WORKERS, description="Ray actors, one model replica each (pool: ray)"
     )
     address: str | None = Field(None, description="Ray cluster address; default $RAY_ADDRESS or local")
+    gpus_per_worker: float = Field(
+        1.0, gt=0.0, le=8.0,
+        description="GPUs per Ray actor with device: cuda (1: one model replica per GPU; 0.5: two share one)",
+    )
+
+    @model_validator(mode="after")
+    def _whole_gpus_above_one(self) -> Workers:
+        if self.gpus_per_worker > 1 and not self.gpus_per_worker.is_integer():
+            raise ValueError("workers.gpus_per_worker: above 1 it must be a whole number of GPUs (Ray's rule)")
+        return self
 
 
 class Schedules(Strict):

@@ -85,6 +85,18 @@ class ReplicaActor:
         """The process id (tests SIGKILL it to exercise recovery)."""
         return os.getpid()
 
+    def node(self) -> str:
+        """The Ray node this replica runs on (its answer also says it has been placed)."""
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
+
+    def gpus(self) -> list[str]:
+        """The GPU ids Ray assigned this replica (its CUDA_VISIBLE_DEVICES)."""
+        import ray
+
+        return [str(g) for g in ray.get_gpu_ids()]
+
     def base_fingerprint(self) -> str:
         self._ready()
         return self.replica.base_fingerprint()
