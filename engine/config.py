@@ -19,8 +19,8 @@ from pydantic_core import PydanticCustomError
 from seedledger.engine.config_backends import BACKEND_CAPABILITIES, BACKEND_FORMS
 from seedledger.engine.config_errors import report
 from seedledger.engine.config_kinds import (
-    PERTURBATION_SHORTHANDS,
-    TRAIN_SHORTHANDS,
+    PERTURBATION_SECTIONS,
+    TRAIN_SECTIONS,
     LoraTrain,
     LowRank,
     PerturbationSection,
@@ -153,9 +153,9 @@ class TrainConfig(Strict):
     )
     passk: PassKConfig | None = Field(None, description="pass@k rewards over n samples; none: off")
     perturbation: Annotated[
-        Literal["full"] | PerturbationSection, BeforeValidator(shorthand(PERTURBATION_SHORTHANDS))
+        Literal["full"] | PerturbationSection, BeforeValidator(shorthand(PERTURBATION_SECTIONS))
     ] = Field("full", description="full-rank noise on every parameter, or low-rank on the targeted linears")
-    train: Annotated[Literal["full"] | TrainSection, BeforeValidator(shorthand(TRAIN_SHORTHANDS))] = Field(
+    train: Annotated[Literal["full"] | TrainSection, BeforeValidator(shorthand(TRAIN_SECTIONS))] = Field(
         "full", description="the trained parameters: every weight, or a LoRA adapter on a frozen base"
     )
     base_quantization: Literal["none", "int8"] = Field(

@@ -93,7 +93,6 @@ class LowRank(KindSection):
 # a new kind whose section sits beside the model's weights adds it here.
 PERTURBATION_SECTIONS: tuple[type[KindSection], ...] = (LowRank,)
 PerturbationSection = Union[PERTURBATION_SECTIONS]  # noqa: UP007 (a union built from the tuple)
-PERTURBATION_SHORTHANDS = ("full", *map(word, PERTURBATION_SECTIONS))
 
 
 class LoraTrain(KindSection):
@@ -209,19 +208,23 @@ class QuantCodesTrain(Int8Train):
         return f"int8-codes/fp32-scales/{dtype}-eval"
 
 
-def shorthand(kinds: tuple[str, ...]):
-    """`perturbation: lowrank`, `train: lora` (or `train: quant_scales`) and `--set
-    perturbation.rank=4` / `--set train.rank=8` (which arrive as {name: full, rank: ...})
-    mean the obvious thing: settings given to the plain kind ask for the first other."""
-    plain, other, *more = kinds
+def shorthand(sections: tuple[type[KindSection], ...]):
+    """The key's parser: `perturbation: lowrank`, `train: lora` (or `train: quant_scales`)
+    and `--set perturbation.rank=4` / `--set train.rank=8` (which arrive as {name: full,
+    rank: ...}) mean the obvious thing: settings given to the plain kind ask for the first
+    section. Every section after the first is validated by itself (`_checked`), so its
+    errors are not mixed with another's; the words come from the sections (`word`)."""
+    kinds = ("full", *map(word, sections))
+    plain, other = kinds[:2]
+    own = {word(s): s for s in sections[1:]}
 
     def parse(value: Any) -> Any:
         if isinstance(value, str) and value not in kinds:
             raise ValueError(f"{value!r} is not one of {', '.join(kinds)} or {{kind: {other}, ...}}")
         if isinstance(value, str) and value != plain:
             return {"kind": value}
-        if isinstance(value, dict) and value.get("kind") in more:
-            return _checked(SECTIONS[value["kind"]], value)
+        if isinstance(value, dict) and value.get("kind") in own:
+            return _checked(own[value["kind"]], value)
         if isinstance(value, dict) and "name" in value and "kind" not in value:
             value = {("kind" if k == "name" else k): v for k, v in value.items()}
             if value["kind"] == plain and set(value) - {"kind"}:
@@ -247,8 +250,6 @@ def _checked(section: type[KindSection], value: dict) -> KindSection:
 
 # The sections `train:` accepts besides "full" (the first is what settings given to the
 # plain word ask for): a new trained-parameter kind adds its section here, and its word
-# becomes a shorthand. Kinds after the first are validated by their own section (`shorthand`).
+# becomes a shorthand (`shorthand`).
 TRAIN_SECTIONS: tuple[type[KindSection], ...] = (LoraTrain, QuantScalesTrain, QuantCodesTrain)
 TrainSection = Union[TRAIN_SECTIONS]  # noqa: UP007 (a union built from the tuple)
-TRAIN_SHORTHANDS = ("full", *map(word, TRAIN_SECTIONS))
-SECTIONS: dict[str, type[KindSection]] = {word(s): s for s in TRAIN_SECTIONS[1:]}

@@ -275,3 +275,17 @@ def test_a_config_section_lacking_its_contract_is_refused_when_its_class_is_made
     section = Complete()
     assert section.perturbation_kind() == Vectors() and section.refusal("none", "hf") is None
     assert section.dtype_policy("bfloat16", "none") == "fp32-master/bfloat16-eval"
+
+
+def test_every_kind_section_reloads_from_the_config_a_run_stores():
+    """Resume and fork validate the stored (dumped) config again: every section's word, as
+    a shorthand and as its stored mapping, loads back to the same config."""
+    from seedledger.engine.config import validate
+    from seedledger.engine.config_kinds import PERTURBATION_SECTIONS, TRAIN_SECTIONS, word
+
+    keyed = [("perturbation", s) for s in PERTURBATION_SECTIONS] + [("train", s) for s in TRAIN_SECTIONS]
+    for key, section in keyed:
+        cfg = validate({"model": "tiny", "task": "arithmetic", key: word(section)})
+        assert type(getattr(cfg, key)) is section
+        stored = cfg.model_dump(mode="json")
+        assert validate(stored) == cfg, section.__name__
