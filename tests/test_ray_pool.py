@@ -188,7 +188,9 @@ def test_a_loglik_run_on_two_workers_equals_the_local_pool(cluster, tmp_path):
 HEAD = """
 import sys, ray
 import ray._private.state as state
-ray.init(num_cpus=2, include_dashboard=False, object_store_memory=200 * 2**20,
+# address="local": a new cluster, never the one /tmp/ray/ray_current_cluster names (another
+# test's, e.g. tests/test_ray_cluster.py's, which a plain ray.init() would try to join)
+ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=200 * 2**20,
          logging_level="WARNING")
 print(ray.get_runtime_context().gcs_address, flush=True)
 for line in sys.stdin:  # "jobs": the pids of every driver that joined so far

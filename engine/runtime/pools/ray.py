@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -82,8 +83,8 @@ class RayPool:
         self.model_dir = str(model_dir)
         self.task = load_task(cfg.task, seed=cfg.seed)
         self.replacements: list[dict[str, Any]] = []  # one per dead worker replaced
-        # where each chunk was scored: {"generation", "worker", "node", "members"}
-        self.chunks: list[dict[str, Any]] = []
+        # where the last chunks were scored: {"generation", "worker", "node", "members"}
+        self.chunks: deque[dict[str, Any]] = deque(maxlen=8 * cfg.workers.count)
         self.generation = 0
         self._owns_connection = connect(cfg.workers.address)
         self._actors: list[Any] = []
