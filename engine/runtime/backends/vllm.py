@@ -2,8 +2,9 @@
 
 The engine runs in this process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`, one worker), so the
 fp32 master is handed to the worker by reference and only `(key, sign·σ)` travel per
-member; the worker extension (`vllm_worker.py`) builds `cast(master + sign·σ·eps)` with
-replay's `perturb_` and reloads it (see there for why an in-place write would not work).
+member; the worker extension (`vllm_worker.py`) builds `cast(master + sign·σ·E)` with the
+kind's `member_tensor_` and reloads it (see there for why an in-place write would not work).
+Members take the form `forms.chosen` picks from `BACKEND_FORMS["vllm"]`: own weights, or LoRA slots.
 
 Low-rank runs (`keeps_master`): the master is loaded once per generation and every member
 of a group rides on it as its own LoRA adapter (`vllm_lora`: made from the keys in the
@@ -24,12 +25,8 @@ base, so a run may move between backends. An int8 base is the HF backend's alone
 After every weight load the prefix cache is reset: vLLM keys cached KV blocks by tokens
 (and adapter name), not weights, so a block made under earlier weights would be reused.
 
-Prompts are tokenized here with the model's own chat template, exactly as the HF backend
-does, and completions are decoded here from token ids, so both backends see and return the
-same text for the same tokens. Greedy decoding is the default; seeded sampling gives each
-prompt its own vLLM seed derived from `(seed, prompt index)`, so a prompt's stream does not
-depend on its batch (the stream differs from the HF backend's: seeded sampling is
-reproducible per backend, not across backends).
+Generation (prompts tokenized with the model's chat template, seeded sampling per prompt)
+is `vllm_decode.VLLMDecoding`'s.
 
 Import side effects to know: vLLM's CPU worker binds this process's OpenMP threads to the
 cores of `VLLM_CPU_OMP_THREADS_BIND` and turns `torch.set_num_threads` into a no-op for the
@@ -54,7 +51,7 @@ from seedledger.engine.runtime.backends.base import (
     PopulationOutput,
     evaluate_one_by_one,
 )
-from seedledger.engine.runtime.backends.seeded_sampling import prompt_stream_seed
+from seedledger.engine.runtime.backends.vllm_decode import VLLMDecoding, request_seed
 from seedledger.engine.runtime.backends.vllm_env import (
     cpu_env,
     guard_llvmlite_dunders,
@@ -100,7 +97,7 @@ def read_master(model_dir: Path) -> dict[str, torch.Tensor]:
     return {n: tensors[n].to(torch.float32).contiguous() for n in names}
 
 
-class VLLMBackend:
+class VLLMBackend(VLLMDecoding):
     """One vLLM engine (in-process) evaluated at member weights built from the fp32 master."""
 
     def __init__(
@@ -248,7 +245,7 @@ class VLLMBackend:
         loaded = time.perf_counter()
         entries = [(m, i, s) for m in range(len(population))
                    for i in range(len(prompts)) for s in range(samples)]
-        streams = [_stream(population.seeds[m], i, s) for m, i, s in entries]
+        streams = [request_seed(population.seeds[m], i, s) for m, i, s in entries]
         texts = self._generate_rows(
             [i for _, i, _ in entries], prompts, streams, max_new_tokens,
             adapters=[adapters[m] for m, _, _ in entries],
@@ -297,84 +294,3 @@ class VLLMBackend:
             self._register([lora_id], [None], [member_scale(1, 0.0)])
             self._served = LoRARequest(f"seedledger-master-{lora_id}", lora_id, NO_PATH)
         return self._served
-
-    # ------------------------------------------------------------------ generation
-
-    def _token_prompts(self, prompts: list[Messages]) -> list[dict[str, list[int]]]:
-        out = []
-        for messages in prompts:
-            text = self.tokenizer.apply_chat_template(
-                messages, tokenize=False, add_generation_prompt=True
-            )
-            ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
-            out.append({"prompt_token_ids": list(ids)})
-        return out
-
-    def generate(
-        self,
-        prompts: list[Messages],
-        max_new_tokens: int,
-        seed: int | None = None,
-        *,
-        temperature: float | None = None,
-        top_p: float | None = None,
-        samples: int = 1,
-    ) -> list[str]:
-        """Completions for chat prompts, in order; greedy unless temperature > 0 (needs seed).
-
-        `samples` > 1: that many completions per prompt, prompt-major, one request each;
-        sample s of prompt i is seeded by `(seed, i, s)`, and sample 0 by `(seed, i)` as
-        with one sample, so `samples=1` is plain seeded sampling."""
-        if samples < 1:
-            raise ValueError(f"samples must be >= 1, not {samples}")
-        entries = [(i, s) for i in range(len(prompts)) for s in range(samples)]
-        streams = [_stream(seed, i, s) for i, s in entries]
-        served = self._master_adapter()
-        return self._generate_rows(
-            [i for i, _ in entries], prompts, streams, max_new_tokens,
-            temperature=temperature, top_p=top_p,
-            adapters=None if served is None else [served] * len(entries),
-        )
-
-    def _generate_rows(
-        self,
-        rows: list[int],
-        prompts: list[Messages],
-        streams: list[int | None],
-        max_new_tokens: int,
-        *,
-        temperature: float | None = None,
-        top_p: float | None = None,
-        adapters: list[Any] | None = None,
-    ) -> list[str]:
-        """One `llm.generate` over the rows (indices into `prompts`), each with its own
-        stream seed (None: greedy is required) and LoRA request (None: the master)."""
-        from vllm import SamplingParams
-
-        temperature = self.temperature if temperature is None else temperature
-        top_p = self.top_p if top_p is None else top_p
-        if temperature > 0.0 and any(s is None for s in streams):
-            raise ValueError("sampling (temperature > 0) needs a seed to stay deterministic")
-        params = [
-            SamplingParams(
-                max_tokens=max_new_tokens,
-                temperature=temperature,
-                top_p=top_p if temperature > 0.0 else 1.0,
-                seed=stream,
-                detokenize=False,
-            )
-            for stream in streams
-        ]
-        tokens = self._token_prompts(prompts)
-        outputs = self.llm.generate(
-            [tokens[i] for i in rows], params, use_tqdm=False, lora_request=adapters
-        )
-        return [
-            self.tokenizer.decode(o.outputs[0].token_ids, skip_special_tokens=True)
-            for o in outputs
-        ]
-
-
-def _stream(seed: int | None, index: int, sample: int) -> int | None:
-    """vLLM's per-request seed for sample `sample` of prompt `index` (None: greedy)."""
-    return None if seed is None else prompt_stream_seed(seed, index, sample)

@@ -2,12 +2,13 @@
 
 vLLM loads this class into its worker (`worker_extension_cls`), so these methods run next
 to the model and are reached through `LLM.collective_rpc` with a key, a sign·σ scale and
-the fp32 master (by reference: the engine runs in-process); the perturbed weights are built here
-with replay's `perturb_`, never by subtracting noise. Low-rank members become LoRA
-adapters made here from their keys (`vllm_lora`), on top of the master loaded once. A
-LoRA run's master adapter is handed over once per `load_master` and kept here (a copy:
-the evaluator updates its master in place); its members' adapters are then made here
-from their keys and signs·σ alone, on top of the frozen base the engine loaded.
+the fp32 master (by reference: the engine runs in-process); the perturbed weights are built
+here by the kind's `member_tensor_` (noise on the tensors it trains), never by subtracting
+noise. Low-rank members become LoRA adapters made here from their keys (`vllm_lora`), on
+top of the master loaded once. A LoRA run's master adapter is handed over once per
+`load_master` and kept here (a copy: the evaluator updates its master in place); its
+members' adapters are then made here from their keys and signs·σ alone, on top of the
+frozen base the engine loaded.
 
 Why `reload_weights` and not an in-place write: on CPU vLLM repacks every linear weight
 into a kernel layout at load time (oneDNN / sgl handles) and empties the parameter, so
