@@ -289,3 +289,11 @@ def test_every_kind_section_reloads_from_the_config_a_run_stores():
         assert type(getattr(cfg, key)) is section
         stored = cfg.model_dump(mode="json")
         assert validate(stored) == cfg, section.__name__
+
+
+def test_a_kind_without_its_label_is_refused_when_its_class_is_made():
+    from seedledger.replay.kinds import PerturbationKind
+
+    with pytest.raises(TypeError, match=r"^kind Nameless lacks label \(a class attribute every kind declares\)$"):
+        class Nameless(PerturbationKind):
+            name, known_specs = "nameless", ()

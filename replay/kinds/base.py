@@ -58,9 +58,13 @@ class PerturbationKind(ABC):
     carried: ClassVar[tuple[str, ...]] = ()  # replay-state buffers kept across rule changes (quant_codes' residual)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
-        """A kind lacking a method one of its member forms needs is refused when its class
-        is made (import), naming both, never when a backend first builds a member."""
+        """A kind lacking its names, or a method one of its member forms needs, is refused
+        when its class is made (import), naming what it lacks, never when a backend first
+        builds a member or a message first names it."""
         super().__init_subclass__(**kwargs)
+        unnamed = [a for a in ("name", "label", "known_specs") if not hasattr(cls, a)]
+        if unnamed:
+            raise TypeError(f"kind {cls.__name__} lacks {unnamed[0]} (a class attribute every kind declares)")
         missing = [(form, m) for form in cls.forms for m in NEEDS[form] if not hasattr(cls, m)]
         if missing:
             form, method = missing[0]

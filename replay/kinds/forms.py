@@ -1,10 +1,10 @@
 """Member forms: the shape a kind's members take when a backend evaluates them.
 
 A kind declares the forms its members can take (``PerturbationKind.forms``), a backend the
-forms it consumes, in its order of preference; the pair is allowed iff the two meet
-(``common``), checked when the config is validated, before a run exists. The backend then
-builds members in the first form it prefers that the kind has, with the kind's method for
-that form, and never asks which kind it holds.
+forms it consumes, in its order of preference (``engine.config_backends.BACKEND_FORMS``);
+the pair is allowed iff the two meet (``common``), checked when the config is validated,
+before a run exists. The backend then builds members in the first form it prefers that the
+kind has, with the kind's methods for that form, and never asks which kind it holds.
 """
 
 from __future__ import annotations
