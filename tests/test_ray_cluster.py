@@ -75,6 +75,12 @@ def _local(tmp_path, overrides: list[str], generations: int):
     return _history(str(tmp_path / "local" / "ledger.db"))
 
 
+@pytest.fixture(scope="module")
+def undisturbed(tmp_path_factory):
+    """The local pool's 3 generations of the plain config: what the fault tests must reach."""
+    return _local(tmp_path_factory.mktemp("undisturbed"), [], 3)
+
+
 VARIANTS = {
     "full": [],
     "lowrank": ["perturbation={kind: lowrank, rank: 1}", "population=6", "members_per_forward=2"],
@@ -114,7 +120,7 @@ def test_algorithms_with_member_terms_are_refused_on_ray_in_one_line(algorithm, 
 
 
 def test_a_node_lost_mid_generation_changes_nothing_and_a_joining_node_takes_work(
-    cluster, pg_url, tmp_path, monkeypatch
+    cluster, undisturbed, pg_url, monkeypatch
 ):
     """Worker 1 (alone on its node) blocks in generation 2 (the stall hook); when worker 0's
     first result of generation 2 arrives, worker 1's whole node is killed and a third node
@@ -125,7 +131,7 @@ def test_a_node_lost_mid_generation_changes_nothing_and_a_joining_node_takes_wor
     from seedledger.engine.runtime.hooks import Hooks
 
     nodes, root = cluster
-    reference = _local(tmp_path, [], 3)
+    reference = undisturbed
     pools, state = [], {"generation": 0, "killed": None, "joined": None, "committed": None}
     make_pool = session.make_pool
     monkeypatch.setattr(session, "make_pool", lambda cfg, d: pools.append(make_pool(cfg, d)) or pools[-1])
@@ -171,11 +177,11 @@ def test_a_node_lost_mid_generation_changes_nothing_and_a_joining_node_takes_wor
         assert [e.payload for e in events] == pool.replacements
 
 
-def test_a_driver_killed_mid_generation_is_resumed_from_another_process(cluster, pg_url, tmp_path):
+def test_a_driver_killed_mid_generation_is_resumed_from_another_process(cluster, undisturbed, pg_url, tmp_path):
     """The console script, SIGKILLed after its first scored member of generation 2 (its
     actors die with it), keeps generation 1; `resume` in another process joins the same
     cluster and reaches the undisturbed run's bits."""
-    reference = _local(tmp_path, [], 3)
+    reference = undisturbed
     env = {**os.environ, **_env(cluster, pg_url), "SEEDLEDGER_FAILPOINT": "member@2"}
     started = time.monotonic()
     proc = subprocess.run([*script(), *_train_args(RAY, 3)], cwd=tmp_path, env=env,
