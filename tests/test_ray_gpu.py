@@ -46,7 +46,8 @@ def test_each_worker_gets_its_gpus_and_the_run_equals_the_local_pool(tmp_path, m
         return pool
 
     monkeypatch.setattr(session, "make_pool", recording)
-    ray.init(address="local", num_cpus=2, num_gpus=gpus, include_dashboard=False, logging_level=logging.WARNING)
+    ray.init(address="local", num_cpus=max(2, count), num_gpus=gpus, include_dashboard=False,
+             logging_level=logging.WARNING)
     try:
         assert _train(tmp_path / "ray", ["workers.pool=ray", f"workers.count={count}",
                                          f"workers.gpus_per_worker={share}"]) == local

@@ -266,7 +266,7 @@ def _train_on_ray(location: str, todo: list[tuple[str, int]], address: str | Non
                   study: str) -> None:
     """A round's members as Ray tasks; each session builds its own (Ray) pool, whose actors
     hold the CPUs, so the tasks ask for none. Each records `study` (the config) among its inputs."""
-    from seedledger.engine.runtime.pools.ray import FEATURE, connect, get
+    from seedledger.engine.runtime.pools.ray_setup import FEATURE, connect, get
 
     ray = require("ray", FEATURE)
 
