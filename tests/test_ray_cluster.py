@@ -177,6 +177,44 @@ def test_a_node_lost_mid_generation_changes_nothing_and_a_joining_node_takes_wor
         assert [e.payload for e in events] == pool.replacements
 
 
+def test_with_every_worker_node_lost_the_generation_waits_for_a_node_and_completes(
+    cluster, undisturbed, pg_url, monkeypatch
+):
+    """Every worker node is killed in generation 2 (worker 1 stalled, worker 0 done with
+    its chunk) and one two-CPU node joins: the pool has no worker left, waits for Ray to
+    place the replacements there, rebuilds them from the ledger and finishes the run with
+    the undisturbed fingerprints."""
+    from seedledger.engine.runtime import session
+    from seedledger.engine.runtime.hooks import Hooks
+
+    nodes, root = cluster
+    pools, state = [], {"generation": 0, "joined": None}
+    make_pool = session.make_pool
+    monkeypatch.setattr(session, "make_pool", lambda cfg, d: pools.append(make_pool(cfg, d)) or pools[-1])
+    for key, value in _env(cluster, pg_url).items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("SEEDLEDGER_RAY_STALL", "1@2")
+
+    def on_generation_start(generation: int, members: int) -> None:
+        state["generation"] = generation
+
+    def on_member(result) -> None:
+        if state["generation"] == 2 and state["joined"] is None:
+            for node in list(nodes.worker_nodes):
+                nodes.remove_node(node, allow_graceful=False)
+            state["joined"] = nodes.add_node(
+                num_cpus=2, resources={"node_d": 1}, temp_dir=f"{root}/node_d", **NODE).node_id
+
+    with Ledger.open(pg_url) as led:
+        session.start(led, None, "r", TINY + RAY, 3, Hooks(on_generation_start=on_generation_start,
+                                                          on_member=on_member))
+    pool = pools[0]
+    assert {r["worker"] for r in pool.replacements} == {0, 1}
+    gen3 = [c["node"] for c in pool.chunks if c["generation"] == 3]
+    assert gen3 and set(gen3) == {state["joined"]}
+    assert _history(pg_url) == undisturbed
+
+
 def test_a_driver_killed_mid_generation_is_resumed_from_another_process(cluster, undisturbed, pg_url, tmp_path):
     """The console script, SIGKILLed after its first scored member of generation 2 (its
     actors die with it), keeps generation 1; `resume` in another process joins the same
