@@ -8,7 +8,7 @@ temp dir, one CPU and a resource naming it. Killing a node kills its raylet and 
 worker on it, as a lost machine would. The ledger is PostgreSQL (the suite's throw-away
 server), which every node's workers open themselves; the driver is the CLI (in process,
 or the console script where the process boundary is tested) joining through
-RAY_ADDRESS, except in the node-loss test, which drives `session.start` to kill the node
+RAY_ADDRESS, except in the node-loss tests, which drive `session.start` to kill nodes
 from a hook at a known point.
 """
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -51,6 +52,7 @@ def cluster():
     cluster.wait_for_nodes()
     yield cluster, root
     cluster.shutdown()
+    shutil.rmtree(root, ignore_errors=True)  # the nodes' session logs and sockets
 
 
 def _env(cluster, pg_url: str) -> dict[str, str]:
@@ -81,8 +83,8 @@ def undisturbed(tmp_path_factory):
     return _local(tmp_path_factory.mktemp("undisturbed"), [], 3)
 
 
+# Full rank is the fault tests' config: each of them ends on the local pool's bits.
 VARIANTS = {
-    "full": [],
     "lowrank": ["perturbation={kind: lowrank, rank: 1}", "population=6", "members_per_forward=2"],
     "lora": ["train={kind: lora, rank: 4, target_modules: [q_proj, v_proj, down_proj]}",
              "members_per_forward=2", "max_new_tokens=6", "task.rewards=[task, {fn: length, limit: 30}]"],
