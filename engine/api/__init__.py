@@ -11,17 +11,22 @@ raises `SeedLedgerError` with a one-line message; nothing already committed is l
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, nullcontext
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from seedledger.engine.api.ledger import (
+    DEFAULT_LEDGER,
+    LedgerArg,
+    ledger_for_call,
+    open_ledger,
+)
+from seedledger.engine.api.models import rebuild, rebuild_model, rebuild_to
 from seedledger.ledger import GenerationRecord, Ledger, RunInfo
 from seedledger.ledger.seedformat import IMPORT_MAX_MEMBERS
 
 if TYPE_CHECKING:
     import pandas
-    import torch
 
     from seedledger.engine.rebuild.attribute import Attribution
     from seedledger.engine.runtime.evaluation import EvaluationResult
@@ -32,40 +37,8 @@ __all__ = [
     "DEFAULT_LEDGER", "attribute", "evaluate", "export", "fork", "history", "history_frame", "import_seeds",
     "open_ledger", "rebuild", "rebuild_model", "rebuild_to", "resume", "train", "verify",
 ]
-
-DEFAULT_LEDGER = "seedledger.db"
-
-LedgerArg = Ledger | str | os.PathLike[str] | None
 # ledger_for_call, with_final_run and progress_hooks: public (not in __all__) for the engine's
 # other Python entry points (engine.evolve), which open, report and print as these do.
-
-
-def open_ledger(location: str | os.PathLike[str] | None = None, *, create: bool = False,
-                upgrade: bool = True) -> Ledger:
-    """Open a ledger (a SQLite path or a SQLAlchemy URL; None: `$SEEDLEDGER_DB`, else
-    `./seedledger.db`). Use it as a context manager, which closes it. A missing SQLite file
-    is an error unless `create`, so a mistyped path is reported, not made into an empty
-    ledger; an older schema is upgraded (after a backup) unless `upgrade=False`."""
-    return Ledger.open(_location(location), upgrade=upgrade, create=create)
-
-
-def _location(location: str | os.PathLike[str] | None) -> str:
-    return os.fspath(location) if location is not None else os.environ.get("SEEDLEDGER_DB") or DEFAULT_LEDGER
-
-
-@contextmanager
-def ledger_for_call(ledger: LedgerArg, create: bool = False) -> Iterator[Ledger]:
-    """`ledger` itself when it is open (the caller closes it), else opened for this call;
-    a SQLite file this call creates is removed again if the call fails before any run
-    exists in it (engine.runtime.fresh_ledger)."""
-    if isinstance(ledger, Ledger):
-        yield ledger
-        return
-    from seedledger.engine.runtime.fresh_ledger import removed_if_unused
-
-    where = _location(ledger)
-    with removed_if_unused(where) if create else nullcontext(), open_ledger(where, create=create) as led:
-        yield led
 
 
 def with_final_run(ledger: Ledger, result: SessionResult) -> SessionResult:
@@ -231,79 +204,6 @@ def history_frame(run: str, *, ledger: LedgerArg = None) -> pandas.DataFrame:
     flat = [{**{k: v for k, v in r.items() if k != "timings"},
              **{f"time_{k}": v for k, v in (r["timings"] or {}).items()}} for r in rows]
     return pandas.DataFrame(flat).set_index("generation") if flat else pandas.DataFrame()
-
-
-def _master(source: str | os.PathLike[str], ledger: LedgerArg, base: str | None, device: str,
-            verify: str, allow_unverified: bool):
-    from seedledger.engine.rebuild import rebuilding
-
-    where = ledger if isinstance(ledger, Ledger) else _location(ledger)
-    return rebuilding.source_master(source, where, base, device, verify=verify, allow_unverified=allow_unverified)
-
-
-def rebuild(
-    source: str | os.PathLike[str],
-    *,
-    ledger: LedgerArg = None,
-    base: str | None = None,
-    device: str = "cpu",
-    verify: str = "end",
-    allow_unverified: bool = False,
-) -> dict[str, torch.Tensor]:
-    """The fp32 master weights at `source` in memory, by parameter name: the base model
-    plus the replay of the history (for a LoRA run, the adapter's weights; for an ESSA run
-    its trained form, `.essa.s` with the fixed `.essa.U`/`.essa.Vt`, which
-    `replay.adapter.peft_adapter` expands to lora_A/lora_B). `source` is
-    RUN, RUN@G or RUN@G#M (the weights member M was evaluated with) in the ledger, or a
-    seed file (a `Path`, or a string naming a file and no run of the ledger).
-    `verify` checks the fingerprint of the last ("end") or every ("every") generation;
-    `base` replaces the recorded base model (same weights, other place)."""
-    return _master(source, ledger, base, device, verify, allow_unverified)[1]
-
-
-def rebuild_model(
-    source: str | os.PathLike[str],
-    *,
-    ledger: LedgerArg = None,
-    base: str | None = None,
-    device: str = "cpu",
-    verify: str = "end",
-    allow_unverified: bool = False,
-) -> tuple[Any, Any]:
-    """(transformers model, tokenizer) at `source` (as in `rebuild`), in the base model's
-    dtype, ready for `model.generate`; a LoRA run's adapter comes merged into its base."""
-    from transformers import AutoTokenizer
-
-    from seedledger.engine.rebuild.rebuilding import merged_weights, model_from_master
-
-    start, master, _, _ = _master(source, ledger, base, device, verify, allow_unverified)
-    model = model_from_master(start.model_dir, merged_weights(start, master)).to(device)
-    return model.eval(), AutoTokenizer.from_pretrained(start.model_dir)
-
-
-def rebuild_to(
-    source: str | os.PathLike[str],
-    directory: str | os.PathLike[str],
-    *,
-    ledger: LedgerArg = None,
-    base: str | None = None,
-    device: str = "cpu",
-    verify: str = "end",
-    force: bool = False,
-    allow_unverified: bool = False,
-    upgrade: bool = True,
-    merge: bool = False,
-) -> dict[str, Any]:
-    """Write the model at `source` (RUN, RUN@G, RUN@G#M or a seed file) as a Hugging Face directory
-    that transformers and vLLM load (`seedledger rebuild -o`), atomically; returns the
-    report (run, generation, fingerprint, output, verified). A directory that is neither
-    empty nor an earlier rebuild's output is refused unless `force`. A LoRA run gives a
-    PEFT adapter directory, or with `merge` the base with the adapter merged in."""
-    from seedledger.engine.rebuild import rebuilding
-
-    where = ledger if isinstance(ledger, Ledger) else _location(ledger)
-    return rebuilding.rebuild_source(where, source, Path(directory), base, device, verify=verify, force=force,
-                                     upgrade=upgrade, allow_unverified=allow_unverified, merge=merge)
 
 
 def verify(ref: str, *, ledger: LedgerArg = None, device: str = "cpu", quick: bool = False) -> dict[str, Any]:
