@@ -46,26 +46,26 @@ def _record(index: int, extra: dict, rewards: list[float]) -> GenerationRecord:
 def test_state_is_a_function_of_the_last_record_and_restarts_on_new_base_values():
     cfg = validate({"population": 4, "adaptation": ADAPT})
     policy = make_policy(cfg)
-    policy.restore([])
-    lr, sigma, extra = policy.hyperparameters(1)
+    state = policy.restore([])
+    lr, sigma, extra = policy.hyperparameters(state, 1)
     assert (lr, sigma) == (cfg.lr, round_coefficient(cfg.sigma))
     assert extra["adaptation"]["base"] == {"lr": cfg.lr, "sigma": cfg.sigma}
     history = []
     for g in range(1, 5):
-        lr, sigma, extra = policy.hyperparameters(g)
+        lr, sigma, extra = policy.hyperparameters(state, g)
         history.append(_record(g, extra, [0.3, -0.3, 0.1, 0.05]))
-        policy.observe(history[-1])
+        state = policy.observe(state, history[-1])
     fresh = make_policy(cfg)
-    fresh.restore(history)  # what resume does
-    assert fresh.hyperparameters(5) == policy.hyperparameters(5)
-    lr5, sigma5, state = policy.hyperparameters(5)
+    restored = fresh.restore(history)  # what resume does
+    assert restored == state and fresh.hyperparameters(restored, 5) == policy.hyperparameters(state, 5)
+    lr5, sigma5, _ = policy.hyperparameters(state, 5)
     assert sigma5 > cfg.sigma and lr5 / sigma5 == pytest.approx(cfg.lr / cfg.sigma, rel=1e-3)
     forked = make_policy(cfg.model_copy(update={"sigma": 2e-3}))
-    forked.restore(history)  # a fork with another σ adapts afresh from its own value
-    assert forked.hyperparameters(5)[1] == round_coefficient(2e-3)
+    # a fork with another σ adapts afresh from its own value
+    assert forked.hyperparameters(forked.restore(history), 5)[1] == round_coefficient(2e-3)
     plain = Hyperparameters(cfg.lr, cfg.sigma, cfg.schedule, cfg.generations)
-    plain.restore(history)
-    assert plain.at(5) == (cfg.lr, round_coefficient(cfg.sigma), {})  # no adaptation: nothing recorded
+    # no adaptation: nothing recorded; the schedule's σ is unrounded (the policy rounds it, once)
+    assert plain.at(plain.observe(plain.start(), history[-1]), 5) == (cfg.lr, cfg.sigma, {})
 
 
 def test_config_refuses_sigma_adaptation_without_pairs():

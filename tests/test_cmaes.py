@@ -9,20 +9,15 @@ import numpy as np
 import pytest
 from cmaes import SepCMA
 
+from seedledger.engine.config import Schedules
 from seedledger.ledger import Ledger
 from seedledger.replay.noise import round_coefficient
+from seedledger.trainers.adaptation import Hyperparameters
 from seedledger.trainers.cmaes import CMAES, CMAESSpec, ranking, recombination_weights
 from seedledger.trainers.member import Member
 from seedledger.trainers.optim import OptimizerSpec
+from seedledger.trainers.policy_base import State
 from tests.test_ga import _cli, _config, _fingerprints
-
-
-class _Hyper:
-    def __init__(self, sigma):
-        self.sigma = sigma
-
-    def at(self, generation):
-        return 1.0, self.sigma, {}
 
 
 @pytest.mark.parametrize("mirrored", [False, True])
@@ -31,13 +26,14 @@ def test_mean_update_matches_sepcma_on_identical_samples(mirrored):
     d, lam, sigma = 50, 8, round_coefficient(0.3)
     mean = rng.normal(size=d)
     keys = rng.normal(size=(lam // 2 if mirrored else lam, d))  # stand-ins for ε(key)
-    policy = CMAES(lam, CMAESSpec(), mirrored=mirrored, hyperparameters=_Hyper(sigma))
-    members = policy.ask(run_key=1, generation=1)
+    policy = CMAES(lam, CMAESSpec(), mirrored=mirrored, hyperparameters=Hyperparameters(1.0, sigma, Schedules(), 1))
+    state = policy.start()
+    _, s, _ = policy.hyperparameters(state, 1)
+    members, state = policy.ask(state, run_key=1, generation=1, sigma=s)
     z = np.array([m.sign * keys[m.index // 2 if mirrored else m.index] for m in members])
     rewards = [float(-np.sum((mean + sigma * zi) ** 2)) for zi in z]
     rewards[3] = rewards[5]  # a tie: broken by member index, as SepCMA's stable sort does
-    _, s, _ = policy.hyperparameters(1)
-    coefs = policy.tell(members, rewards, lr=1.0, optimizer=OptimizerSpec()).coefficients
+    coefs = policy.tell(state, members, rewards, lr=1.0, sigma=s, optimizer=OptimizerSpec()).coefficients
     ours = mean.copy()
     for m, c in zip(members, coefs, strict=True):
         ours += c * keys[m.index // 2 if mirrored else m.index]
@@ -64,7 +60,8 @@ def test_at_adapter_scale_sepcma_leaves_sigma_and_diagonal_alone():
 
 def test_ranking_breaks_ties_by_index():
     assert ranking([1.0, 2.0, 2.0, 0.0]) == [1, 2, 0, 3]
-    assert CMAES(4, CMAESSpec()).ask(5, 1) == [Member(i, CMAES(4, CMAESSpec()).ask(5, 1)[i].key, 1) for i in range(4)]
+    members, _ = CMAES(4, CMAESSpec()).ask(State(), 5, 1, sigma=0.5)
+    assert members == [Member(i, members[i].key, 1) for i in range(4)]
 
 
 @pytest.fixture(scope="module")

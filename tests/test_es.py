@@ -10,24 +10,31 @@ from seedledger.replay.noise import member_key, round_coefficient
 from seedledger.trainers.es import ES, centered_ranks, zscore
 from seedledger.trainers.optim import OptimizerSpec
 from seedledger.trainers.policy import Policy, make_policy
+from seedledger.trainers.policy_base import State
 
 SGD, MOMENTUM, ADAM = OptimizerSpec(), OptimizerSpec(name="momentum"), OptimizerSpec(name="adam")
+NONE, SIGMA = State(), 1e-3  # an ES without a schedule carries nothing; only `difference` reads σ
+
+
+def asked(policy, run_key: int, generation: int) -> list:
+    """The members `policy` asks for at a fresh State."""
+    return policy.ask(policy.start(), run_key, generation, sigma=SIGMA)[0]
 
 
 def test_ask_is_deterministic_and_mirrored_pairs_share_a_key():
     es = ES(8, mirrored=True)
-    a, b = es.ask(123, 5), es.ask(123, 5)
+    a, b = asked(es, 123, 5), asked(es, 123, 5)
     assert a == b
     assert [m.sign for m in a] == [1, -1] * 4
     assert all(a[i].key == a[i + 1].key for i in range(0, 8, 2))
     assert len({m.key for m in a}) == 4
     assert a[0].key == member_key(123, 5, 0)
-    assert es.ask(123, 6)[0].key != a[0].key
-    assert es.ask(124, 5)[0].key != a[0].key
+    assert asked(es, 123, 6)[0].key != a[0].key
+    assert asked(es, 124, 5)[0].key != a[0].key
 
 
 def test_unmirrored_members_have_distinct_keys():
-    members = ES(6, mirrored=False).ask(7, 1)
+    members = asked(ES(6, mirrored=False), 7, 1)
     assert len({m.key for m in members}) == 6
     assert all(m.sign == 1 for m in members)
 
@@ -48,8 +55,8 @@ def test_zscore_and_ranks():
 
 def test_tell_rounds_every_coefficient_and_folds_pairs():
     es = ES(4, mirrored=True)
-    members = es.ask(1, 1)
-    coeffs = es.tell(members, [1.0, 0.0, 0.2, 0.7], lr=5e-4, optimizer=SGD).coefficients
+    members = asked(es, 1, 1)
+    coeffs = es.tell(NONE, members, [1.0, 0.0, 0.2, 0.7], lr=5e-4, sigma=SIGMA, optimizer=SGD).coefficients
     z = zscore([1.0, 0.0, 0.2, 0.7])
     assert coeffs[1] == 0.0 and coeffs[3] == 0.0
     assert coeffs[0] == round_coefficient(5e-4 / 4 * (z[0] - z[1]))
@@ -62,26 +69,26 @@ def test_tell_rounds_every_coefficient_and_folds_pairs():
 
 def test_tell_without_signal_gives_a_zero_update():
     es = ES(6, mirrored=False)
-    assert es.tell(es.ask(3, 2), [0.25] * 6, lr=1.0, optimizer=SGD).coefficients == [0.0] * 6
+    assert es.tell(NONE, asked(es, 3, 2), [0.25] * 6, lr=1.0, sigma=SIGMA, optimizer=SGD).coefficients == [0.0] * 6
 
 
 def test_tell_checks_lengths():
     es = ES(2, mirrored=False)
     with pytest.raises(ValueError):
-        es.tell(es.ask(1, 1), [1.0], lr=1.0, optimizer=SGD)
+        es.tell(NONE, asked(es, 1, 1), [1.0], lr=1.0, sigma=SIGMA, optimizer=SGD)
 
 
 def test_sgd_folds_the_learning_rate_and_momentum_and_adam_do_not():
     """SGD's coefficients are α·z/N (θ += Σ cε); momentum's and Adam's are z/N (the rule
     applies α). The scale is the policy's business, not the loop's."""
     es = ES(6, mirrored=False)
-    members, rewards = es.ask(5, 3), [0.1, 0.9, 0.4, 0.3, 0.8, 0.0]
+    members, rewards = asked(es, 5, 3), [0.1, 0.9, 0.4, 0.3, 0.8, 0.0]
     z = zscore(rewards)
-    assert es.tell(members, rewards, lr=0.25, optimizer=SGD).coefficients == [
+    assert es.tell(NONE, members, rewards, lr=0.25, sigma=SIGMA, optimizer=SGD).coefficients == [
         round_coefficient(0.25 / 6 * zi) for zi in z
     ]
     for rule in (MOMENTUM, ADAM):
-        assert es.tell(members, rewards, lr=0.25, optimizer=rule).coefficients == [
+        assert es.tell(NONE, members, rewards, lr=0.25, sigma=SIGMA, optimizer=rule).coefficients == [
             round_coefficient(1.0 / 6 * zi) for zi in z
         ]
 
@@ -94,7 +101,7 @@ def test_make_policy_builds_es_from_the_config():
     policy = make_policy(cfg(shaping="centered_rank"))
     assert isinstance(policy, ES) and isinstance(policy, Policy)
     assert (policy.population, policy.mirrored, policy.shaping) == (4, True, "centered_rank")
-    assert policy.ask(9, 2) == ES(4).ask(9, 2)
+    assert asked(policy, 9, 2) == asked(ES(4), 9, 2)
     assert isinstance(make_policy(cfg(algorithm="es")), ES)
 
 

@@ -11,9 +11,11 @@ import numpy as np
 import pytest
 import yaml
 
+from seedledger.engine.config import Schedules
 from seedledger.ledger import Ledger
 from seedledger.ledger.errors import SeedLedgerError
-from seedledger.trainers.ga import GA, GASpec, Sharing, select, shared_fitness, species
+from seedledger.trainers.adaptation import Hyperparameters
+from seedledger.trainers.ga import GA, GASpec, GAState, Sharing, select, shared_fitness, species
 from seedledger.trainers.member import Member
 from seedledger.trainers.optim import OptimizerSpec
 from tests.support.runs import cli as _cli
@@ -76,11 +78,9 @@ def test_ga_on_a_toy_objective_improves():
     d, sigma = 20, 0.25
     target = np.linspace(-1, 1, d)
 
-    class Hyper:
-        def at(self, g):
-            return 1.0, sigma, {}
-
-    ga = GA(8, GASpec(parents=2, crossover=0.5, sharing=Sharing(radius=0.5)), hyperparameters=Hyper())
+    ga = GA(8, GASpec(parents=2, crossover=0.5, sharing=Sharing(radius=0.5)),
+            hyperparameters=Hyperparameters(1.0, sigma, Schedules(), 60))
+    state = ga.start()
     master = np.zeros(d)
 
     def eps(key):
@@ -91,21 +91,21 @@ def test_ga_on_a_toy_objective_improves():
 
     start = loss(master)
     for g in range(1, 61):
-        _, s, _ = ga.hyperparameters(g)
-        members = ga.ask(run_key=11, generation=g)
+        _, s, _ = ga.hyperparameters(state, g)
+        members, state = ga.ask(state, run_key=11, generation=g, sigma=s)
         genomes = [master + s * m.sign * eps(m.key) for m in members]
         per_sample = [list(-((x - target) ** 2)) for x in genomes]
         rewards = [float(np.sum(v)) for v in per_sample]
-        coefs = ga.tell(members, rewards, lr=1.0, optimizer=OptimizerSpec(), sample_rewards=per_sample).coefficients
+        told = ga.tell(state, members, rewards, lr=1.0, sigma=s, optimizer=OptimizerSpec(), sample_rewards=per_sample)
+        coefs = told.coefficients
         master = master + sum(c * eps(m.key) for m, c in zip(members, coefs, strict=True))
     assert loss(master) < 0.2 * start
 
 
 def test_elite_is_member_zero_with_sign_zero():
-    ga = GA(4, GASpec())
-    members = ga.ask(run_key=3, generation=2)
+    members, _ = GA(4, GASpec()).ask(GAState(), run_key=3, generation=2, sigma=0.5)
     assert [m.sign for m in members] == [0, 1, 1, 1]
-    assert GA(4, GASpec(elitism=False)).ask(3, 2)[0] == Member(0, members[0].key, 1)
+    assert GA(4, GASpec(elitism=False)).ask(GAState(), 3, 2, sigma=0.5)[0][0] == Member(0, members[0].key, 1)
 
 
 def test_config_refuses_what_a_ga_cannot_do(tmp_path):

@@ -17,7 +17,7 @@ import pytest
 import torch
 import yaml
 
-from seedledger.engine.config import validate
+from seedledger.engine.config import Schedules, validate
 from seedledger.engine.rebuild.rebuilding import load_start, ref_master
 from seedledger.engine.runtime import session
 from seedledger.ledger import Ledger, ReplayStep
@@ -28,7 +28,8 @@ from seedledger.replay.fingerprint import fingerprint
 from seedledger.replay.noise import member_key, round_coefficient
 from seedledger.replay.rebuild import apply_member, rebuild
 from seedledger.replay.update import OptimizerState, apply_step
-from seedledger.trainers.ga import BREEDING_SLOT, GA, GASpec, Sharing, breed
+from seedledger.trainers.adaptation import Hyperparameters
+from seedledger.trainers.ga import BREEDING_SLOT, GA, GASpec, GAState, Sharing, breed
 from seedledger.trainers.optim import OptimizerSpec
 from tests.support.runs import cli, fingerprints
 
@@ -54,15 +55,15 @@ def test_breeding_is_a_pure_function_of_the_key():
 def test_members_are_elites_then_children_along_the_offsets():
     spec = GASpec(survivors=3)
     ga = GA(6, spec)
-    ga._kept = 3  # as `observe` leaves it after a generation that kept three survivors
-    members = ga.ask(run_key=3, generation=2)
+    kept = GAState(kept=3)  # as `observe` leaves it after a generation that kept three survivors
+    members, _ = ga.ask(kept, run_key=3, generation=2, sigma=0.5)
     assert [m.sign for m in members] == [0, 0, 0, 1, 1, 1]
     assert [m.paths for m in members[:3]] == [(0.0, 0.0), (1.0, 0.0), (0.0, 1.0)]
     key = member_key(3, 2, BREEDING_SLOT)
     for m in members[3:]:  # survivor 0 is the master: no offset; survivor k is offset k − 1
         bred = breed(key, m.index, 3, spec.crossover)
         assert m.paths == (bred.get(1, 0.0), bred.get(2, 0.0))
-    first = GA(6, GASpec(survivors=3)).ask(run_key=3, generation=1)  # nothing kept yet: all from the master
+    first, _ = ga.ask(ga.start(), run_key=3, generation=1, sigma=0.5)  # nothing kept yet: all from the master
     assert [m.sign for m in first] == [0, 1, 1, 1, 1, 1] and all(m.paths == (0.0, 0.0) for m in first)
 
 
@@ -78,23 +79,13 @@ def _objective(x: dict[str, torch.Tensor]) -> list[float]:
 
 def _toy_run(generations: int, spec: GASpec, population: int = 8, sigma: float = 0.125):
     """The GA through `replay`: members built by `apply_member`, the update by `apply_step`."""
-
-    class Hyper:  # a constant σ
-        def at(self, g):
-            return 1.0, sigma, {}
-
-        def observe(self, record):
-            pass
-
-        def restore(self, history):
-            pass
-
-    ga = GA(population, spec, hyperparameters=Hyper())
+    ga = GA(population, spec, hyperparameters=Hyperparameters(1.0, sigma, Schedules(), generations))  # a constant σ
+    policy_state = ga.start()
     master = {n: torch.zeros(s) for n, s in SHAPES.items()}
     state = OptimizerState()
     for g in range(1, generations + 1):
-        lr, sig, _ = ga.hyperparameters(g)
-        members = ga.ask(run_key=21, generation=g)
+        lr, sig, _ = ga.hyperparameters(policy_state, g)
+        members, policy_state = ga.ask(policy_state, run_key=21, generation=g, sigma=sig)
         m = spec.survivors - 1
         rows = {"name": "paths", "move": [0.0] * m, "mix": [[0.0] * m] * m, "noise": [[0.0] * population] * m,
                 "shrink": 1.0, "members": [list(mb.paths) for mb in members]}
@@ -107,14 +98,15 @@ def _toy_run(generations: int, spec: GASpec, population: int = 8, sigma: float =
             genomes.append(x)
         per_sample = [_objective(x) for x in genomes]
         rewards = [math.fsum(v) for v in per_sample]
-        decision = ga.tell(members, rewards, lr=lr, optimizer=OptimizerSpec(), sample_rewards=per_sample)
+        decision = ga.tell(policy_state, members, rewards, lr=lr, sigma=sig, optimizer=OptimizerSpec(),
+                           sample_rewards=per_sample)
         coefs = decision.coefficients
         start = (copy.deepcopy(master), copy.deepcopy(state))
         step = ReplayStep(run="toy", index=g, keys=[mb.key for mb in members], coefficients=coefs, sigma=sig,
                           optimizer=decision.optimizer)
         apply_step(master, state, step)
         record = SimpleNamespace(index=g, sigma=sig, optimizer=step.optimizer, extra=decision.extra)
-        ga.observe(record)
+        policy_state = ga.observe(policy_state, record)
         yield SimpleNamespace(start=start, step=step, members=members, genomes=genomes, rewards=rewards,
                               told=decision.extra["ga"], master=copy.deepcopy(master), state=copy.deepcopy(state),
                               record=record)
@@ -158,12 +150,12 @@ def test_the_master_is_the_best_genome_and_survivors_ride_as_offsets(spec):
 def test_a_winning_elite_leaves_the_master_bit_identical_negative_zeros_included():
     spec = GASpec(survivors=2)
     ga = GA(4, spec)
-    ga._sigma = 0.125
-    members = ga.ask(run_key=5, generation=1)
+    members, asked = ga.ask(ga.start(), run_key=5, generation=1, sigma=0.125)
     master = {n: torch.full(s, -0.0) for n, s in SHAPES.items()}
     master["a"][0, 0] = 0.5
     before = copy.deepcopy(master)
-    decision = ga.tell(members, [1.0, 0.0, 0.0, 0.0], lr=1.0, optimizer=OptimizerSpec())  # elite 0 wins
+    rewards = [1.0, 0.0, 0.0, 0.0]  # elite 0 wins
+    decision = ga.tell(asked, members, rewards, lr=1.0, sigma=0.125, optimizer=OptimizerSpec())
     coefs = decision.coefficients
     assert coefs == [0.0] * 4 and decision.extra["ga"]["survivors"][0] == 0
     state = OptimizerState()
@@ -197,8 +189,7 @@ def test_replay_from_the_records_alone_reaches_the_same_bits_and_the_same_member
     assert all(state.buffers[paths.kind(j)][n].equal(gens[-1].state.buffers[paths.kind(j)][n])
                for j in range(2) for n in SHAPES)
     resumed = GA(8, spec)  # a fresh policy restored from the records asks the same members
-    resumed.restore([g.record for g in gens[:3]])
-    assert resumed.ask(21, 4) == gens[3].members
+    assert resumed.ask(resumed.restore([g.record for g in gens[:3]]), 21, 4, sigma=0.125)[0] == gens[3].members
 
 
 # ------------------------------------------------------------------------ runs on tiny

@@ -228,10 +228,11 @@ def test_loglik_scores_on_cuda_match_cpu(kind, tiny_model_dir):
     from seedledger.engine.runtime.backends.base import Population
     from seedledger.engine.runtime.evaluator import Evaluator
     from seedledger.trainers.es import ES
+    from seedledger.trainers.policy_base import State
 
     base = {"model": "tiny", "task": {"name": "arithmetic", "rewards": ["loglik"]}, "population": 8,
             "batch_size": 5, "seed": 3, "sigma": 0.0625, "perturbation": kind}
-    members = ES(8).ask(run_key=99, generation=1)
+    members, _ = ES(8).ask(State(), run_key=99, generation=1, sigma=0.0625)
     population = Population(tuple(m.key for m in members), tuple(m.sign for m in members),
                             0.0625, (None,) * len(members))
     scores = {}

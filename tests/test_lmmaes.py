@@ -23,7 +23,7 @@ from seedledger.replay.perturbation import Perturbation
 from seedledger.replay.rebuild import apply_member
 from seedledger.replay.update import OptimizerState, apply_step
 from seedledger.trainers.adaptation import Hyperparameters
-from seedledger.trainers.lmmaes import LMMAES, LMMAESSpec, Rates, transform
+from seedledger.trainers.lmmaes import LMMAES, LMMAESSpec, Rates, member_rule, transform
 from seedledger.trainers.optim import OptimizerSpec
 
 SHAPES = {"a": (12, 10), "b": (40,)}  # n = 160
@@ -91,13 +91,13 @@ def run_lmmaes(generations: int, *, population: int = 8, memory: int = 6, sigma:
     state = OptimizerState()
     hyper = Hyperparameters(1.0, sigma, Schedules(), generations, None)
     policy = LMMAES(population, LMMAESSpec(memory=memory), hyperparameters=hyper)
-    policy.restore([])
+    policy_state = policy.restore([])
     rk = run_key(7)
     for g in range(1, generations + 1):
-        policy.attach(paths.StateView(master, state, Perturbation().trained))
-        lr, sig, _ = policy.hyperparameters(g)
-        members = policy.ask(rk, g)
-        rule = {"name": "paths", **policy.member_rule(), "decay": [0.0] * (memory + 1),
+        policy_state = policy.attach(policy_state, paths.StateView(master, state, Perturbation().trained))
+        lr, sig, _ = policy.hyperparameters(policy_state, g)
+        members, policy_state = policy.ask(policy_state, rk, g, sigma=sig)
+        rule = {"name": "paths", **member_rule(members), "decay": [0.0] * (memory + 1),
                 "gain": [0.0] * (memory + 1), "move": [0.0] * (memory + 1)}
         weights = []
         for m in members:
@@ -105,12 +105,13 @@ def run_lmmaes(generations: int, *, population: int = 8, memory: int = 6, sigma:
             apply_member(x, step_of(g, members, [], sig, rule), m.key, m.sign, member=m.index, state=state)
             weights.append(x)
         rewards = [objective(flat(x)) for x in weights]
-        decision = policy.tell(members, rewards, lr=lr, optimizer=SGD)
+        decision = policy.tell(policy_state, members, rewards, lr=lr, sigma=sig, optimizer=SGD)
         coefs = decision.coefficients
         start = (copy.deepcopy(master), copy.deepcopy(state))
         step = step_of(g, members, coefs, sig, decision.optimizer)
         apply_step(master, state, step)
-        policy.observe(SimpleNamespace(sigma=sig, index=g, optimizer=step.optimizer, extra={}))
+        record = SimpleNamespace(sigma=sig, index=g, optimizer=step.optimizer, extra={})
+        policy_state = policy.observe(policy_state, record)
         yield SimpleNamespace(start=start, members=members, weights=weights, rewards=rewards, sigma=sig,
                               order=decision.extra["lmmaes"]["ranking"], master=copy.deepcopy(master),
                               state=copy.deepcopy(state),

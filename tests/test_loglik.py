@@ -21,6 +21,7 @@ from seedledger.engine.runtime.evaluator import Evaluator
 from seedledger.ledger.errors import SeedLedgerError
 from seedledger.replay import perturbation
 from seedledger.trainers.es import ES, differences
+from seedledger.trainers.policy_base import State
 from seedledger.trainers.rewards.loglik import LikelihoodReward
 from seedledger.trainers.tasks import load_task
 
@@ -50,7 +51,7 @@ def test_loglik_equals_each_member_scored_alone_on_materialised_weights(kind, ti
     _, rows = ev.task.train_batch(cfg.seed, 1, cfg.batch_size)
     prompts = [ev.task.prompt(r) for r in rows]
     refs = ev.task.likelihood_rewards[0].references(rows)
-    members = ES(cfg.population).ask(run_key=99, generation=1)
+    members, _ = ES(cfg.population).ask(State(), run_key=99, generation=1, sigma=0.0625)
     population = Population(tuple(m.key for m in members), tuple(m.sign for m in members),
                             0.0625, (None,) * len(members))
     batched = ev.backend.loglik(ev.master, population, prompts, refs).scores
@@ -111,8 +112,9 @@ def test_conflicting_settings_are_refused_when_the_config_loads(overrides, messa
 def test_difference_shaping_is_the_projected_gradient():
     assert differences([1.0, 3.0], 0.5) == [-2.0, 2.0]
     es = ES(4, shaping="difference")
-    with pytest.raises(ValueError, match="needs the generation's σ"):
+    with pytest.raises(TypeError, match="sigma"):  # σ is an argument: no call can forget it
         es.shape([0.0, 1.0, 2.0, 3.0])
+    assert es.shape([0.0, 1.0, 2.0, 3.0], 0.5) == differences([0.0, 1.0, 2.0, 3.0], 0.5) == [-3.0, -1.0, 1.0, 3.0]
 
 
 @pytest.mark.slow

@@ -46,12 +46,12 @@ def losses(rule: str, lr: float, dampening: float = 0.0) -> tuple[float, ...]:
     sigma = round_coefficient(0.1)
     out = []
     for g in range(1, GENERATIONS + 1):
-        members = es.ask(12345, g)
+        members, asked = es.ask(es.start(), 12345, g, sigma=sigma)
         rewards = []
         for m in members:
             w = master["w"] + m.sign * sigma * generate(tensor_key(m.key, "w"), DIM)
             rewards.append(-float(((w - target) ** 2).sum()) + rng.gauss(0.0, 0.5))
-        coefficients = es.tell(members, rewards, lr=lr, optimizer=optimizer).coefficients
+        coefficients = es.tell(asked, members, rewards, lr=lr, sigma=sigma, optimizer=optimizer).coefficients
         step = ReplayStep("quadratic", g, [m.key for m in members], coefficients, sigma, optimizer.record(lr))
         update.apply_step(master, state, step)
         out.append(float(((master["w"] - target) ** 2).sum()))

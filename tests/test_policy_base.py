@@ -15,7 +15,7 @@ from seedledger.trainers.es import ES
 from seedledger.trainers.member import Member
 from seedledger.trainers.optim import OptimizerSpec
 from seedledger.trainers.policy import ALGORITHMS, Decision, Policy, make_policy
-from seedledger.trainers.policy_base import keyed_members
+from seedledger.trainers.policy_base import State, keyed_members
 from seedledger.trainers.rewards.generation import GenerationState
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,12 +45,14 @@ def test_the_loop_and_the_pools_probe_no_policy_with_hasattr():
 
 def test_tell_is_one_call_that_returns_the_whole_decision():
     es = ES(4, mirrored=True)
-    decision = es.tell(es.ask(1, 1), [1.0, 0.0, 0.2, 0.7], lr=0.5, optimizer=OptimizerSpec(name="momentum"))
+    members, state = es.ask(State(), 1, 1, sigma=0.5)
+    momentum = OptimizerSpec(name="momentum")
+    decision = es.tell(state, members, [1.0, 0.0, 0.2, 0.7], lr=0.5, sigma=0.5, optimizer=momentum)
     assert isinstance(decision, Decision) and decision.extra == {}
-    assert decision.optimizer == OptimizerSpec(name="momentum").record(0.5)
+    assert decision.optimizer == momentum.record(0.5)
     cmaes = CMAES(6, CMAESSpec(), hyperparameters=None)
-    cmaes._sigma = 0.5
-    told = cmaes.tell(cmaes.ask(2, 3), [0.1, 0.9, 0.4, 0.3, 0.8, 0.0], lr=1.0, optimizer=OptimizerSpec())
+    members, state = cmaes.ask(State(), 2, 3, sigma=0.5)
+    told = cmaes.tell(state, members, [0.1, 0.9, 0.4, 0.3, 0.8, 0.0], lr=1.0, sigma=0.5, optimizer=OptimizerSpec())
     assert told.extra == {"cmaes": {"ranking": [1, 4, 2, 3, 0, 5], "mu": 3}}
     assert told.optimizer == OptimizerSpec().record(1.0)
 
@@ -59,14 +61,16 @@ def test_es_and_cmaes_share_one_ask():
     assert "ask" not in vars(ES) and "ask" not in vars(CMAES)
     for mirrored in (True, False):
         expected = keyed_members(9, 4, 6, mirrored)
-        assert ES(6, mirrored=mirrored).ask(9, 4) == expected == CMAES(6, CMAESSpec(), mirrored=mirrored).ask(9, 4)
+        es, cmaes = ES(6, mirrored=mirrored), CMAES(6, CMAESSpec(), mirrored=mirrored)
+        assert es.ask(State(), 9, 4, sigma=0.5) == (expected, State()) == cmaes.ask(State(), 9, 4, sigma=0.5)
 
 
 def test_decide_reads_scored_members():
     es = ES(2, mirrored=False)
-    members = [m.scored(reward=r, components={"x": r}) for m, r in zip(es.ask(3, 1), [1.0, 0.0], strict=True)]
-    assert es.decide(members, lr=1.0, optimizer=OptimizerSpec()) == es.tell(
-        members, [1.0, 0.0], lr=1.0, optimizer=OptimizerSpec())
+    asked, state = es.ask(State(), 3, 1, sigma=0.5)
+    members = [m.scored(reward=r, components={"x": r}) for m, r in zip(asked, [1.0, 0.0], strict=True)]
+    assert es.decide(state, members, lr=1.0, sigma=0.5, optimizer=OptimizerSpec()) == es.tell(
+        state, members, [1.0, 0.0], lr=1.0, sigma=0.5, optimizer=OptimizerSpec())
 
 
 def test_a_member_is_one_type_from_ask_to_its_record():

@@ -66,18 +66,18 @@ def test_objectives_use_weight_signs_and_skip_zero_weights():
 
 def test_es_tell_records_the_front_and_is_deterministic():
     es = ES(4, mirrored=True, shaping="pareto")
-    members = es.ask(7, 1)
+    members, state = es.ask(es.start(), 7, 1, sigma=0.5)
     comps = [{"a": 1.0, "b": 0.0}, {"a": 0.0, "b": 1.0}, {"a": 0.0, "b": 0.0}, {"a": 1.0, "b": 1.0}]
     sgd = OptimizerSpec()
-    coeffs = es.tell(members, [1.0, 1.0, 0.0, 2.0], lr=0.5, optimizer=sgd, components=comps,
+    coeffs = es.tell(state, members, [1.0, 1.0, 0.0, 2.0], lr=0.5, sigma=0.5, optimizer=sgd, components=comps,
                      objectives={"a": 1.0, "b": 1.0}).coefficients
     assert [c["pareto_front"] for c in comps] == [1.0, 1.0, 2.0, 0.0]
     again = [dict(c) for c in comps]
-    assert es.tell(members, [1.0, 1.0, 0.0, 2.0], lr=0.5, optimizer=sgd, components=again,
+    assert es.tell(state, members, [1.0, 1.0, 0.0, 2.0], lr=0.5, sigma=0.5, optimizer=sgd, components=again,
                    objectives={"a": 1.0, "b": 1.0}).coefficients == coeffs
     assert coeffs[1] == coeffs[3] == 0.0 and coeffs[2] < 0  # pair 2: (0,0) below (1,1)
     with pytest.raises(ValueError, match="components"):
-        es.tell(members, [1.0] * 4, lr=0.5, optimizer=sgd)
+        es.tell(state, members, [1.0] * 4, lr=0.5, sigma=0.5, optimizer=sgd)
 
 
 def test_config_accepts_pareto_and_refuses_unknown_shapings():

@@ -30,11 +30,11 @@ A fork that sets another `lr` or `sigma` starts adapting afresh from its own val
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from seedledger.replay.noise import round_coefficient
 from seedledger.trainers.requirements import Mirrored
 
 # What the `pairs` rule needs of a run (`trainers.policy.check_config`).
@@ -96,9 +96,19 @@ def next_sigma(spec: SigmaAdaptation, sigma: float, rewards: list[float]) -> flo
     return min(max(sigma * math.exp(spec.rate * step), spec.min), spec.max)
 
 
+@dataclass(frozen=True)
+class Adapted:
+    """The base lr and σ in force before schedules: the config's, or as the `pairs` rule and
+    `follow_sigma` moved them (a policy's `State.adapted`)."""
+
+    lr: float
+    sigma: float
+
+
 class Hyperparameters:
     """lr and σ per generation for one run: base × schedule factor, with the base adapted
-    when `adaptation` asks (rebuilt from the records by `restore`, advanced by `observe`)."""
+    when `adaptation` asks. Holds only settings; the adapted base is an `Adapted` value that
+    `start`/`observe` return, so the schedule itself is never state."""
 
     def __init__(
         self, lr: float, sigma: float, schedules: Any, generations: int,
@@ -108,36 +118,34 @@ class Hyperparameters:
         self.schedules = schedules
         self.generations = generations
         self.spec = adaptation if adaptation and (adaptation.sigma or adaptation.lr != "fixed") else None
-        self.lr, self.sigma = lr, sigma
 
-    def restore(self, history: list) -> None:
-        """The state after `history` (the lineage's records, oldest first)."""
-        self.lr, self.sigma = self.base["lr"], self.base["sigma"]
-        if history:
-            self.observe(history[-1])
+    def start(self) -> Adapted:
+        """The config's own values: no record adapted them yet."""
+        return Adapted(self.base["lr"], self.base["sigma"])
 
-    def observe(self, record: Any) -> None:
-        """Advance past a committed record: its adapted values and rewards give the next ones.
-        A record without them, or adapted from other base values, restarts from the base."""
+    def observe(self, adapted: Adapted, record: Any) -> Adapted:
+        """The values after a committed record: its adapted values and rewards give the next
+        ones. A record without them, or adapted from other base values, restarts from the base
+        (so `observe(start(), history[-1])` is the state after the whole history)."""
         state = record.extra.get("adaptation") if self.spec else None
         if not state or state.get("base") != self.base:
-            self.lr, self.sigma = self.base["lr"], self.base["sigma"]
-            return
+            return self.start()
         sigma = state["sigma"]
         if self.spec.sigma is not None:
             sigma = next_sigma(self.spec.sigma, sigma, [m.reward for m in record.members])
-        self.sigma = sigma
-        self.lr = self.base["lr"] * sigma / self.base["sigma"] if self.spec.lr == "follow_sigma" else state["lr"]
+        lr = self.base["lr"] * sigma / self.base["sigma"] if self.spec.lr == "follow_sigma" else state["lr"]
+        return Adapted(lr, sigma)
 
-    def at(self, generation: int) -> tuple[float, float, dict[str, Any]]:
-        """(lr, σ, extra) in force at `generation`: σ rounded so σ·ε is exact in fp32;
-        `extra` is what the generation's record carries about the adaptation."""
-        lr = self.lr * self.schedules.lr.factor(generation, self.generations)
-        sigma = round_coefficient(self.sigma * self.schedules.sigma.factor(generation, self.generations))
+    def at(self, adapted: Adapted, generation: int) -> tuple[float, float, dict[str, Any]]:
+        """(lr, σ, extra) scheduled at `generation` from `adapted`; σ unrounded (the policy
+        rounds it, `policy_base.applied_sigma`); `extra` is what the generation's record
+        carries about the adaptation."""
+        lr = adapted.lr * self.schedules.lr.factor(generation, self.generations)
+        sigma = adapted.sigma * self.schedules.sigma.factor(generation, self.generations)
         extra = {}
         if self.spec is not None:
-            extra["adaptation"] = {"lr": self.lr, "sigma": self.sigma, "base": dict(self.base)}
+            extra["adaptation"] = {"lr": adapted.lr, "sigma": adapted.sigma, "base": dict(self.base)}
         return lr, sigma, extra
 
 
-__all__ = ["REQUIRES", "AdaptationSpec", "Hyperparameters", "SigmaAdaptation", "next_sigma", "odd_share"]
+__all__ = ["REQUIRES", "AdaptationSpec", "Adapted", "Hyperparameters", "SigmaAdaptation", "next_sigma", "odd_share"]

@@ -37,7 +37,7 @@ from seedledger.replay.noise import round_coefficient
 from seedledger.trainers.adaptation import Hyperparameters
 from seedledger.trainers.member import Member
 from seedledger.trainers.optim import OptimizerSpec
-from seedledger.trainers.policy_base import Decision, Policy, scheduled
+from seedledger.trainers.policy_base import Components, Decision, Policy, State, scheduled
 from seedledger.trainers.requirements import Holds, Requirement
 
 
@@ -90,7 +90,6 @@ class CMAES(Policy):
         self.mirrored = mirrored
         self.hyper = hyperparameters
         self.weights = recombination_weights(population, spec.mu)
-        self._sigma = 0.0
 
     @classmethod
     def from_config(cls, cfg: Any) -> CMAES:
@@ -101,10 +100,9 @@ class CMAES(Policy):
         return self.spec.cm
 
     def tell(
-        self, members: list[Member], rewards: list[float], *, lr: float, optimizer: OptimizerSpec,
-        components: list[dict[str, float | None]] | None = None,
-        objectives: Mapping[str, float] | None = None,
-        sample_rewards: list[list[float] | None] | None = None,
+        self, state: State, members: list[Member], rewards: list[float], *, lr: float, sigma: float,
+        optimizer: OptimizerSpec, components: Components | None = None,
+        objectives: Mapping[str, float] | None = None, sample_rewards: list[list[float] | None] | None = None,
     ) -> Decision:
         """cᵢ = c_m·σ·w_rank(i)·signᵢ for the μ best (0 for the rest), rounded; the ranking
         goes to the record's `extra`."""
@@ -115,7 +113,7 @@ class CMAES(Policy):
         order = ranking(rewards)
         raw = [0.0] * len(members)
         for w, i in zip(self.weights, order, strict=False):
-            raw[i] = lr * self._sigma * w * members[i].sign
+            raw[i] = lr * sigma * w * members[i].sign
         if self.mirrored:  # one term per key: the pair's first member carries the sum
             raw = [raw[i] + raw[i + 1] if i % 2 == 0 else 0.0 for i in range(len(raw))]
         return Decision([round_coefficient(c) for c in raw], optimizer.record(lr),

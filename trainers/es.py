@@ -20,7 +20,7 @@ from seedledger.replay.noise import round_coefficient
 from seedledger.trainers.adaptation import Hyperparameters
 from seedledger.trainers.member import Member
 from seedledger.trainers.optim import OptimizerSpec
-from seedledger.trainers.policy_base import Components, Decision, Policy, scheduled
+from seedledger.trainers.policy_base import Components, Decision, Policy, State, scheduled
 from seedledger.trainers.shaping import FRONT, objective_vectors, pareto_shape
 
 Shaping = Literal["zscore", "centered_rank", "difference", "pareto"]
@@ -86,7 +86,6 @@ class ES(Policy):
         self.mirrored = mirrored
         self.shaping = shaping
         self.hyper = hyperparameters
-        self._sigma = None  # the σ in force (`difference` shaping divides by it)
 
     @classmethod
     def from_config(cls, cfg: Any) -> ES:
@@ -95,20 +94,19 @@ class ES(Policy):
         return cls(cfg.population, mirrored=cfg.mirrored, shaping=cfg.shaping, hyperparameters=hyper)
 
     def shape(
-        self, rewards: list[float], components: Components | None = None,
+        self, rewards: list[float], sigma: float, components: Components | None = None,
         objectives: Mapping[str, float] | None = None,
     ) -> list[float]:
         """Shaped rewards. `pareto` ranks the `components` as objectives (`trainers.shaping`;
         `objectives` maps each component to its weight, default 1 for every component) and
-        writes each member's front into its components dict as `pareto_front`."""
+        writes each member's front into its components dict as `pareto_front`; `difference`
+        divides by `sigma`, the σ in force."""
         if self.shaping == "zscore":
             return zscore(rewards)
         if self.shaping == "centered_rank":
             return centered_ranks(rewards)
         if self.shaping == "difference":
-            if self._sigma is None:
-                raise ValueError("difference shaping needs the generation's σ (call hyperparameters first)")
-            return differences(rewards, self._sigma)
+            return differences(rewards, sigma)
         if components is None or len(components) != len(rewards):
             raise ValueError("pareto shaping needs each member's reward components")
         if objectives is None:
@@ -119,25 +117,26 @@ class ES(Policy):
         return shaped
 
     def tell(
-        self, members: list[Member], rewards: list[float], *, lr: float, optimizer: OptimizerSpec,
-        components: Components | None = None, objectives: Mapping[str, float] | None = None,
-        sample_rewards: list[list[float] | None] | None = None,
+        self, state: State, members: list[Member], rewards: list[float], *, lr: float, sigma: float,
+        optimizer: OptimizerSpec, components: Components | None = None,
+        objectives: Mapping[str, float] | None = None, sample_rewards: list[list[float] | None] | None = None,
     ) -> Decision:
         """Coefficients in member order: shaped rewards times α/N when the optimizer folds the
         learning rate into the coefficients (SGD), times 1/N when its rule applies α itself.
         ES records nothing beyond its coefficients and the configured optimizer."""
         scale = (lr if optimizer.folds_lr else 1.0) / len(members)
-        return Decision(self.coefficients(members, rewards, scale, components, objectives), optimizer.record(lr))
+        coefficients = self.coefficients(members, rewards, scale, sigma, components, objectives)
+        return Decision(coefficients, optimizer.record(lr))
 
     def coefficients(
-        self, members: list[Member], rewards: list[float], scale: float,
+        self, members: list[Member], rewards: list[float], scale: float, sigma: float,
         components: Components | None = None, objectives: Mapping[str, float] | None = None,
     ) -> list[float]:
         """`scale`·(shaped reward) per member, mirrored pairs folded onto the pair's first
         member, each rounded; `tell` chooses `scale`."""
         if len(rewards) != len(members):
             raise ValueError("one reward per member")
-        z = self.shape(rewards, components, objectives)
+        z = self.shape(rewards, sigma, components, objectives)
         if not self.mirrored:
             return [round_coefficient(scale * m.sign * zi) for m, zi in zip(members, z, strict=True)]
         coefficients = []

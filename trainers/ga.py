@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -71,7 +72,7 @@ from seedledger.replay.paths import NAME as PATHS
 from seedledger.trainers.adaptation import Hyperparameters
 from seedledger.trainers.member import Member
 from seedledger.trainers.optim import OptimizerSpec
-from seedledger.trainers.policy_base import Decision, Policy, scheduled
+from seedledger.trainers.policy_base import Components, Decision, Policy, State, scheduled
 from seedledger.trainers.requirements import (
     MEMBER_TERMS,
     Capability,
@@ -188,6 +189,17 @@ def select(fitness: Sequence[float], spec: GASpec, key: int, count: int | None =
     return sorted(winners, key=position.__getitem__)
 
 
+@dataclass(frozen=True)
+class GAState(State):
+    """A GA's State: `kept`, the survivors the last record left (the master and kept − 1
+    offsets); what `ask` drew for `tell`: the selection `key` and each member's weights on
+    the survivors (`bred`, None for an elite; empty with one survivor)."""
+
+    kept: int = 1
+    key: int = 0
+    bred: tuple[dict[int, float] | None, ...] = ()
+
+
 class GA(Policy):
     """The GA policy; see the module docstring."""
 
@@ -234,10 +246,6 @@ class GA(Policy):
         self.population = population
         self.spec = spec
         self.hyper = hyperparameters
-        self._key = 0
-        self._sigma = 0.0
-        self._kept = 1  # survivors the last record left: the master and kept − 1 offsets
-        self._bred: list[dict[int, float] | None] = []  # per member: weights on survivors (None: elite)
 
     @classmethod
     def from_config(cls, cfg: Any) -> GA:
@@ -246,13 +254,11 @@ class GA(Policy):
     def learning_rate(self, lr: float) -> float:
         return 1.0  # the coefficients move the master to the child exactly
 
-    def restore(self, history: list) -> None:
-        super().restore(history)
-        self._kept = self._survivors_of(history[-1]) if history else 1
+    def start(self) -> GAState:
+        return GAState(super().start().adapted)
 
-    def observe(self, record) -> None:
-        super().observe(record)
-        self._kept = self._survivors_of(record)
+    def observe(self, state: State, record) -> GAState:
+        return replace(super().observe(state, record), kept=self._survivors_of(record), key=0, bred=())
 
     def _survivors_of(self, record) -> int:
         """How many survivors `record` left in the replay state for this GA to breed from:
@@ -264,20 +270,26 @@ class GA(Policy):
             return 1
         return max(1, min(len(kept), len(offsets) + 1, self.spec.survivors))
 
-    def ask(self, run_key: int, generation: int) -> list[Member]:
-        self._key = member_key(run_key, generation, SELECTION_SLOT)
+    def ask(
+        self, state: GAState, run_key: int, generation: int, *, sigma: float,
+    ) -> tuple[list[Member], GAState]:
+        """The genomes, and the State with the generation's selection key (and, with
+        survivors, each member's breeding) for `tell`."""
+        key = member_key(run_key, generation, SELECTION_SLOT)
         if self.spec.survivors == 1:
-            return [
+            members = [
                 Member(i, member_key(run_key, generation, i), 0 if self.spec.elitism and i == 0 else 1)
                 for i in range(self.population)
             ]
+            return members, replace(state, key=key, bred=())
         breeding = member_key(run_key, generation, BREEDING_SLOT)
-        elites = self._kept if self.spec.elitism else 0
-        self._bred = [None if i < elites else breed(breeding, i, self._kept, self.spec.crossover)
-                      for i in range(self.population)]
-        return [Member(i, member_key(run_key, generation, i), 0 if bred is None else 1, 1.0,
-                       tuple(self._offsets({i: 1.0} if bred is None else bred)))
-                for i, bred in enumerate(self._bred)]
+        elites = state.kept if self.spec.elitism else 0
+        bred = tuple(None if i < elites else breed(breeding, i, state.kept, self.spec.crossover)
+                     for i in range(self.population))
+        members = [Member(i, member_key(run_key, generation, i), 0 if b is None else 1, 1.0,
+                          tuple(self._offsets({i: 1.0} if b is None else b)))
+                   for i, b in enumerate(bred)]
+        return members, replace(state, key=key, bred=bred)
 
     def _offsets(self, weights: Mapping[int, float]) -> list[float]:
         """Weights on survivors as coefficients on the offsets M₀ … M_{K−2} (survivor 0 is
@@ -285,10 +297,9 @@ class GA(Policy):
         return [weights.get(k + 1, 0.0) for k in range(self.spec.survivors - 1)]
 
     def tell(
-        self, members: list[Member], rewards: list[float], *, lr: float, optimizer: OptimizerSpec,
-        components: list[dict[str, float | None]] | None = None,
-        objectives: Mapping[str, float] | None = None,
-        sample_rewards: list[list[float] | None] | None = None,
+        self, state: GAState, members: list[Member], rewards: list[float], *, lr: float, sigma: float,
+        optimizer: OptimizerSpec, components: Components | None = None,
+        objectives: Mapping[str, float] | None = None, sample_rewards: list[list[float] | None] | None = None,
     ) -> Decision:
         """The coefficients that move the master to the next one (the module docstring), the
         rule the record stores (SGD, or with survivors the `paths` rule) and `extra["ga"]`."""
@@ -303,38 +314,39 @@ class GA(Policy):
         sharing = self.spec.sharing
         fitness = shared_fitness(rewards, vectors, sharing) if sharing else list(rewards)
         told = {
-            "crossover_key": str(self._key & MASK64),
+            "crossover_key": str(state.key & MASK64),
             "fitness": fitness,
             "species": species(fitness, vectors, sharing.radius) if sharing else None,
         }
         if self.spec.survivors > 1:
-            coefficients, rule = self._survive(members, fitness, told)
+            coefficients, rule = self._survive(state, members, fitness, sigma, told)
         else:
-            coefficients, rule = self._child(members, fitness, told), optimizer.record(lr)
+            coefficients, rule = self._child(state.key, members, fitness, sigma, told), optimizer.record(lr)
         return Decision(coefficients, rule, {"ga": told})
 
-    def _child(self, members: list[Member], fitness: list[float], told: dict) -> list[float]:
+    def _child(self, key: int, members: list[Member], fitness: list[float], sigma: float, told: dict) -> list[float]:
         """One survivor: the next master is the best parent or the crossover of the two best."""
-        parents = select(fitness, self.spec, self._key)
-        cross = len(set(parents)) >= 2 and uniform(self._key, 0) < self.spec.crossover
+        parents = select(fitness, self.spec, key)
+        cross = len(set(parents)) >= 2 and uniform(key, 0) < self.spec.crossover
         coefficients = [0.0] * len(members)
         a = parents[0]
         if cross:
             b = next(p for p in parents if p != a)
-            w = weight(self._key, 1)
-            coefficients[a] = round_coefficient(self._sigma * members[a].sign * w)
-            coefficients[b] = round_coefficient(self._sigma * members[b].sign * (1.0 - w))
+            w = weight(key, 1)
+            coefficients[a] = round_coefficient(sigma * members[a].sign * w)
+            coefficients[b] = round_coefficient(sigma * members[b].sign * (1.0 - w))
         else:
             b, w = None, 1.0
-            coefficients[a] = round_coefficient(self._sigma * members[a].sign)
+            coefficients[a] = round_coefficient(sigma * members[a].sign)
         told |= {"parents": parents, "child": [a] if b is None else [a, b], "weight": w}
         return coefficients
 
-    def _survive(self, members: list[Member], fitness: list[float], told: dict) -> tuple[list[float], dict]:
+    def _survive(self, state: GAState, members: list[Member], fitness: list[float], sigma: float,
+                 told: dict) -> tuple[list[float], dict]:
         """K survivors: the master moves to the best, the others become offsets from it
         (the `paths` rule's mix/noise form; the module docstring)."""
-        survivors = list(dict.fromkeys(select(fitness, self.spec, self._key, self.spec.survivors)))
-        scale = [round_coefficient(self._sigma * m.sign) for m in members]
+        survivors = list(dict.fromkeys(select(fitness, self.spec, state.key, self.spec.survivors)))
+        scale = [round_coefficient(sigma * m.sign) for m in members]
         best = survivors[0]
         coefficients = [0.0] * len(members)
         coefficients[best] = scale[best]
@@ -347,8 +359,8 @@ class GA(Policy):
         rule = {"name": PATHS, "move": list(members[best].paths), "mix": mix, "noise": noise,
                 "shrink": 1.0, "members": [list(mb.paths) for mb in members]}
         told |= {"parents": survivors, "child": [best], "weight": 1.0, "survivors": survivors,
-                 "breeding": [None if bred is None else [[k, w] for k, w in bred.items()] for bred in self._bred]}
+                 "breeding": [None if bred is None else [[k, w] for k, w in bred.items()] for bred in state.bred]}
         return coefficients, rule
 
 
-__all__ = ["GA", "GASpec", "Sharing", "breed", "select", "shared_fitness", "species", "uniform", "weight"]
+__all__ = ["GA", "GASpec", "GAState", "Sharing", "breed", "select", "shared_fitness", "species", "uniform", "weight"]

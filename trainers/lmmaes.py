@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -44,7 +44,7 @@ from seedledger.trainers.adaptation import Hyperparameters
 from seedledger.trainers.cmaes import ranking
 from seedledger.trainers.member import Member
 from seedledger.trainers.optim import OptimizerSpec
-from seedledger.trainers.policy_base import Decision, Policy, scheduled
+from seedledger.trainers.policy_base import Components, Decision, Policy, State, scheduled
 from seedledger.trainers.requirements import (
     MEMBER_TERMS,
     Capability,
@@ -127,6 +127,21 @@ def transform(rates: Rates, projections: Sequence[float], gram: Sequence[Sequenc
     return alpha, beta
 
 
+@dataclass(frozen=True)
+class LMMAESState(State):
+    """LM-MA-ES's State. From the last record (`observe`): the σ it applied (`last_sigma`,
+    None unless it was LM-MA-ES's), its paths' `layout` (memory, p_σ?) and whether they are
+    `foreign` (a GA's survivor offsets). From `attach`, before each generation: the replay
+    state `view`, the `rates` for its dimension and the Gram matrix of paths and p_σ."""
+
+    last_sigma: float | None = None
+    layout: tuple[int, bool] | None = None
+    foreign: bool = False
+    view: PathView | None = None
+    rates: Rates | None = None
+    gram: tuple[tuple[float, ...], ...] = ()
+
+
 class LMMAES(Policy):
     """The LM-MA-ES policy; see the module docstring. It declares `needs_state`: the loop
     gives it the replay state (`attach`) before each generation."""
@@ -166,137 +181,131 @@ class LMMAES(Policy):
         self.hyper = hyperparameters
         self.weights = weights(population, spec.mu)
         self.mu_w = 1.0 / math.fsum(w * w for w in self.weights)
-        self.rates: Rates | None = None
-        self._view: PathView | None = None
-        self._gram: list[list[float]] = []
-        self._sigma_told: dict = {}
-        self._last_sigma: float | None = None  # the last committed generation's σ
-        self._layout: tuple[int, bool] | None = None  # (memory, p_σ?) of the last paths record
-        self._foreign = False  # the last record's paths are not LM-MA-ES's
-        self._sigma = 0.0
-        self._scale = 0.0  # round(σ·α): every member's factor on its own noise
-        self._alpha = 1.0
-        self._paths: list[list[float]] = []  # per member: rounded σ·βᵢⱼ
 
     @classmethod
     def from_config(cls, cfg: Any) -> LMMAES:
         return cls(cfg.population, getattr(cfg, "lmmaes", None) or LMMAESSpec(), hyperparameters=scheduled(cfg))
 
-    def attach(self, view: PathView) -> None:
-        """The replay state before a generation: its Gram matrix (paths and p_σ) is taken
-        once here, for both σ and the members' transforms."""
-        self._view = view
-        if self.rates is None or self.rates.n != view.dimension:
-            self.rates = Rates.of(view.dimension, self.population, self.spec.memory)
-        self.check_parent(self.rates.memory)
-        self._gram = view.gram(self.rates.memory + (1 if self.spec.adapt_sigma else 0))
+    def start(self) -> LMMAESState:
+        return LMMAESState(super().start().adapted)
 
-    def check_parent(self, memory: int | None = None) -> None:
+    def attach(self, state: State, view: PathView) -> LMMAESState:
+        """The State with the replay state before a generation: its rates and its Gram
+        matrix (paths and p_σ), taken once here for both σ and the members' transforms."""
+        rates = Rates.of(view.dimension, self.population, self.spec.memory)
+        self.check_parent(state, rates.memory)
+        gram = view.gram(rates.memory + (1 if self.spec.adapt_sigma else 0))
+        return replace(state, view=view, rates=rates, gram=tuple(tuple(row) for row in gram))
+
+    def check_parent(self, state: LMMAESState, memory: int | None = None) -> None:
         """Refuse a restored parent generation whose paths this policy cannot continue. A fork
         asks before its run exists, without the dimension: `memory` None compares the
         config's `lmmaes.memory` when it sets one (its default depends on the dimension)."""
         memory = self.spec.memory if memory is None else memory
-        if self._foreign:
+        if state.foreign:
             raise ValueError("lmmaes: the parent generation's paths state holds another policy's vectors (a GA's "
                              "survivor offsets); fork LM-MA-ES from an ES or LM-MA-ES generation")
-        layout = self._layout  # path j (and p_σ) would mean another vector
+        layout = state.layout  # path j (and p_σ) would mean another vector
         if layout is not None and (layout[1] != self.spec.adapt_sigma or memory not in (None, layout[0])):
             raise ValueError(f"lmmaes: the parent's paths have memory {layout[0]} and adapt_sigma "
                              f"{str(layout[1]).lower()}; a fork keeps both (this config: memory "
                              f"{'default' if memory is None else memory}, "
                              f"adapt_sigma {str(self.spec.adapt_sigma).lower()})")
 
-    def _need(self) -> tuple[PathView, Rates]:
-        if self._view is None or self.rates is None:
-            raise ValueError("LM-MA-ES needs the replay state: attach(view) before each generation")
-        return self._view, self.rates
+    @staticmethod
+    def _need(state: LMMAESState) -> tuple[PathView, Rates]:
+        if state.view is None or state.rates is None:
+            raise ValueError("LM-MA-ES needs the replay state: attach(state, view) before each generation")
+        return state.view, state.rates
 
-    def hyperparameters(self, generation: int) -> tuple[float, float, dict]:
-        _, sigma, extra = self._scheduled(generation)
-        if self.spec.adapt_sigma and self._last_sigma is not None:
-            _, rates = self._need()
-            norm2 = self._gram[rates.memory][rates.memory]  # ‖p_σ‖²
-            factor = math.exp(rates.csigma / 2.0 * (norm2 / rates.n - 1.0))
-            sigma = round_coefficient(self._last_sigma * factor)
-            self._sigma_told = {"sigma_factor": factor, "p_sigma_norm2": norm2}
-        else:
-            self._sigma_told = {}
-        self._sigma = sigma
-        return self.spec.cm, sigma, extra
+    def _sigma_path(self, state: LMMAESState) -> dict[str, float]:
+        """σ's factor exp(c_σ/2·(‖p_σ‖²/n − 1)) and ‖p_σ‖², when σ follows p_σ from a
+        previous LM-MA-ES generation ({} otherwise); the record's `extra` carries both."""
+        if not (self.spec.adapt_sigma and state.last_sigma is not None):
+            return {}
+        _, rates = self._need(state)
+        norm2 = state.gram[rates.memory][rates.memory]  # ‖p_σ‖²
+        return {"sigma_factor": math.exp(rates.csigma / 2.0 * (norm2 / rates.n - 1.0)), "p_sigma_norm2": norm2}
 
-    def restore(self, history: list) -> None:
-        super().restore(history)
-        self._last_sigma, self._layout, self._foreign = None, None, False
-        if history:
-            self.observe(history[-1])
+    def learning_rate(self, lr: float) -> float:
+        return self.spec.cm
 
-    def observe(self, record) -> None:
+    def step_size(self, state: LMMAESState, sigma: float) -> float:
+        """σ_{g-1}·exp(c_σ/2·(‖p_σ‖²/n − 1)) after an LM-MA-ES generation, else the scheduled σ."""
+        path = self._sigma_path(state)
+        return state.last_sigma * path["sigma_factor"] if path else sigma
+
+    def observe(self, state: State, record) -> LMMAESState:
         """σ and the paths' layout carry over from an LM-MA-ES record only (a fork of an ES run
-        starts at `sigma`, with fresh paths)."""
-        super().observe(record)
+        starts at `sigma`, with fresh paths); the replay state is attached anew each generation."""
         optimizer = record.optimizer or {}
         # the recombining form of the rule holds another policy's vectors (a GA's survivors)
-        self._foreign = optimizer.get("name") == PATHS and "mix" in optimizer
-        mine = optimizer.get("name") == PATHS and not self._foreign
-        self._last_sigma = record.sigma if mine else None
+        foreign = optimizer.get("name") == PATHS and "mix" in optimizer
+        mine = optimizer.get("name") == PATHS and not foreign
         told = (record.extra or {}).get("lmmaes")
         memory = told.get("memory") if mine and isinstance(told, dict) else None
         decay = optimizer.get("decay")
         ok = isinstance(memory, int) and not isinstance(memory, bool) and isinstance(decay, list)
-        self._layout = (memory, len(decay) > memory) if ok else None
+        return replace(super().observe(state, record), last_sigma=record.sigma if mine else None,
+                       layout=(memory, len(decay) > memory) if ok else None, foreign=foreign,
+                       view=None, rates=None, gram=())
 
-    def ask(self, run_key: int, generation: int) -> list[Member]:
-        view, rates = self._need()
+    def ask(
+        self, state: LMMAESState, run_key: int, generation: int, *, sigma: float,
+    ) -> tuple[list[Member], LMMAESState]:
+        """Each member's key, shrink α and terms round(σ·βᵢⱼ) along the paths (p_σ, the last
+        path, has none)."""
+        view, rates = self._need(state)
         keys = [member_key(run_key, generation, i) for i in range(self.population)]
         m = rates.memory
-        gram = [row[:m] for row in self._gram[:m]]
-        extra = [0.0] if self.spec.adapt_sigma else []  # p_σ, the last path, has no member terms
-        self._paths = []
-        for along in view.projections(keys, m):
-            self._alpha, beta = transform(rates, along, gram, view.steps)
-            self._paths.append([round_coefficient(self._sigma * b) for b in beta] + extra)
-        self._scale = round_coefficient(self._sigma * self._alpha)
-        return [Member(i, key, 1, self._alpha, tuple(row)) for i, (key, row) in enumerate(zip(keys, self._paths,
-                                                                                             strict=True))]
-
-    def member_rule(self) -> dict:
-        """How this generation's members are built (`replay.paths.member_settings`)."""
-        return {"shrink": self._alpha, "members": self._paths}
+        gram = [row[:m] for row in state.gram[:m]]
+        extra = (0.0,) if self.spec.adapt_sigma else ()
+        members = []
+        for i, (key, along) in enumerate(zip(keys, view.projections(keys, m), strict=True)):
+            alpha, beta = transform(rates, along, gram, view.steps)
+            members.append(Member(i, key, 1, alpha, tuple(round_coefficient(sigma * b) for b in beta) + extra))
+        return members, state
 
     def tell(
-        self, members: list[Member], rewards: list[float], *, lr: float, optimizer: OptimizerSpec,
-        components: list[dict[str, float | None]] | None = None,
-        objectives: Mapping[str, float] | None = None,
-        sample_rewards: list[list[float] | None] | None = None,
+        self, state: LMMAESState, members: list[Member], rewards: list[float], *, lr: float, sigma: float,
+        optimizer: OptimizerSpec, components: Components | None = None,
+        objectives: Mapping[str, float] | None = None, sample_rewards: list[list[float] | None] | None = None,
     ) -> Decision:
         """cᵢ = c_m·wᵢ·round(σα)·signᵢ for the μ best (0 for the rest); the paths' numbers
         are the rule the record stores."""
         if optimizer.name != "sgd":
             raise ValueError("algorithm lmmaes: the update is the paths rule, so optimizer must be sgd")
-        if len(rewards) != len(members) or len(members) != len(self._paths):
+        if len(rewards) != len(members) or len(members) != self.population:
             raise ValueError("one reward per asked member")
-        _, rates = self._need()
+        view, rates = self._need(state)
+        scale = round_coefficient(sigma * members[0].shrink)  # round(σ·α): every member's factor on its noise
         order = ranking(rewards)
         coefficients = [0.0] * len(members)
         move = [0.0] * rates.memory
         for w, i in zip(self.weights, order, strict=False):
-            coefficients[i] = round_coefficient(lr * w * self._scale * members[i].sign)
+            coefficients[i] = round_coefficient(lr * w * scale * members[i].sign)
             for j in range(rates.memory):
-                move[j] += lr * w * self._paths[i][j]
+                move[j] += lr * w * members[i].paths[j]
         # g = Σ cᵢ εᵢ = c_m·round(σα)·Σ wᵢ zᵢ (up to the rounding of cᵢ): gain turns it into
         # √(μ_w c (2 − c))·Σ wᵢ zᵢ for each path, p_σ last.
         rates_c = list(rates.cc) + ([rates.csigma] if self.spec.adapt_sigma else [])
-        unit = lr * self._scale
+        unit = lr * scale
         rule = {
             "name": PATHS,
             "decay": [1.0 - c for c in rates_c],
             "gain": [math.sqrt(self.mu_w * c * (2.0 - c)) / unit for c in rates_c],
             "move": [round_coefficient(v) for v in move] + ([0.0] if self.spec.adapt_sigma else []),
-            **self.member_rule(),
+            **member_rule(members),
         }
         told = {"lmmaes": {"ranking": order, "mu": len(self.weights), "memory": rates.memory,
-                           "applied": min(self._need()[0].steps, rates.memory), **self._sigma_told}}
+                           "applied": min(view.steps, rates.memory), **self._sigma_path(state)}}
         return Decision(coefficients, rule, told)
 
 
-__all__ = ["LMMAES", "LMMAESSpec", "PathView", "Rates", "transform", "weights"]
+def member_rule(members: Sequence[Member]) -> dict:
+    """How a generation's members are built (`replay.paths.member_settings`): their shared
+    shrink α and each one's terms along the paths."""
+    return {"shrink": members[0].shrink, "members": [list(m.paths) for m in members]}
+
+
+__all__ = ["LMMAES", "LMMAESSpec", "LMMAESState", "PathView", "Rates", "member_rule", "transform", "weights"]

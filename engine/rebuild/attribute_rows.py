@@ -43,8 +43,8 @@ class Generation:
         rewards = [member_reward([m.row_scores[j] for j in keep]) for m in rec.members]
         members = [Member(m.index, m.key, m.sign) for m in rec.members]
         folds = (rec.optimizer or {}).get("name") == "sgd"  # SGD carries lr in its coefficients
-        self.policy._sigma = rec.sigma  # the σ the record applied (`difference` shaping divides by it)
-        return self.policy.coefficients(members, rewards, (rec.lr if folds else 1.0) / len(members))
+        # rec.sigma: the σ the record applied (`difference` shaping divides by it)
+        return self.policy.coefficients(members, rewards, (rec.lr if folds else 1.0) / len(members), rec.sigma)
 
 
 def refusal(cfg: TrainConfig) -> str | None:

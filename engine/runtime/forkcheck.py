@@ -24,10 +24,10 @@ def check_policy(ledger: Ledger, parent: str, generation: int, cfg: TrainConfig,
     (holding that generation) and `trained`, the check that needs the weights too."""
     try:
         policy = make_policy(cfg)
-        policy.restore(ledger.records(parent, upto=generation))
+        state = policy.restore(ledger.records(parent, upto=generation))
         if pool is not None and policy.needs_state:
-            policy.attach(StateView(*pool.state(), trained))
+            policy.attach(state, StateView(*pool.state(), trained))
         else:
-            policy.check_parent()
+            policy.check_parent(state)
     except ValueError as exc:
         raise SeedLedgerError(f"cannot fork {parent}@{generation}: {exc}") from None

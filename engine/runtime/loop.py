@@ -44,10 +44,10 @@ from seedledger.engine.runtime.signal_advice import advice
 from seedledger.ledger import GenerationRecord, Ledger, ReplayStep, RunInfo
 from seedledger.replay.anchors import save_anchor
 from seedledger.replay.kinds import from_run
-from seedledger.replay.noise import round_coefficient
 from seedledger.replay.paths import StateView
 from seedledger.trainers.member import Member
 from seedledger.trainers.policy import Decision, make_policy
+from seedledger.trainers.policy_base import applied_sigma
 from seedledger.trainers.rewards.generation import GenerationState
 
 
@@ -69,7 +69,7 @@ def train(
     trained = from_run(run.noise_spec, run.param_selection).trained
     start = ledger.latest_generation(run.name)
     history = ledger.records(run.name, upto=start)
-    policy.restore(history)  # state across generations is a pure function of the records
+    state = policy.restore(history)  # the policy's State: a pure function of the records
     rewards = GenerationState.restore(cfg, pool.task, history)  # KL's β, the curriculum's level
     streak = no_signal_streak(history)  # generations in a row without signal, resume included
     if generations and (note := sigma_note(cfg)):
@@ -79,9 +79,9 @@ def train(
     for generation in range(start + 1, start + generations + 1):
         started = time.perf_counter()
         if policy.needs_state:  # members built from dot products with LM-MA-ES's paths
-            policy.attach(StateView(*pool.state(), trained))
-        lr, sigma, policy_extra = policy.hyperparameters(generation)
-        members = policy.ask(run.run_key, generation)
+            state = policy.attach(state, StateView(*pool.state(), trained))
+        lr, sigma, policy_extra = policy.hyperparameters(state, generation)
+        members, state = policy.ask(state, run.run_key, generation, sigma=sigma)
         hooks.on_generation_start(generation, len(members))
         raise_pending()  # an interrupt a finalizer swallowed still stops the session
         batch = pool.batch(generation, rewards.level)
@@ -90,7 +90,7 @@ def train(
         failpoint("evaluated", generation)
         evaluated = time.perf_counter()
         members, objectives, extra = rewards.settle(generation, members)
-        decision = policy.decide(members, lr=lr, optimizer=cfg.optimizer, objectives=objectives)
+        decision = policy.decide(state, members, lr=lr, sigma=sigma, optimizer=cfg.optimizer, objectives=objectives)
         record = generation_record(generation, lr, sigma, batch, members, decision, policy_extra | extra)
         record.fingerprint = pool.apply(record_to_step(run, record))
         applied = time.perf_counter()
@@ -101,7 +101,7 @@ def train(
         ledger.commit_generation(run.name, record)
         done = time.perf_counter()
         failpoint("committed", generation)
-        policy.observe(record)
+        state = policy.observe(state, record)
         previous_commit = done - committing
         committed.append(record)
 
@@ -122,7 +122,7 @@ def train(
 
 def sigma_note(cfg: TrainConfig) -> str | None:
     """The notice for a σ that is applied rounded (None when it is exact)."""
-    applied = round_coefficient(cfg.sigma)
+    applied = applied_sigma(cfg.sigma)
     if applied == cfg.sigma:
         return None
     return (f"sigma {cfg.sigma:g} is applied as {applied:.6g}: rounded to 12 significant bits so "
@@ -212,7 +212,8 @@ def no_signal_warning(record: GenerationRecord, streak: int, cfg: TrainConfig) -
 def hyperparameters(cfg: TrainConfig, generation: int) -> tuple[float, float]:
     """(lr, σ) in force at `generation` of a run without adaptation (benchmarks); σ is
     rounded so σ·ε is exact in fp32. The loop asks its policy, which may adapt them."""
-    return make_policy(cfg).hyperparameters(generation)[:2]
+    policy = make_policy(cfg)
+    return policy.hyperparameters(policy.start(), generation)[:2]
 
 
 def record_to_step(run: RunInfo, record: GenerationRecord) -> ReplayStep:
