@@ -13,10 +13,11 @@ from seedledger.engine.config import Schedules
 from seedledger.ledger import Ledger
 from seedledger.replay.noise import round_coefficient
 from seedledger.trainers.adaptation import Hyperparameters
-from seedledger.trainers.cmaes import CMAES, CMAESSpec, ranking, recombination_weights
+from seedledger.trainers.cmaes import CMAES, CMAESSpec, recombination_weights
 from seedledger.trainers.member import Member
 from seedledger.trainers.optim import OptimizerSpec
 from seedledger.trainers.policy_base import State
+from seedledger.trainers.shaping import ranking
 from tests.test_ga import _cli, _config, _fingerprints
 
 

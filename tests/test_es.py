@@ -7,10 +7,11 @@ import pytest
 
 from seedledger.ledger.errors import SeedLedgerError
 from seedledger.replay.noise import member_key, round_coefficient
-from seedledger.trainers.es import ES, centered_ranks, zscore
+from seedledger.trainers.es import ES
 from seedledger.trainers.optim import OptimizerSpec
 from seedledger.trainers.policy import Policy, make_policy
 from seedledger.trainers.policy_base import State
+from seedledger.trainers.shaping import centered_ranks, zscore
 
 SGD, MOMENTUM, ADAM = OptimizerSpec(), OptimizerSpec(name="momentum"), OptimizerSpec(name="adam")
 NONE, SIGMA = State(), 1e-3  # an ES without a schedule carries nothing; only `difference` reads σ

@@ -20,9 +20,11 @@ from seedledger.engine.runtime.backends.base import Population
 from seedledger.engine.runtime.evaluator import Evaluator
 from seedledger.ledger.errors import SeedLedgerError
 from seedledger.replay import perturbation
-from seedledger.trainers.es import ES, differences
+from seedledger.trainers.es import ES
+from seedledger.trainers.optim import OptimizerSpec
 from seedledger.trainers.policy_base import State
 from seedledger.trainers.rewards.loglik import LikelihoodReward
+from seedledger.trainers.shaping import differences, shape
 from seedledger.trainers.tasks import load_task
 
 BASE = {"model": "tiny", "task": {"name": "arithmetic", "rewards": ["loglik"]}, "population": 4,
@@ -111,10 +113,14 @@ def test_conflicting_settings_are_refused_when_the_config_loads(overrides, messa
 
 def test_difference_shaping_is_the_projected_gradient():
     assert differences([1.0, 3.0], 0.5) == [-2.0, 2.0]
-    es = ES(4, shaping="difference")
     with pytest.raises(TypeError, match="sigma"):  # σ is an argument: no call can forget it
-        es.shape([0.0, 1.0, 2.0, 3.0])
-    assert es.shape([0.0, 1.0, 2.0, 3.0], 0.5) == differences([0.0, 1.0, 2.0, 3.0], 0.5) == [-3.0, -1.0, 1.0, 3.0]
+        shape("difference", [0.0, 1.0, 2.0, 3.0])
+    rewards = [0.0, 1.0, 2.0, 3.0]
+    assert shape("difference", rewards, 0.5) == differences(rewards, 0.5) == [-3.0, -1.0, 1.0, 3.0]
+    es = ES(4, mirrored=False, shaping="difference")  # tell divides by the σ it is given
+    members, state = es.ask(State(), 1, 1, sigma=0.5)
+    told = es.tell(state, members, rewards, lr=1.0, sigma=0.5, optimizer=OptimizerSpec())
+    assert told.coefficients == [-0.75, -0.25, 0.25, 0.75]
 
 
 @pytest.mark.slow

@@ -12,11 +12,11 @@ from seedledger.ledger import MemberRecord
 from seedledger.ledger.errors import SeedLedgerError
 from seedledger.trainers.cmaes import CMAES, CMAESSpec
 from seedledger.trainers.es import ES
+from seedledger.trainers.fitness import GenerationState
 from seedledger.trainers.member import Member
 from seedledger.trainers.optim import OptimizerSpec
 from seedledger.trainers.policy import ALGORITHMS, Decision, Policy, make_policy
 from seedledger.trainers.policy_base import State, keyed_members
-from seedledger.trainers.rewards.generation import GenerationState
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -10,9 +10,9 @@ import pytest
 
 from seedledger.engine.config import validate
 from seedledger.ledger.errors import SeedLedgerError
-from seedledger.trainers.es import ES, centered_ranks
+from seedledger.trainers.es import ES
 from seedledger.trainers.optim import OptimizerSpec
-from seedledger.trainers.shaping import crowding, fronts, objective_vectors, pareto_shape
+from seedledger.trainers.shaping import centered_ranks, crowding, fronts, objective_vectors, pareto_shape
 
 
 def test_fronts_of_a_known_set():

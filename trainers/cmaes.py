@@ -39,6 +39,7 @@ from seedledger.trainers.member import Member
 from seedledger.trainers.optim import OptimizerSpec
 from seedledger.trainers.policy_base import Components, Decision, Policy, State, scheduled
 from seedledger.trainers.requirements import Holds, Requirement
+from seedledger.trainers.shaping import ranking
 
 
 class CMAESSpec(BaseModel):
@@ -58,11 +59,6 @@ def recombination_weights(population: int, mu: int | None = None) -> list[float]
     raw = [math.log(mu + 1) - math.log(i + 1) for i in range(mu)]
     total = math.fsum(raw)
     return [w / total for w in raw]
-
-
-def ranking(rewards: list[float]) -> list[int]:
-    """Member indices best first; ties by member index."""
-    return sorted(range(len(rewards)), key=lambda i: (-rewards[i], i))
 
 
 class CMAES(Policy):
@@ -120,4 +116,4 @@ class CMAES(Policy):
                         {"cmaes": {"ranking": order, "mu": len(self.weights)}})
 
 
-__all__ = ["CMAES", "CMAESSpec", "ranking", "recombination_weights"]
+__all__ = ["CMAES", "CMAESSpec", "recombination_weights"]

@@ -41,7 +41,6 @@ from seedledger.ledger.errors import SeedLedgerError
 from seedledger.replay.noise import member_key, round_coefficient
 from seedledger.replay.paths import NAME as PATHS
 from seedledger.trainers.adaptation import Hyperparameters
-from seedledger.trainers.cmaes import ranking
 from seedledger.trainers.member import Member
 from seedledger.trainers.optim import OptimizerSpec
 from seedledger.trainers.policy_base import Components, Decision, Policy, State, scheduled
@@ -53,6 +52,7 @@ from seedledger.trainers.requirements import (
     Mirrored,
     Requirement,
 )
+from seedledger.trainers.shaping import ranking
 
 
 class LMMAESSpec(BaseModel):

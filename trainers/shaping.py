@@ -1,5 +1,12 @@
-"""Pareto shaping (``shaping: pareto``): reward components as separate objectives, ranked as
-NSGA-II ranks them, so no weighted sum decides how much of one is worth how much of another.
+"""Reward shaping and ranking, in one place: what the policies turn rewards into before
+their coefficients (ES's `shaping`, CMA-ES's and LM-MA-ES's `ranking`) and the ranks
+`attribute` correlates.
+
+- `zscore`: (r − mean)/std; `centered_rank`: ranks mapped to [−0.5, 0.5], ties sharing
+  their mean rank (`mean_ranks`, the one rank function); `difference`: (r − mean)/σ;
+  `ranking`: member indices best first, ties by index.
+- ``pareto`` (below): reward components as separate objectives, ranked as NSGA-II ranks
+  them, so no weighted sum decides how much of one is worth how much of another.
 
 Objectives: each reward function of the task with a nonzero weight, as
 ``weight × component`` (so a negative weight is minimised; the size of a weight does not
@@ -27,9 +34,86 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+Shaping = Literal["zscore", "centered_rank", "difference", "pareto"]
 
 FRONT = "pareto_front"
 """The component name under which each member's front is recorded."""
+
+
+def zscore(rewards: list[float]) -> list[float]:
+    """(r − mean) / std; all zeros when the rewards carry no signal."""
+    n = len(rewards)
+    mean = sum(rewards) / n
+    var = sum((r - mean) ** 2 for r in rewards) / n
+    std = math.sqrt(var)
+    if std < 1e-12:
+        return [0.0] * n
+    return [(r - mean) / std for r in rewards]
+
+
+def differences(rewards: list[float], sigma: float) -> list[float]:
+    """(r − mean)/σ: raw fitness differences, no normalisation. With mirrored pairs a pair's
+    coefficient is α·(r₊ − r₋)/(Nσ): MeZO's projected gradient (L₊ − L₋)/2σ averaged over
+    the N/2 pairs (Malladi et al. 2023). Dense fitness only: the step grows with the
+    rewards' scale, and ties give 0."""
+    mean = sum(rewards) / len(rewards)
+    return [(r - mean) / sigma for r in rewards]
+
+
+def mean_ranks(values: Sequence[Any]) -> list[float]:
+    """Each value's rank in ascending order (0 = smallest); ties share their mean rank, so
+    the result never depends on the values' order."""
+    n = len(values)
+    order = sorted(range(n), key=lambda i: values[i])
+    ranks = [0.0] * n
+    i = 0
+    while i < n:
+        j = i
+        while j + 1 < n and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            ranks[order[k]] = (i + j) / 2
+        i = j + 1
+    return ranks
+
+
+def centered_ranks(values: Sequence[Any]) -> list[float]:
+    """Ranks mapped to [−0.5, 0.5] (the largest 0.5); ties share their mean rank."""
+    n = len(values)
+    if n == 1:
+        return [0.0]
+    return [r / (n - 1) - 0.5 for r in mean_ranks(values)]
+
+
+def ranking(rewards: Sequence[float]) -> list[int]:
+    """Member indices best first; ties by member index."""
+    return sorted(range(len(rewards)), key=lambda i: (-rewards[i], i))
+
+
+def shape(
+    shaping: Shaping, rewards: list[float], sigma: float, components: Sequence[dict[str, float | None]] | None = None,
+    objectives: Mapping[str, float] | None = None,
+) -> list[float]:
+    """Shaped rewards. `difference` divides by `sigma`, the σ in force; `pareto` ranks the
+    `components` as objectives (`objectives` maps each component to its weight, default 1
+    for every component) and writes each member's front into its components dict as
+    `pareto_front`."""
+    if shaping == "zscore":
+        return zscore(rewards)
+    if shaping == "centered_rank":
+        return centered_ranks(rewards)
+    if shaping == "difference":
+        return differences(rewards, sigma)
+    if components is None or len(components) != len(rewards):
+        raise ValueError("pareto shaping needs each member's reward components")
+    if objectives is None:
+        objectives = {n: 1.0 for c in components for n in c if n != FRONT}
+    shaped, front = pareto_shape(objective_vectors(components, objectives))
+    for comp, f in zip(components, front, strict=True):
+        comp[FRONT] = float(f)
+    return shaped
 
 
 def objective_vectors(
@@ -107,14 +191,8 @@ def pareto_shape(points: Sequence[Sequence[float]]) -> tuple[list[float], list[i
         return [0.0], front
     dist = crowding(points, front)
     key = [(-front[i], dist[i]) for i in range(n)]  # larger is better
-    order = sorted(range(n), key=lambda i: key[i])
-    ranks = [0.0] * n
-    i = 0
-    while i < n:
-        j = i
-        while j + 1 < n and key[order[j + 1]] == key[order[i]]:
-            j += 1
-        for t in range(i, j + 1):
-            ranks[order[t]] = (i + j) / 2
-        i = j + 1
-    return [r / (n - 1) - 0.5 for r in ranks], front
+    return centered_ranks(key), front
+
+
+__all__ = ["FRONT", "Shaping", "centered_ranks", "differences", "mean_ranks", "pareto_shape", "ranking", "shape",
+           "zscore"]

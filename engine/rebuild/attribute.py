@@ -38,6 +38,7 @@ from seedledger.engine.runtime.evaluator import Evaluator, _prompt_text
 from seedledger.engine.runtime.models import resolve_model
 from seedledger.ledger import Ledger
 from seedledger.ledger.errors import SeedLedgerError
+from seedledger.trainers.shaping import mean_ranks
 from seedledger.trainers.tasks import load_task
 
 
@@ -201,22 +202,8 @@ def rank_correlation(xs: list[float], ys: list[float]) -> float | None:
     """Spearman's ρ (average ranks for ties); None for fewer than 2 points or a constant side."""
     if len(xs) != len(ys) or len(xs) < 2:
         return None
-    rx, ry = _ranks(xs), _ranks(ys)
+    rx, ry = mean_ranks(xs), mean_ranks(ys)
     mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
     cov = sum((a - mx) * (b - my) for a, b in zip(rx, ry, strict=True))
     vx, vy = sum((a - mx) ** 2 for a in rx), sum((b - my) ** 2 for b in ry)
     return None if vx == 0 or vy == 0 else cov / (vx * vy) ** 0.5
-
-
-def _ranks(values: list[float]) -> list[float]:
-    order = sorted(range(len(values)), key=lambda i: values[i])
-    ranks = [0.0] * len(values)
-    i = 0
-    while i < len(order):
-        j = i
-        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
-            j += 1
-        for k in range(i, j + 1):
-            ranks[order[k]] = (i + j) / 2
-        i = j + 1
-    return ranks

@@ -12,18 +12,15 @@ module run's held-out rows are its task's held-out seeds (`ModelTask.held_out_se
 no training generation plays), one reward per seed, with no decoding; the task names its rows
 (`held_out_unit`), and `evaluate`'s report says so.
 
-pass@k (`passk: {n, k}`): each prompt is sampled n times (sample s of prompt i seeded by
-(member seed, i, s); sample 0 is the plain sampling's draw), every sample is scored by
-the task, and a sample succeeds at reward >= the success threshold (`passk.threshold`,
-else `curriculum.threshold`, else 1.0). The member's reward is the mean over the batch's
-prompts of the unbiased pass@k estimate with c = that prompt's successes. Its components
-are each reward function's mean over all samples, plus `pass@k` (the reward itself) and
-`sample_reward` (the mean combined reward of a sample).
+Rewards. The task scores every completion; what a member's scores mean (the mean, pass@k,
+the success rate, the KL to the base) is `trainers.fitness.Fitness`'s, so this replica
+decodes and scores but implements no reward semantics. With pass@k (`passk: {n, k}`)
+each prompt is sampled n times (sample s of prompt i seeded by (member seed, i, s);
+sample 0 is the plain sampling's draw).
 """
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -42,10 +39,8 @@ from seedledger.replay.adapter import start_fingerprint
 from seedledger.replay.fingerprint import fingerprint
 from seedledger.replay.noise import member_key
 from seedledger.replay.rebuild import rebuild
+from seedledger.trainers.fitness import Fitness, mean
 from seedledger.trainers.member import Member
-from seedledger.trainers.rewards.curriculum import success_rate
-from seedledger.trainers.rewards.kl import sequence_kl
-from seedledger.trainers.rewards.passk import pass_at_k_rewards
 from seedledger.trainers.tasks import load_task
 
 
@@ -72,12 +67,7 @@ class HeldOutScores:
     greedy: bool = True  # the rows were answered by greedy decoding
 
     def component_means(self) -> dict[str, float | None]:
-        return {name: _mean(values) for name, values in self.components.items()}
-
-
-def _mean(values: list[float | None]) -> float | None:
-    kept = [v for v in values if v is not None]
-    return sum(kept) / len(kept) if kept else None
+        return {name: mean(values) for name, values in self.components.items()}
 
 
 def generation_batch(task, cfg: TrainConfig, generation: int, level: int | None = None) -> Batch:
@@ -103,10 +93,7 @@ class Evaluator:
         self.master = self.backend.master()
         self.state = update.OptimizerState()
         self.generation = 0
-        self._threshold = cfg.curriculum.threshold if cfg.curriculum else 1.0
-        self._passk_threshold = self._threshold
-        if cfg.passk is not None and cfg.passk.threshold is not None:
-            self._passk_threshold = cfg.passk.threshold
+        self.fitness = Fitness.of(cfg)
 
     def base_fingerprint(self) -> str:
         """Generation 0's fingerprint (call it before `restore`): the base model's, or an
@@ -158,7 +145,6 @@ class Evaluator:
             return self._score_models(members, sigma, batch, on_member)
         indices, rows = batch.indices, batch.rows
         prompts = [self.task.prompt(row) for row in rows]
-        samples = self.cfg.passk.n if self.cfg.passk is not None else 1
         sampled = self.cfg.sampling.temperature > 0
         scored = []
         group = self.cfg.members_per_forward or 1  # stored with the run (engine.runtime.batching)
@@ -176,16 +162,13 @@ class Evaluator:
                 paths=tuple(m.paths for m in chunk) if any(m.paths for m in chunk) else (),
                 state=self.state,
             )
-            out = self._decode(population, prompts, samples)
+            out = self._decode(population, prompts, self.fitness.samples)
             likelihoods, seconds = self._likelihoods(population, prompts, rows)
             seconds = {k: v / len(chunk) for k, v in {**out.seconds, **seconds}.items()}
             for m, completions in enumerate(out.completions):
                 mine = {name: scores[m] for name, scores in likelihoods.items()}
-                kl = None
-                if out.logprobs is not None and self.cfg.kl is not None:
-                    kls = [sequence_kl(mine, base, self.cfg.kl.estimator) for mine, base in out.logprobs[m]]
-                    kl = sum(kls) / len(kls)
-                scored.append(self._score(chunk[m], prompts, rows, indices, completions, seconds, mine, kl))
+                logprobs = out.logprobs[m] if out.logprobs is not None else None
+                scored.append(self._score(chunk[m], prompts, rows, indices, completions, seconds, mine, logprobs))
                 if on_member is not None:
                     on_member(scored[-1])
         return scored
@@ -236,16 +219,12 @@ class Evaluator:
 
     def _score(
         self, member: Member, prompts: list, rows: list, indices: list[int], completions: list[str],
-        seconds: dict[str, float], likelihoods: dict[str, list[float]] | None = None, kl: float | None = None,
+        seconds: dict[str, float], likelihoods: dict[str, list[float]] | None = None, logprobs: Any = None,
     ) -> Member:
-        """`member` scored: reward, components and (optionally) samples from its completions."""
-        passk = self.cfg.passk
-        if passk is not None:  # n samples per prompt, prompt-major
-            prompts = [p for p in prompts for _ in range(passk.n)]
-            rows = [r for r in rows for _ in range(passk.n)]
-            indices = [i for i in indices for _ in range(passk.n)]
+        """`member` scored by `Fitness` from the task's rewards of its completions (one per
+        sample, prompt-major), with its samples kept when the config asks."""
+        prompts, rows, indices = (self.fitness.per_sample(x) for x in (prompts, rows, indices))
         rewards, components = self.task.reward(prompts, completions, rows, likelihoods)
-        scores = [0.0 if r is None else r for r in rewards]
         samples = None
         if self.cfg.keep_samples:
             samples = [
@@ -253,28 +232,10 @@ class Evaluator:
                  "completion": c, "reward": r}
                 for i, p, row, c, r in zip(indices, prompts, rows, completions, rewards, strict=True)
             ]
-            if passk is not None:
+            if self.cfg.passk is not None:
                 for j, sample in enumerate(samples):
-                    sample["sample"] = j % passk.n
-        means = {name: _mean(vals) for name, vals in components.items()}
-        reward = _mean(rewards) or 0.0
-        rows_scored = [math.nan if r is None else r for r in rewards]  # reward: their mean (ledger.rowscores)
-        if passk is not None:
-            per_prompt = pass_at_k_rewards(scores, passk.n, passk.k, self._passk_threshold)[:: passk.n]
-            means["sample_reward"] = reward
-            reward = sum(per_prompt) / len(per_prompt)
-            means[f"pass@{passk.k}"] = reward
-            rows_scored = per_prompt
-        return member.scored(
-            reward=reward,
-            components=means,
-            samples=samples,
-            seconds=dict(seconds),
-            success=success_rate(scores, self._threshold),
-            kl=kl,
-            sample_rewards=scores,
-            row_scores=rows_scored if self.cfg.row_scores else None,
-        )
+                    sample["sample"] = j % self.cfg.passk.n
+        return self.fitness.score(member, rewards, components, samples=samples, seconds=seconds, logprobs=logprobs)
 
     def apply(self, step: ReplayStep) -> str:
         """Apply one committed-to-be generation record; returns the new fingerprint."""
@@ -286,7 +247,7 @@ class Evaluator:
 
     def held_out_reward(self, limit: int) -> float:
         """Mean reward of the current master on the task's test split (greedy)."""
-        return _mean(self.held_out_rewards(limit)) or 0.0
+        return mean(self.held_out_rewards(limit)) or 0.0
 
     def held_out_rewards(self, limit: int, skip: int = 0) -> list[float | None]:
         """Per-row rewards of the current master on `limit` test rows after the first `skip`,

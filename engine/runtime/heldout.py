@@ -16,12 +16,13 @@ from __future__ import annotations
 
 from seedledger.engine.config import TrainConfig
 from seedledger.engine.runtime.dirs import anchors_dir
-from seedledger.engine.runtime.evaluator import Evaluator, HeldOutScores, _mean
+from seedledger.engine.runtime.evaluator import Evaluator, HeldOutScores
 from seedledger.engine.runtime.models import resolve_model
 from seedledger.engine.runtime.preflight import held_out_rows
 from seedledger.ledger import Ledger
 from seedledger.ledger.errors import VerifyMismatch
 from seedledger.replay import update
+from seedledger.trainers.fitness import mean
 from seedledger.trainers.tasks import load_task
 
 
@@ -38,7 +39,7 @@ class HeldOut:
 
     def score(self, ledger: Ledger, run: str, generation: int) -> float:
         """Mean held-out reward of `run@generation` (unscorable rows count 0)."""
-        return _mean(self.rewards(ledger, run, generation)) or 0.0
+        return mean(self.rewards(ledger, run, generation)) or 0.0
 
     def rewards(self, ledger: Ledger, run: str, generation: int) -> list[float]:
         """Per-row held-out rewards of `run@generation` (for paired comparisons)."""

@@ -3,7 +3,7 @@
 Per generation: the schedule's lr and σ; the policy (`trainers.policy`, chosen by the
 config: ES, GA, CMA-ES or LM-MA-ES) names the members; the pool builds the generation's
 deterministic batch once and scores every member on it; the rewards' state (KL's β, the
-curriculum's level: `trainers.rewards.generation`) settles the rewards; the policy decides
+curriculum's level: `trainers.fitness`) settles the rewards; the policy decides
 the coefficients and the update rule; the generation record is built; *that record* is
 applied through replay's update (the function `rebuild` and `verify` use) and the
 fingerprint of the result taken; the record, fingerprint included, commits in one
@@ -45,10 +45,10 @@ from seedledger.ledger import GenerationRecord, Ledger, ReplayStep, RunInfo
 from seedledger.replay.anchors import save_anchor
 from seedledger.replay.kinds import from_run
 from seedledger.replay.paths import StateView
+from seedledger.trainers.fitness import GenerationState
 from seedledger.trainers.member import Member
 from seedledger.trainers.policy import Decision, make_policy
 from seedledger.trainers.policy_base import applied_sigma
-from seedledger.trainers.rewards.generation import GenerationState
 
 
 def train(
