@@ -81,6 +81,7 @@ from seedledger.trainers.requirements import (
     Mirrored,
     Requirement,
 )
+from seedledger.trainers.shaping import ranking
 
 SELECTION_SLOT = 2_000_000  # the generation's selection/crossover key: member_key(run, g, slot)
 BREEDING_SLOT = 2_000_001  # which survivors each child of the generation descends from
@@ -155,7 +156,7 @@ def shared_fitness(rewards: Sequence[float], vectors: Sequence[Sequence[float]],
 def species(fitness: Sequence[float], vectors: Sequence[Sequence[float]], radius: float) -> list[int]:
     """Leader clustering: in fitness order (ties by index), a genome joins the first species
     whose leader lies within `radius`, else leads a new one. Species ids in leader order."""
-    order = sorted(range(len(fitness)), key=lambda i: (-fitness[i], i))
+    order = ranking(fitness)
     leaders: list[int] = []
     out = [0] * len(fitness)
     for i in order:
@@ -175,7 +176,7 @@ def select(fitness: Sequence[float], spec: GASpec, key: int, count: int | None =
     index."""
     n = len(fitness)
     count = spec.parents if count is None else count
-    rank = sorted(range(n), key=lambda i: (-fitness[i], i))
+    rank = ranking(fitness)
     if spec.selection == "truncation":
         return rank[: min(count, n)]
     position = {m: p for p, m in enumerate(rank)}
