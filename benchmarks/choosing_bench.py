@@ -55,7 +55,7 @@ def seedledger(args, cfg, task, test: list[dict], where: Path) -> dict:
     from seedledger.engine import api
     from seedledger.engine.runtime.hooks import Hooks
 
-    budget = common.Budget(args.seconds)
+    budget = common.Budget(args.seconds, args.steps)
     spent = False
 
     def end(record, seconds: float) -> None:
@@ -87,7 +87,7 @@ def paper(args, cfg, task, test: list[dict], where: Path) -> dict:
     reference.SIGMA, reference.ALPHA = args.paper_sigma, args.paper_alpha
     ref = learning.WordsReference(resolve_model(cfg.model), task, cfg.population, cfg.max_new_tokens)
     base = common.judge(task, test, common.complete(ref.model, ref.tok, task, test, cfg.max_new_tokens))
-    budget, with_signal = common.Budget(args.seconds), 0
+    budget, with_signal = common.Budget(args.seconds, args.steps), 0
     budget.start()
     while True:
         ref.set_rows(task.train_batch(cfg.seed, budget.steps + 1, cfg.batch_size)[1])
@@ -105,7 +105,8 @@ def paper(args, cfg, task, test: list[dict], where: Path) -> dict:
 def command(method: str, args, result: Path) -> list[str]:
     """The process that runs `method` and writes its report to `result`."""
     shared = ["--config", args.config, "--seconds", str(args.seconds), "--result", str(result),
-              *[f"--set={o}" for o in args.overrides], *(["--rows", str(args.rows)] if args.rows else [])]
+              *[f"--set={o}" for o in args.overrides], *(["--rows", str(args.rows)] if args.rows else []),
+              *(["--steps", str(args.steps)] if args.steps else [])]
     if method in OWN:
         return [sys.executable, str(Path(__file__).resolve()), "--one", method, *shared,
                 "--paper-sigma", str(args.paper_sigma), "--paper-alpha", str(args.paper_alpha)]
@@ -131,6 +132,8 @@ def main() -> None:
     ap.add_argument("--config", default="reward", help="reward (default), demo, arithmetic or a path")
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--seconds", type=float, required=True, help="training wall time per method")
+    ap.add_argument("--steps", type=int, help="stop each method after this many steps too (generations or"
+                    " optimizer steps): equal steps where a loaded machine makes seconds meaningless")
     ap.add_argument("--methods", nargs="+", choices=[*OWN, *SCRIPTS], default=["seedledger", "grpo", "paper"])
     ap.add_argument("--rows", type=int, help="held-out rows (default: the config's evaluation.rows)")
     ap.add_argument("--paper-sigma", type=float, default=0.001)

@@ -123,6 +123,7 @@ def common_arguments(ap: Any, config: str) -> None:
     ap.add_argument("--config", default=config, help=f"demo, reward, arithmetic or a config path (default: {config})")
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--seconds", type=float, required=True, help="training wall time")
+    ap.add_argument("--steps", type=int, help="stop after this many steps too (equal steps, not seconds)")
     ap.add_argument("--rows", type=int, help="held-out rows (default: the config's evaluation.rows)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--result", type=Path, help="write the report here (JSON)")
@@ -147,11 +148,13 @@ def prepared(args: Any) -> tuple[Any, Any, list[dict], Any, Any, Judged]:
 class Budget:
     """Wall-clock budget of a training loop: started at its first step's start; a loop
     reports each finished step (`step_done`) and stops once it says the budget is spent
-    (the step in flight finishes). `spent` is the training time up to the last step's end,
-    evaluation and saving after it left out."""
+    (the step in flight finishes), or after `steps` steps where given: the same number of
+    steps on a loaded machine, where seconds say little. `spent` is the training time up to
+    the last step's end, evaluation and saving after it left out."""
 
-    def __init__(self, seconds: float):
+    def __init__(self, seconds: float, steps: int | None = None):
         self.seconds = seconds
+        self.max_steps = steps
         self.started: float | None = None
         self.ended: float | None = None
         self.steps = 0
@@ -164,7 +167,7 @@ class Budget:
         """Count a finished step; True when the budget is spent."""
         self.steps += 1
         self.ended = time.perf_counter()
-        return self.elapsed() >= self.seconds
+        return self.elapsed() >= self.seconds or (self.max_steps is not None and self.steps >= self.max_steps)
 
     def elapsed(self) -> float:
         return 0.0 if self.started is None else time.perf_counter() - self.started

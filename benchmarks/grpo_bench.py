@@ -67,7 +67,7 @@ def main() -> None:
 
     cfg, task, test, model, tok, base = common.prepared(args)
 
-    budget = common.Budget(args.seconds)
+    budget = common.Budget(args.seconds, args.steps)
 
     class Stop(TrainerCallback):
         def on_train_begin(self, *_a, **_k):

@@ -44,7 +44,12 @@ def cluster():
     pytest.importorskip("ray")
     from ray.cluster_utils import Cluster
 
+    from ray._common.utils import get_default_ray_temp_dir
+
     root = tempfile.mkdtemp(prefix="slr-", dir="/tmp")  # short: raylet socket paths have a limit
+    # Ray writes the head's address to its default temp dir whatever temp_dir says, and fails
+    # where that dir does not exist yet (a fresh machine whose first Ray start is this one)
+    os.makedirs(get_default_ray_temp_dir(), exist_ok=True)
     cluster = Cluster(initialize_head=True, head_node_args={
         "num_cpus": 0, "temp_dir": f"{root}/head", "_system_config": FAST_HEALTH, **NODE})
     for name in ("node_a", "node_b"):
