@@ -31,9 +31,9 @@ from seedledger.trainers.es import ES
 def one_generation(pool, cfg, strategy: ES, key: int, generation: int) -> tuple[float, str]:
     started = time.perf_counter()
     lr, sigma = hyperparameters(cfg, generation)
-    members = strategy.ask(key, generation)
+    members, state = strategy.ask(strategy.start(), key, generation, sigma=sigma)
     results = pool.evaluate(members, sigma, generation, key, pool.batch(generation))
-    decision = strategy.decide(results, lr=lr, optimizer=cfg.optimizer)
+    decision = strategy.decide(state, results, lr=lr, sigma=sigma, optimizer=cfg.optimizer)
     step = ReplayStep(
         run="bench",
         index=generation,

@@ -42,9 +42,8 @@ FAST_HEALTH = {"health_check_period_ms": 500, "health_check_failure_threshold": 
 def cluster():
     """(Cluster, its temp root): a head without CPUs and nodes `node_a`, `node_b`."""
     pytest.importorskip("ray")
-    from ray.cluster_utils import Cluster
-
     from ray._common.utils import get_default_ray_temp_dir
+    from ray.cluster_utils import Cluster
 
     root = tempfile.mkdtemp(prefix="slr-", dir="/tmp")  # short: raylet socket paths have a limit
     # Ray writes the head's address to its default temp dir whatever temp_dir says, and fails
