@@ -31,16 +31,27 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from seedledger.trainers.requirements import Mirrored
+from seedledger.trainers.schedules import Schedule
 
 # What the `pairs` rule needs of a run (`trainers.policy.check_config`).
 REQUIRES = (
     Mirrored("adaptation.sigma", "needs mirrored pairs, at least two (population >= 4)", value=True, minimum=4),
 )
+
+
+class ScheduleSettings(Protocol):
+    """The config's `schedule` section as trainers read it (read-only: a validated section fits)."""
+
+    @property
+    def lr(self) -> Schedule: ...
+
+    @property
+    def sigma(self) -> Schedule: ...
 
 
 class SigmaAdaptation(BaseModel):
@@ -111,7 +122,7 @@ class Hyperparameters:
     `start`/`observe` return, so the schedule itself is never state."""
 
     def __init__(
-        self, lr: float, sigma: float, schedules: Any, generations: int,
+        self, lr: float, sigma: float, schedules: ScheduleSettings, generations: int,
         adaptation: AdaptationSpec | None = None,
     ):
         self.base = {"lr": lr, "sigma": sigma}

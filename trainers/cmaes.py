@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -39,6 +38,7 @@ from seedledger.trainers.member import Member
 from seedledger.trainers.optim import OptimizerSpec
 from seedledger.trainers.policy_base import Components, Decision, Policy, State, scheduled
 from seedledger.trainers.requirements import Holds, Requirement
+from seedledger.trainers.settings import TrainSettings
 from seedledger.trainers.shaping import ranking
 
 
@@ -70,8 +70,9 @@ class CMAES(Policy):
     optimizers = frozenset({"sgd"})
 
     @classmethod
-    def requirements(cls, cfg: Any) -> tuple[Requirement, ...]:
-        mu = cfg.cmaes.mu if cfg.cmaes else None
+    def requirements(cls, cfg: TrainSettings) -> tuple[Requirement, ...]:
+        spec: CMAESSpec | None = getattr(cfg, "cmaes", None)  # its own section, by name
+        mu = spec.mu if spec else None
         return (*cls.requires, Holds("cmaes.mu", "more parents than the population holds",
                                      holds=not mu or mu <= cfg.population))
 
@@ -88,7 +89,7 @@ class CMAES(Policy):
         self.weights = recombination_weights(population, spec.mu)
 
     @classmethod
-    def from_config(cls, cfg: Any) -> CMAES:
+    def from_config(cls, cfg: TrainSettings) -> CMAES:
         spec = getattr(cfg, "cmaes", None) or CMAESSpec()
         return cls(cfg.population, spec, mirrored=cfg.mirrored, hyperparameters=scheduled(cfg))
 

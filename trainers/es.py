@@ -14,13 +14,13 @@ so what the ledger stores is exactly what is applied. The loop reaches this clas
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from seedledger.replay.noise import round_coefficient
 from seedledger.trainers.adaptation import Hyperparameters
 from seedledger.trainers.member import Member
 from seedledger.trainers.optim import OptimizerSpec
 from seedledger.trainers.policy_base import Components, Decision, Policy, State, scheduled
+from seedledger.trainers.settings import TrainSettings
 from seedledger.trainers.shaping import Shaping, shape
 
 
@@ -48,7 +48,7 @@ class ES(Policy):
         self.hyper = hyperparameters
 
     @classmethod
-    def from_config(cls, cfg: Any) -> ES:
+    def from_config(cls, cfg: TrainSettings) -> ES:
         # the engine's TrainConfig has lr/σ; a bare namespace may omit the schedule
         hyper = scheduled(cfg) if hasattr(cfg, "lr") else None
         return cls(cfg.population, mirrored=cfg.mirrored, shaping=cfg.shaping, hyperparameters=hyper)

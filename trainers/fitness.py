@@ -31,7 +31,8 @@ from typing import Any, TypeVar
 from seedledger.trainers.member import Member
 from seedledger.trainers.rewards.curriculum import Curriculum, success_rate
 from seedledger.trainers.rewards.kl import KLPenalty, sequence_kl
-from seedledger.trainers.rewards.passk import pass_at_k_rewards, samples_per_prompt
+from seedledger.trainers.rewards.passk import PassKSettings, pass_at_k_rewards, samples_per_prompt
+from seedledger.trainers.settings import TrainSettings
 
 T = TypeVar("T")
 
@@ -46,13 +47,13 @@ def mean(values: Sequence[float | None]) -> float | None:
 class Fitness:
     """A run's per-member reward semantics (the module docstring), from its config."""
 
-    passk: Any = None  # the `passk` config section (n, k, threshold), or None
+    passk: PassKSettings | None = None  # the `passk` config section (n, k, threshold), or None
     threshold: float = 1.0  # success: reward >= this (`curriculum.threshold`, else 1.0)
     kl: str | None = None  # the KL estimator when the run has a `kl` penalty
     row_scores: bool = True  # keep each batch row's score (ledger.rowscores)
 
     @classmethod
-    def of(cls, cfg: Any) -> Fitness:
+    def of(cls, cfg: TrainSettings) -> Fitness:
         """The semantics `cfg` (the engine's TrainConfig, read by attribute) sets."""
         return cls(cfg.passk, cfg.curriculum.threshold if cfg.curriculum else 1.0,
                    cfg.kl.estimator if cfg.kl is not None else None, cfg.row_scores)
@@ -107,7 +108,7 @@ class GenerationState:
     curriculum: Curriculum | None = None
 
     @classmethod
-    def restore(cls, cfg: Any, task: Any, history: list) -> GenerationState:
+    def restore(cls, cfg: TrainSettings, task: Any, history: list) -> GenerationState:
         """The state after `history` for config `cfg` (read by attribute) and the task."""
         kl = None
         if cfg.kl is not None:

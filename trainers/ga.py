@@ -62,7 +62,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -81,6 +81,7 @@ from seedledger.trainers.requirements import (
     Mirrored,
     Requirement,
 )
+from seedledger.trainers.settings import TrainSettings
 from seedledger.trainers.shaping import ranking
 
 SELECTION_SLOT = 2_000_000  # the generation's selection/crossover key: member_key(run, g, slot)
@@ -222,8 +223,8 @@ class GA(Policy):
     )
 
     @classmethod
-    def requirements(cls, cfg: Any) -> tuple[Requirement, ...]:
-        spec = cfg.ga or GASpec()
+    def requirements(cls, cfg: TrainSettings) -> tuple[Requirement, ...]:
+        spec: GASpec = getattr(cfg, "ga", None) or GASpec()  # its own section, by name
         needs = (*cls.requires, Holds("ga.parents", "more parents than the population holds",
                                       holds=spec.parents <= cfg.population))
         if spec.survivors == 1:
@@ -249,7 +250,7 @@ class GA(Policy):
         self.hyper = hyperparameters
 
     @classmethod
-    def from_config(cls, cfg: Any) -> GA:
+    def from_config(cls, cfg: TrainSettings) -> GA:
         return cls(cfg.population, getattr(cfg, "ga", None) or GASpec(), hyperparameters=scheduled(cfg))
 
     def learning_rate(self, lr: float) -> float:

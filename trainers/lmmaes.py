@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -52,6 +52,7 @@ from seedledger.trainers.requirements import (
     Mirrored,
     Requirement,
 )
+from seedledger.trainers.settings import TrainSettings
 from seedledger.trainers.shaping import ranking
 
 
@@ -162,8 +163,8 @@ class LMMAES(Policy):
     )
 
     @classmethod
-    def requirements(cls, cfg: Any) -> tuple[Requirement, ...]:
-        spec = cfg.lmmaes or LMMAESSpec()
+    def requirements(cls, cfg: TrainSettings) -> tuple[Requirement, ...]:
+        spec: LMMAESSpec = getattr(cfg, "lmmaes", None) or LMMAESSpec()  # its own section, by name
         return (
             *cls.requires,
             Holds("lmmaes.mu", f"{spec.mu} parents leave the last one a weight ln((λ+1)/2) − ln μ that is not "
@@ -183,7 +184,7 @@ class LMMAES(Policy):
         self.mu_w = 1.0 / math.fsum(w * w for w in self.weights)
 
     @classmethod
-    def from_config(cls, cfg: Any) -> LMMAES:
+    def from_config(cls, cfg: TrainSettings) -> LMMAES:
         return cls(cfg.population, getattr(cfg, "lmmaes", None) or LMMAESSpec(), hyperparameters=scheduled(cfg))
 
     def start(self) -> LMMAESState:

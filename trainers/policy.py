@@ -14,8 +14,6 @@ the config's schema.
 
 from __future__ import annotations
 
-from typing import Any
-
 from seedledger.ledger.errors import SeedLedgerError
 from seedledger.trainers.adaptation import REQUIRES as ADAPTATION_REQUIRES
 from seedledger.trainers.cmaes import CMAES
@@ -26,6 +24,7 @@ from seedledger.trainers.member import Member
 from seedledger.trainers.policy_base import Decision, Policy
 from seedledger.trainers.requirements import Holds, first_unmet
 from seedledger.trainers.rewards.kl import REQUIRES as KL_REQUIRES
+from seedledger.trainers.settings import TrainSettings
 
 __all__ = ["ALGORITHMS", "Decision", "Member", "Policy", "check_config", "make_policy"]
 
@@ -33,7 +32,7 @@ __all__ = ["ALGORITHMS", "Decision", "Member", "Policy", "check_config", "make_p
 ALGORITHMS: dict[str, type[Policy]] = {cls.name: cls for cls in (ES, GA, CMAES, LMMAES)}
 
 
-def make_policy(cfg: Any) -> Policy:
+def make_policy(cfg: TrainSettings) -> Policy:
     """The policy a training config selects by its `algorithm` key (default `es`).
 
     `cfg` is the engine's TrainConfig (trainers cannot import engine, so it is read by
@@ -48,7 +47,7 @@ def make_policy(cfg: Any) -> Policy:
     return cls.from_config(cfg)
 
 
-def check_config(cfg: Any) -> str | None:
+def check_config(cfg: TrainSettings) -> str | None:
     """The first thing `cfg` asks that its algorithm, rewards or backend cannot do, as the
     one-line refusal the config reports (None: the combination is sound). Order: the KL
     penalty's backend, the algorithm's optimizer, each algorithm's requirements (or its

@@ -43,6 +43,7 @@ from seedledger.trainers.adaptation import Adapted, Hyperparameters
 from seedledger.trainers.member import Member
 from seedledger.trainers.optim import OptimizerSpec
 from seedledger.trainers.requirements import Requirement
+from seedledger.trainers.settings import TrainSettings
 
 Components = list[dict[str, float | None]]
 
@@ -69,7 +70,7 @@ def keyed_members(run_key: int, generation: int, population: int, mirrored: bool
     return members
 
 
-def scheduled(cfg: Any) -> Hyperparameters:
+def scheduled(cfg: TrainSettings) -> Hyperparameters:
     """The lr/σ schedule (and adaptation) a config sets."""
     return Hyperparameters(cfg.lr, cfg.sigma, cfg.schedule, cfg.generations, getattr(cfg, "adaptation", None))
 
@@ -105,11 +106,11 @@ class Policy(ABC):
 
     @classmethod
     @abstractmethod
-    def from_config(cls, cfg: Any) -> Policy:
+    def from_config(cls, cfg: TrainSettings) -> Policy:
         """The policy `cfg` (the engine's TrainConfig, read by attribute) describes."""
 
     @classmethod
-    def requirements(cls, cfg: Any) -> tuple[Requirement, ...]:
+    def requirements(cls, cfg: TrainSettings) -> tuple[Requirement, ...]:
         """What a run with config `cfg` must satisfy, in the order refusals are reported;
         an algorithm whose needs depend on its settings extends `requires` here."""
         return cls.requires

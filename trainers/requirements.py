@@ -11,15 +11,19 @@ Why data: which algorithm goes with which backend, perturbation kind and setting
 string comparisons spread over the config's validators; here adding an algorithm adds its
 declarations on its class, and a backend says what it can do where the config names it.
 
-The config is read by attribute (trainers cannot import engine): `mirrored`, `population`,
-`train`, `perturbation`, `backend`, `workers.pool`.
+The config is read by attribute (trainers cannot import engine): what a requirement reads
+is `RequirementSettings` (`mirrored`, `population`, `capabilities()`, `perturbation_type()`),
+part of `trainers.settings.TrainSettings`, which the engine's TrainConfig satisfies.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from seedledger.replay.kinds import PerturbationKind
 
 # Capabilities an algorithm may require of the run's backend and pool. Which backend and
 # pool have which is the config's to say, beside the names it accepts
@@ -29,7 +33,26 @@ MEMBER_TERMS = "member_terms"  # members carry terms along replay-state vectors 
 BASE_LOGPROBS = "base_logprobs"  # token log-probabilities under the frozen base (the KL penalty)
 
 
-def perturbation_kind(cfg: Any) -> str:
+class RequirementSettings(Protocol):
+    """What a requirement reads of a run's config (read-only, so a validated config's fields
+    satisfy it); `trainers.settings.TrainSettings` extends it with the rest trainers read."""
+
+    @property
+    def mirrored(self) -> bool: ...
+
+    @property
+    def population(self) -> int: ...
+
+    def capabilities(self) -> frozenset[str]:
+        """What both the run's backend and its pool support (MEMBER_TERMS, BASE_LOGPROBS)."""
+        ...
+
+    def perturbation_type(self) -> type[PerturbationKind]:
+        """The run's replay kind, before any resolution."""
+        ...
+
+
+def perturbation_kind(cfg: RequirementSettings) -> str:
     """The run's perturbation kind as its replay kind names itself (`full`, `lowrank`,
     `lora`, `quant_scales`, `quant_codes`: `replay.kinds`), read from the config before any resolution."""
     return cfg.perturbation_type().label
@@ -43,7 +66,7 @@ class Requirement:
     subject: str
     why: str
 
-    def met(self, cfg: Any) -> bool:  # pragma: no cover - every kind overrides it
+    def met(self, cfg: RequirementSettings) -> bool:  # pragma: no cover - every kind overrides it
         raise NotImplementedError
 
     def refusal(self) -> str:
@@ -57,7 +80,7 @@ class Mirrored(Requirement):
     value: bool = True
     minimum: int = 0
 
-    def met(self, cfg: Any) -> bool:
+    def met(self, cfg: RequirementSettings) -> bool:
         return cfg.mirrored == self.value and cfg.population >= self.minimum
 
 
@@ -67,7 +90,7 @@ class Kinds(Requirement):
 
     kinds: frozenset[str] = frozenset()
 
-    def met(self, cfg: Any) -> bool:
+    def met(self, cfg: RequirementSettings) -> bool:
         return perturbation_kind(cfg) in self.kinds
 
 
@@ -77,7 +100,7 @@ class Capability(Requirement):
 
     capability: str = ""
 
-    def met(self, cfg: Any) -> bool:
+    def met(self, cfg: RequirementSettings) -> bool:
         return self.capability in cfg.capabilities()
 
 
@@ -87,16 +110,16 @@ class Holds(Requirement):
 
     holds: bool = True
 
-    def met(self, cfg: Any) -> bool:
+    def met(self, cfg: RequirementSettings) -> bool:
         return self.holds
 
 
-def first_unmet(requirements: Iterable[Requirement], cfg: Any) -> str | None:
+def first_unmet(requirements: Iterable[Requirement], cfg: RequirementSettings) -> str | None:
     """The refusal of the first requirement `cfg` does not meet, in declared order."""
     return next((r.refusal() for r in requirements if not r.met(cfg)), None)
 
 
 __all__ = [
-    "BASE_LOGPROBS", "MEMBER_TERMS", "Capability", "Holds", "Kinds", "Mirrored", "Requirement",
+    "BASE_LOGPROBS", "MEMBER_TERMS", "Capability", "Holds", "Kinds", "Mirrored", "Requirement", "RequirementSettings",
     "first_unmet", "perturbation_kind",
 ]

@@ -15,9 +15,25 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from seedledger.trainers.member import Member
+
+
+class CurriculumSettings(Protocol):
+    """The config's `curriculum` section as trainers read it (read-only: a validated section fits)."""
+
+    @property
+    def window(self) -> int: ...
+
+    @property
+    def raise_above(self) -> float: ...
+
+    @property
+    def lower_below(self) -> float: ...
+
+    @property
+    def threshold(self) -> float: ...
 
 
 def success_rate(rewards: Sequence[float], threshold: float = 1.0) -> float:
@@ -73,7 +89,7 @@ class Curriculum:
         return record
 
     @classmethod
-    def restore(cls, spec: Any, levels: int, level: int, history: list) -> Curriculum:
+    def restore(cls, spec: CurriculumSettings, levels: int, level: int, history: list) -> Curriculum:
         """The curriculum (`curriculum` config, read by attribute) as of the end of
         `history`: a pure function of the success rates recorded there, so a resumed or
         forked run continues at the level it left; `level` is the task's starting level."""

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal, Protocol
 
 from seedledger.trainers.member import Member
 from seedledger.trainers.requirements import BASE_LOGPROBS, Capability
@@ -33,6 +33,22 @@ Estimator = Literal["k1", "k3"]
 # scored under the frozen base model.
 REQUIRES = (Capability("kl", "the KL-to-base penalty needs backend: hf (it scores tokens under a frozen base model)",
                        capability=BASE_LOGPROBS),)
+
+
+class KLSettings(Protocol):
+    """The config's `kl` section as trainers read it (read-only: a validated section fits)."""
+
+    @property
+    def beta(self) -> float: ...
+
+    @property
+    def estimator(self) -> Estimator: ...
+
+    @property
+    def target(self) -> float | None: ...
+
+    @property
+    def horizon(self) -> float: ...
 
 
 def sequence_kl(member: Sequence[float], base: Sequence[float], estimator: Estimator = "k3") -> float:
@@ -63,13 +79,13 @@ class KLPenalty:
     attribute: `beta`, `target`, `horizon`), and how many completions a member scores
     (`batch_size` × pass@k's samples per prompt), which the controller's step scales with."""
 
-    spec: Any
+    spec: KLSettings
     beta: float
     batch_size: int
     samples: int = 1
 
     @classmethod
-    def restore(cls, spec: Any, batch_size: int, samples: int, history: list) -> KLPenalty:
+    def restore(cls, spec: KLSettings, batch_size: int, samples: int, history: list) -> KLPenalty:
         """The β in force for the next generation: `kl.beta` when fixed; with a `kl.target`,
         the controller's next step from the last recorded (β, mean KL), so a resumed or
         forked run continues where it left off."""

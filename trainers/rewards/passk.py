@@ -14,10 +14,23 @@ mean over prompts, recorded with the components ``pass@k`` and ``sample_reward``
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Protocol
 
 
-def samples_per_prompt(spec: Any) -> int:
+class PassKSettings(Protocol):
+    """The config's `passk` section as trainers read it (read-only: a validated section fits)."""
+
+    @property
+    def n(self) -> int: ...
+
+    @property
+    def k(self) -> int: ...
+
+    @property
+    def threshold(self) -> float | None: ...
+
+
+def samples_per_prompt(spec: PassKSettings | None) -> int:
     """How many completions each prompt gets: pass@k's n (`passk` config), else 1."""
     return spec.n if spec is not None else 1
 
