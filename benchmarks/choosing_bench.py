@@ -18,7 +18,7 @@ the task's own check, so the base figure is the same for every method.
 
 The measurements for docs/choosing.md, on a quiet machine (nothing else running; 2 cores):
 
-    # reward only (engine/configs/reward.yaml: `contains`, decoded), 30 minutes each
+    # reward only (engine/configs/reward.yaml: the arithmetic `number` verifier), 30 minutes each
     .venv/bin/python benchmarks/choosing_bench.py --config reward --seconds 1800 \\
         --methods seedledger grpo paper --out bench-out/reward
     # the reference answer known (engine/configs/demo.yaml: `loglik`), 5 minutes each
@@ -129,7 +129,7 @@ def one(args) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--config", default="reward", help="reward (default), demo, arithmetic or a path")
+    ap.add_argument("--config", default="reward", help="reward (default), words, demo, arithmetic or a path")
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--seconds", type=float, required=True, help="training wall time per method")
     ap.add_argument("--steps", type=int, help="stop each method after this many steps too (generations or"

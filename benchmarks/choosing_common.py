@@ -21,7 +21,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = {
-    "reward": ROOT / "engine" / "configs" / "reward.yaml",  # reward-only: `contains`, decoded
+    "reward": ROOT / "engine" / "configs" / "reward.yaml",  # reward-only: arithmetic's `number` verifier
+    "words": ROOT / "engine" / "configs" / "words_contains.yaml",  # reward-only: `contains` on the word task
     "demo": ROOT / "engine" / "configs" / "demo.yaml",  # likelihood of the reference (`loglik`)
     "arithmetic": ROOT / "configs" / "arithmetic.yaml",
 }

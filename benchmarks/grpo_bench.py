@@ -8,8 +8,8 @@
   (per_device_train_batch_size = group, gradient_accumulation_steps = batch_size), so a
   step sees the rows of one seedledger generation;
 - reward: the config's own reward functions and weights, imported from seedledger
-  (`task.rewards`: for the reward demo `contains`, plus exact match at weight 0), so both
-  score a completion identically;
+  (`task.rewards`: for the reward demo the arithmetic task's `right_number` verifier), so
+  both score a completion identically;
 - settings: TRL 1.16's GRPO defaults (group 8, β = 0: no reference model, DAPO loss,
   temperature 1.0, ε = 0.2, one iteration per batch), except the learning rate: TRL's
   default 1e-6 is for billion-parameter models; the HF LLM course's GRPO exercise on

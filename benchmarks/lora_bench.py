@@ -34,6 +34,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
+from benchmarks.population_common import QUESTIONS, lora_perturbation, members, trained_adapter  # noqa: E402
 from seedledger.engine.runtime.models import quiet_hf_env  # noqa: E402
 
 quiet_hf_env()  # torchao's import chatter (transformers imports it when installed)
@@ -50,25 +51,8 @@ KINDS = {  # config overrides per kind (the rest: configs/arithmetic.yaml, whose
 # ----------------------------------------------------------------------------- speed
 
 
-def lora_perturbation(rank: int):
-    """The benchmarks' LoRA-ES members: rank r, alpha 2r, on low-rank ES's target linears."""
-    from seedledger.replay.adapter import LoraSpec
-    from seedledger.replay.perturbation import Perturbation
-
-    return Perturbation.lora(LoraSpec(rank, 2.0 * rank, Perturbation.lowrank(1).targets, "seed:0"))
-
-
-def trained_adapter(master: dict) -> dict:
-    """A trained adapter (B ≠ 0) from the initial one: speed must not hinge on B = 0."""
-    from seedledger.replay import noise
-
-    return {n: t + 0.01 * noise.generate(noise.tensor_key(1, n), t.numel()).view(t.shape)
-            for n, t in master.items()}
-
-
 def speed(args) -> None:
     import torch
-    from population_bench import QUESTIONS, _members
 
     from seedledger.engine.runtime.backends.hf import HFBackend
     from seedledger.engine.runtime.models import resolve_model
@@ -77,7 +61,7 @@ def speed(args) -> None:
 
     model_dir = resolve_model(args.model)
     prompts = [[{"role": "user", "content": q}] for q in (QUESTIONS * 8)[: args.prompts]]
-    keys, signs = _members(args.members)
+    keys, signs = members(args.members)
     rows = [q for _ in keys for q in prompts]
     sigma = noise.round_coefficient(1e-3)
     kinds = {f"low-rank r={r}": Perturbation.lowrank(r) for r in args.lowrank_ranks}

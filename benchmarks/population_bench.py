@@ -34,20 +34,12 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 import torch  # noqa: E402
 
+from benchmarks.population_common import QUESTIONS, members  # noqa: E402
 from seedledger.engine.runtime.backends.hf import HFBackend  # noqa: E402
 from seedledger.engine.runtime.models import resolve_model  # noqa: E402
 from seedledger.replay import noise  # noqa: E402
 from seedledger.replay.perturbation import Perturbation, factors  # noqa: E402
 
-QUESTIONS = [
-    "What is 3+4?", "Name three primary colors.", "Write a haiku about autumn.",
-    "What is the capital of France?", "Explain photosynthesis in one sentence.",
-    "What is 12 times 11?", "Give me a synonym for happy.", "How many legs does a spider have?",
-    "Translate 'good morning' into Spanish.", "What is the boiling point of water in Celsius?",
-    "Who wrote Romeo and Juliet?", "List two prime numbers greater than 10.",
-    "What does CPU stand for?", "Describe the sea in five words.",
-    "What is the square root of 81?", "Suggest a name for a cat.",
-]
 SIGMA = noise.round_coefficient(1e-3)
 
 
@@ -65,15 +57,10 @@ def _steps(ids: list[list[int]], chunk: int, new: int) -> int:
     return total
 
 
-def _members(n: int) -> tuple[list[int], list[int]]:
-    keys = [noise.member_key(noise.run_key(0), 1, i // 2) for i in range(n)]
-    return keys, [1 if i % 2 == 0 else -1 for i in range(n)]
-
-
 def per_member(model_dir, device, dtype, n, prompts, new) -> dict:
     backend = HFBackend(model_dir, device=device, dtype=dtype, batch_size=len(prompts))
     master = backend.master()
-    keys, signs = _members(n)
+    keys, signs = members(n)
     backend.generate_ids(prompts, 2)  # warm-up
     _sync(device)
     t0 = time.perf_counter()
@@ -90,7 +77,7 @@ def batched(model_dir, device, dtype, n, prompts, new, rank, group, unperturbed:
     backend = HFBackend(model_dir, device=device, dtype=dtype, perturbation=p)
     master = backend.master()
     backend.load_master(master)
-    keys, signs = _members(n)
+    keys, signs = members(n)
     chunk = group * len(prompts)
     # Warm-up over the timed shapes: on CUDA, cuDNN builds an attention plan per new sequence
     # length (~0.1 s each) into a process-wide cache, which would otherwise bill whichever
@@ -131,7 +118,7 @@ def faithfulness(model_dir, device, dtype, n, prompts, new, rank) -> dict:
     plain = HFBackend(model_dir, device=device, dtype=dtype, batch_size=len(prompts))
     master = batched_b.master()
     batched_b.load_master(master)
-    keys, signs = _members(n)
+    keys, signs = members(n)
     worst, same, total = 0.0, 0, 0
     for key, sign in zip(keys, signs, strict=True):
         with torch.no_grad():

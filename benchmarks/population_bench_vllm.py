@@ -78,7 +78,7 @@ def vllm_section(model_dir: Path, n_members: int, prompts: list, new_tokens: int
 
 def _one(path: str, job: dict) -> dict:
     """Time one generation on one path (in this process); the figures as a dict."""
-    from benchmarks.lora_bench import lora_perturbation, trained_adapter
+    from benchmarks.population_common import lora_perturbation, members, trained_adapter
     from seedledger.engine.runtime.backends.base import Population
     from seedledger.engine.runtime.backends.vllm import VLLMBackend
     from seedledger.replay import noise
@@ -99,8 +99,7 @@ def _one(path: str, job: dict) -> dict:
     master = backend.master()
     if path == "adapter":
         master = trained_adapter(master)
-    keys = [noise.member_key(noise.run_key(0), 1, i // 2) for i in range(n)]
-    signs = [1 if i % 2 == 0 else -1 for i in range(n)]
+    keys, signs = members(n)
     population = Population(tuple(keys), tuple(signs), noise.round_coefficient(1e-3), (None,) * n)
     warm = Population(population.keys[:2], population.signs[:2], population.sigma, (None, None))
     if path == "pure":  # warm-up: the first steps compile kernels
@@ -138,7 +137,7 @@ def main() -> None:
     if args.one:
         print("RESULT " + json.dumps(_one(args.one, json.loads(sys.stdin.read()))), flush=True)
         return
-    from benchmarks.population_bench import QUESTIONS
+    from benchmarks.population_common import QUESTIONS
     from seedledger.engine.runtime.models import resolve_model
 
     questions = (QUESTIONS * (args.prompts // len(QUESTIONS) + 1))[: args.prompts]

@@ -49,13 +49,13 @@ from seedledger.ledger.errors import SeedLedgerError
 from seedledger.ledger.seedfile import MAX_GENERATIONS, MAX_MEMBERS, MAX_POPULATION
 from seedledger.replay.kinds import Full, PerturbationKind
 from seedledger.replay.kinds.forms import refusal
-from seedledger.replay.task_settings import check_task_settings
 from seedledger.trainers.adaptation import AdaptationSpec
 from seedledger.trainers.cmaes import CMAESSpec
 from seedledger.trainers.ga import GASpec
 from seedledger.trainers.lmmaes import LMMAESSpec
 from seedledger.trainers.optim import OptimizerSpec
 from seedledger.trainers.policy import check_config
+from seedledger.trainers.tasks.bounds import check_task_settings
 from seedledger.trainers.tasks.registry import (
     UnknownTaskOption,
     check_options,

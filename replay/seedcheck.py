@@ -9,8 +9,9 @@ not rounded, an empty generation, an unknown optimizer rule or a non-finite sett
 fingerprint that is not 32 lowercase hex digits, and a member (format 3) whose kind is
 unknown or trains other parameters than its lineage, or whose σ is not positive, rounded and at most
 training's bound, or that rides a `paths` rule (`ledger.seedio.check_member_file`, as export);
-a `paths` record of the file's own run with another path count than its config keeps, and
-task settings out of bounds (`replay.task_settings`: a resume builds datasets from them).
+and a `paths` record of the file's own run with another path count than its config keeps.
+The stored config's task settings are not replay's: engine.rebuild.seedcheck adds their
+bounds (`trainers.tasks.bounds`) to this check.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ import numpy as np
 from seedledger.ledger.errors import SeedLedgerError
 from seedledger.ledger.seedfile import SeedFile
 from seedledger.ledger.seedio import check_member_file
-from seedledger.replay.task_settings import check_task_settings
 
 from . import paths
 from .kinds import from_run
@@ -67,7 +67,6 @@ def check_seedfile(sf: SeedFile) -> None:
                 f"rounded to {SIG_BITS} significant bits"
             )
     _path_counts(sf)
-    check_task_settings((sf.header.get("config") or {}).get("task"))  # a resume builds its datasets
     for g, lr in enumerate(sf.lrs, 1):
         if not (math.isfinite(lr) and lr >= 0):
             raise SeedLedgerError(f"generation {g}: lr {lr!r} is not a finite value >= 0")

@@ -124,7 +124,7 @@ GRAPH = {m: {i for i in imported_modules(p, m) if not (m + ".").startswith(i + "
 # use the runtime; the runtime (session, loop, evaluator, pools, backends, models) uses
 # only the run's configuration and refs.
 ENGINE_PARTS = {
-    "cli": {"api", "evolve", "search", "rebuild", "runtime", "config", "refs"},
+    "cli": {"api", "evolve", "search", "rebuild", "runtime", "config", "refs"},  # runtime: CLI_RUNTIME only
     "evolve": {"api", "runtime", "config", "refs"},  # seedledger.evolve: any torch.nn.Module
     "api": {"rebuild", "runtime", "config", "refs"},
     "search": {"runtime", "config", "refs"},
@@ -156,25 +156,101 @@ def test_engine_parts_import_downwards():
         assert not wrong, f"{module} (engine/{part}) imports {wrong}"
 
 
+def cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """The first import cycle in `graph` (module -> the modules it imports), as the path
+    that closes it (`a -> b -> a`), or None."""
+    state: dict[str, int] = {}
+
+    def visit(m: str, path: list[str]) -> list[str] | None:
+        state[m] = 1
+        for n in sorted(graph.get(m, ())):
+            if state.get(n) == 1:
+                return [*path, m, n]
+            if n not in state and (found := visit(n, [*path, m])):
+                return found
+        state[m] = 2
+        return None
+
+    return next((found for m in sorted(graph) if m not in state and (found := visit(m, []))), None)
+
+
+# What engine/cli may import from engine.runtime itself; the rest it reaches through engine.api
+# (engine.api.support). Console plumbing only a command line has: SIGINT/SIGTERM as an exit
+# code and a resume hint, the live progress table, library chatter kept off the one error line.
+CLI_RUNTIME = {
+    "interrupts": {"RunInterrupted", "sigterm_raises"},
+    "progress": {"TrainingProgress"},
+    "models": {"quiet_hf_env"},
+}
+# `seedledger demo` walks through the runtime's pieces in view: one Evaluator scores the base
+# and the rebuilt model on the same held-out rows around a session (no API call does that).
+CLI_DEMO_RUNTIME = {
+    "": {"session"},
+    "evaluation": {"compare", "mean_reward"},
+    "evaluator": {"Evaluator", "HeldOutScores"},
+    "models": {"resolve_model"},
+    "preflight": {"held_out_rows"},
+    "progress": {"TrainingProgress"},
+}
+
+
+def test_cli_reaches_the_runtime_through_the_api():
+    """engine/cli imports engine.runtime only for CLI_RUNTIME's plumbing (and the demo's walk-through)."""
+    runtime = "seedledger.engine.runtime"
+    wrong = []
+    for path in sorted((ROOT / "engine" / "cli").glob("*.py")):
+        allowed = CLI_DEMO_RUNTIME if path.stem == "demo" else CLI_RUNTIME
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Import):
+                wrong += [f"{path.name}: import {a.name}" for a in node.names if a.name.startswith(runtime)]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(runtime):
+                module = node.module.removeprefix(runtime).removeprefix(".")
+                wrong += [f"{path.name}: {node.module}.{a.name}" for a in node.names
+                          if a.name not in allowed.get(module, set())]
+    assert not wrong, f"engine/cli imports the runtime directly (use engine.api; CLI_RUNTIME): {wrong}"
+
+
 @pytest.mark.parametrize("package", ["ledger", "replay", "trainers", "engine"])
 def test_no_import_cycles(package):
     """Modules of a package import one way too (e.g. ledger.lease never imports the ledger
     that imports it): no cycle among them, lazy imports included."""
     prefix = f"seedledger.{package}."
     graph = {m: {i for i in deps if i.startswith(prefix)} for m, deps in GRAPH.items() if m.startswith(prefix)}
-    state: dict[str, int] = {}
+    found = cycle(graph)
+    assert found is None, "import cycle: " + " -> ".join(found or [])
 
-    def visit(m: str, path: list[str]) -> None:
-        state[m] = 1
-        for n in sorted(graph.get(m, ())):
-            assert state.get(n) != 1, "import cycle: " + " -> ".join([*path, m, n])
-            if n not in state:
-                visit(n, [*path, m])
-        state[m] = 2
 
-    for m in sorted(graph):
-        if m not in state:
-            visit(m, [])
+BENCHMARKS = ROOT / "benchmarks"
+
+
+def benchmark_imports(path: Path) -> set[str]:
+    """The benchmark scripts `path` imports (lazy imports included), by stem: as
+    `benchmarks.x`, `from benchmarks import x`, or a bare `x` (a script's folder is on sys.path)."""
+    stems = {p.stem for p in BENCHMARKS.glob("*.py")}
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names = [f"{node.module}.{alias.name}" for alias in node.names] + [node.module]
+        else:
+            continue
+        for parts in (name.split(".") for name in names):
+            if parts[0] == "benchmarks" and len(parts) > 1:
+                out.add(parts[1])
+            elif parts[0] in stems:
+                out.add(parts[0])
+    return (out & stems) - {path.stem}
+
+
+def test_benchmarks_import_no_circle():
+    """Scripts that share helpers import a common module (population_common, choosing_common),
+    never each other in a circle (lora_bench -> population_bench -> population_bench_vllm ->
+    lora_bench was one)."""
+    graph = {p.stem: benchmark_imports(p) for p in sorted(BENCHMARKS.glob("*.py"))}
+    assert graph["lora_bench"] >= {"population_common"}  # the scan sees both import spellings
+    found = cycle(graph)
+    assert found is None, "import circle in benchmarks/: " + " -> ".join(found or [])
 
 
 def test_the_wheel_installs_one_package(tmp_path):

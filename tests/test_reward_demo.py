@@ -1,6 +1,7 @@
 """The reward-only demo (`seedledger demo reward`, engine/configs/reward.yaml): its fitness is
-decoded text only, never a likelihood of the reference; its run survives a SIGKILL, verifies
-and rebuilds from its seed file; the demo judges it by exact match, not by what it trains on."""
+one verifier on decoded text (the arithmetic task's `number` check), never a likelihood of a
+reference; its run survives a SIGKILL, verifies and rebuilds from its seed file; the demo
+judges it by that check. The words experiment (words_contains.yaml) stays a shipped example."""
 
 from __future__ import annotations
 
@@ -36,10 +37,12 @@ def fitness_terms(config: Path) -> tuple[list[str], list]:
 
 def test_the_shipped_reward_config_has_no_likelihood_term_in_its_fitness() -> None:
     refs, rewards = fitness_terms(SHIPPED)
-    assert refs == ["contains", "task"] and "loglik" not in refs
+    assert refs == [], "the task's own check is the fitness"
     assert uses_loglik(load_config(SHIPPED).task) == (False, False)
     assert all(isinstance(r, WeightedReward) for r in rewards), "decoded rewards only: none scored by the backend"
-    assert {r.name: r.weight for r in rewards} == {"contains": 1.0, "exact_match": 0.0}
+    assert {r.name: r.weight for r in rewards} == {"right_number": 1.0}
+    words_refs, _ = fitness_terms(CONFIGS / "words_contains.yaml")
+    assert words_refs == ["contains", "task"]
     # the check tells the two demos apart: the likelihood demo's fitness is exactly the term refused here
     demo_refs, demo_rewards = fitness_terms(CONFIGS / "demo.yaml")
     assert demo_refs == ["loglik"] and not any(isinstance(r, WeightedReward) for r in demo_rewards)
@@ -50,7 +53,8 @@ def test_the_reward_demo_is_a_shipped_example_and_a_demo(tmp_path: Path) -> None
 
     assert DEMOS["reward"][0].read_text() == SHIPPED.read_text()
     listed = json.loads(cli("example", "--json").stdout)["examples"]
-    assert any(e["name"] == "reward" and "decoded reward" in e["summary"] for e in listed)
+    assert any(e["name"] == "reward" and "verifier alone" in e["summary"] for e in listed)
+    assert any(e["name"] == "words_contains" and "decoded reward" in e["summary"] for e in listed)
     assert cli("example", "reward").stdout == SHIPPED.read_text()
     bad = cli("demo", "rewards", "--workdir", tmp_path / "d", check=False)
     assert bad.returncode == 2 and "no demo 'rewards'" in bad.stderr and "reward" in bad.stderr
@@ -59,11 +63,10 @@ def test_the_reward_demo_is_a_shipped_example_and_a_demo(tmp_path: Path) -> None
 
 def tiny_reward_config(tmp_path: Path, **overrides) -> Path:
     """The shipped reward config on `tiny`, a few short generations. A random model never
-    states a word, so every `contains` is 0: a length penalty (decoded as well) gives its
-    members different rewards, so the weights move and resuming has bits to match."""
+    writes a right sum, so every `right_number` is 0: a length penalty (decoded as well) gives
+    its members different rewards, so the weights move and resuming has bits to match."""
     cfg = yaml.safe_load(SHIPPED.read_text())
-    cfg["task"]["path"] = str(CONFIGS / "data" / "words.jsonl")
-    cfg["task"]["rewards"].append({"fn": "length", "limit": 12})
+    cfg["task"]["rewards"] = ["task", {"fn": "length", "limit": 12}]
     cfg.update({"model": "tiny", "population": 4, "generations": 3, "batch_size": 2, "max_new_tokens": 4,
                 "sigma": 0.05, "lr": 0.05, "anchor_every": 0, "evaluation": {"rows": 4}, **overrides})
     path = tmp_path / "reward.yaml"
@@ -82,7 +85,7 @@ def test_the_reward_run_resumes_after_sigkill_verifies_and_rebuilds_from_its_see
     assert len(reference) == 3 and len(set(reference)) == 3, "every generation moved the weights"
     with Ledger.open(str(ledger)) as led:
         members = led.generation("r", 1).members
-        assert {name for m in members for name in m.components} == {"contains", "exact_match", "length"}
+        assert {name for m in members for name in m.components} == {"right_number", "length"}
     kill_train_and_resume(config, tmp_path / "crash.db", reference)
     verified = json.loads(cli("verify", "r", "--json", "--ledger", ledger).stdout)
     assert verified["ok"] and verified["fingerprint"] == reference[-1]
@@ -90,10 +93,10 @@ def test_the_reward_run_resumes_after_sigkill_verifies_and_rebuilds_from_its_see
     assert from_ledger["fingerprint"] == from_seeds["fingerprint"] == reference[-1]
 
 
-def test_the_demo_judges_the_reward_run_by_exact_match(tmp_path: Path, tiny_model_dir: Path) -> None:
+def test_the_demo_judges_the_reward_run_by_its_verifier(tmp_path: Path, tiny_model_dir: Path) -> None:
     from seedledger.engine.cli.demo import run_demo
 
     figures = run_demo(tmp_path / "out", config=tiny_reward_config(tmp_path, generations=1))
-    assert figures["held_out_check"] == "exact_match" and figures["verified"] is True
-    assert figures["base_held_out_reward"] == pytest.approx(0.0), "a random model never answers a word alone"
+    assert figures["held_out_check"] == "right_number" and figures["verified"] is True
+    assert figures["base_held_out_reward"] == pytest.approx(0.0), "a random model never writes a right sum"
     assert figures["held_out_rows"] == 4 and (tmp_path / "out" / "demo.seeds").exists()

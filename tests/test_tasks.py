@@ -10,7 +10,7 @@ import pytest
 
 from seedledger.ledger.errors import SeedLedgerError
 from seedledger.trainers.tasks import MixtureTask, load_task
-from seedledger.trainers.tasks.arithmetic import arithmetic_reward
+from seedledger.trainers.tasks.arithmetic import arithmetic_reward, number_reward
 from seedledger.trainers.tasks.math_task import math_reward
 from seedledger.trainers.tasks.sampling import mix64, split_indices, stream
 
@@ -83,6 +83,19 @@ def test_arithmetic_reward_and_prompt() -> None:
     assert [m["role"] for m in msgs] == ["system", "user", "assistant", "user"]
     assert task.max_new_tokens <= 32
     assert all(isinstance(r["answer"], int) for r in task.test_rows())
+
+
+def test_the_number_check_credits_the_right_number_in_any_form_and_nothing_else() -> None:
+    completions = ["<answer>16</answer>", "12 + 4 = 16", "16", "16</answer>", "<answer>15</answer>",
+                   "12 + 4 = 15", "To add 12 and 4 we get 16", "", "<answer>15</answer> 16", "16\n12 + 4 = 15"]
+    assert number_reward(None, completions, [16] * len(completions)) == [
+        1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 1.0]
+    tags, number = load_task("arithmetic"), load_task({"name": "arithmetic", "check": "number"})
+    assert [r.name for r in number.own_rewards] == ["right_number"] and number.rewards == number.own_rewards
+    assert [r.name for r in tags.own_rewards] == ["arithmetic"], "the default check is unchanged"
+    assert number.test_rows() == tags.test_rows() and number.train_rows() == tags.train_rows()
+    with pytest.raises(SeedLedgerError, match="check 'numbers' is not one of tags, number"):
+        load_task({"name": "arithmetic", "check": "numbers"})
 
 
 def test_math_answers_are_normalized() -> None:

@@ -272,9 +272,9 @@ def import_seeds(
     as fully and restored with it: the sender's rewards, batches and events. Returns run,
     latest_generation, verified (with `not_verified` saying why not) and, when one was
     restored, history (its file). The ledger is created if need be."""
+    from seedledger.engine.rebuild.seedcheck import check_seedfile
     from seedledger.ledger.seedio import import_seedfile
     from seedledger.replay.noise import member_key
-    from seedledger.replay.seedcheck import check_seedfile
 
     with ledger_for_call(ledger, create=True) as led:
         info: RunInfo = import_seedfile(
@@ -290,3 +290,13 @@ def import_seeds(
     if "history" in event:
         report["history"] = event["history"]["file"]
     return report
+
+
+# what the commands use of the runtime beside the API (engine.api.support; not in __all__)
+from seedledger.engine.api.support import (  # noqa: E402, F401
+    anchors_dir,
+    check_device,
+    describe_model,
+    removed_if_unused,
+    stored_code,
+)

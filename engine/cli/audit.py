@@ -256,11 +256,11 @@ def inputs_at(ledger: Ledger, run: str, g: int) -> dict[str, Any] | None:
 
 def base_model(ledger: Ledger, info: RunInfo) -> dict[str, Any]:
     """The run's base model: name, fingerprint and what it is (its recorded provenance)."""
-    from seedledger.engine.runtime.model_provenance import describe
+    from seedledger.engine.api import describe_model
 
     provenance = base_provenance(ledger, info.name)
     return {"model": info.base_model, "fingerprint": info.base_fingerprint, "provenance": _strict(provenance),
-            "description": describe(provenance)}
+            "description": describe_model(provenance)}
 
 
 def show_member(ledger: Ledger, ref: str, with_samples: bool = False) -> dict[str, Any]:

@@ -85,9 +85,9 @@ def diff(
 ):
     """Per-tensor L2 and max |Δ| between two models, rebuilt by replay, largest first. A
     member RUN@G#M is rebuilt as `rebuild` does: RUN@G-1 (checked) plus its perturbation."""
+    from seedledger.engine.api import check_device
     from seedledger.engine.cli import audit
     from seedledger.engine.cli import audit_render as ar
-    from seedledger.engine.runtime.devices import check_device
 
     check_device(device)
     with open_ledger(ledger) as led:

@@ -3,8 +3,9 @@
 Everything the demo prints is measured in this run: the held-out verdict of the base and
 of the model rebuilt from the ledger, the seed file's size against the weights' size. The
 verdict is the task's own answer check on greedy answers, whatever the config trains on:
-the likelihood demo's fitness is `loglik`, the reward demo's (`seedledger demo reward`)
-the partial credit of `contains`; both are judged by exact match.
+the likelihood demo's fitness is `loglik` and its check exact match; the reward demo's
+(`seedledger demo reward`) fitness and check are one verifier, the arithmetic task's
+`right_number`.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ def rm(
     as_json: JsonOpt = False,
 ):
     """Delete RUN and its generations (refused while it has forks or is training)."""
-    from seedledger.engine.runtime.dirs import anchors_dir
+    from seedledger.engine.api import anchors_dir
     from seedledger.ledger.errors import SeedLedgerError
     from seedledger.replay.anchors import remove_unused
 

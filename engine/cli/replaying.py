@@ -38,7 +38,7 @@ def verify(
 ):
     """Replay RUN up to G from its base and check every fingerprint (exit 1 on a mismatch).
     Every replay first checks the rows' hash chain; --quick checks only that."""
-    from seedledger.engine.runtime.devices import check_device
+    from seedledger.engine.api import check_device
     from seedledger.ledger.errors import NotVerified, VerifyMismatch
 
     check_device(device)
@@ -96,9 +96,8 @@ def rebuild(
     the merged model.
     """
     from seedledger.engine import api
-    from seedledger.engine.runtime.devices import check_device
 
-    check_device(device)
+    api.check_device(device)
     report = api.rebuild_to(
         source, output, ledger=ledger or DEFAULT_LEDGER, base=base, device=device,
         verify=verify_.value, force=force, upgrade=State.upgrade, allow_unverified=allow_unverified,

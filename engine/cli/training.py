@@ -55,7 +55,7 @@ def _session(ledger: str, as_json: bool, body, create: bool = False) -> None:
     (engine.runtime.interrupts); the one line then names the `resume` command to run."""
     import contextlib
 
-    from seedledger.engine.runtime.fresh_ledger import removed_if_unused
+    from seedledger.engine.api import removed_if_unused
     from seedledger.engine.runtime.interrupts import RunInterrupted, sigterm_raises
     from seedledger.engine.runtime.progress import TrainingProgress
 
@@ -89,7 +89,7 @@ def _summary_line(result, resume: str | None) -> str:
 def _resume_command(led, run: str, ledger: str) -> str:
     """The `resume` that continues `run` as it stands: `--trust-code` where its stored
     config names code (a module run's factory, reward code), `--ledger` unless implied."""
-    from seedledger.engine.runtime.stored_code import stored_code
+    from seedledger.engine.api import stored_code
     from seedledger.ledger.db import display_location
 
     implied = ("", DEFAULT_LEDGER, os.environ.get("SEEDLEDGER_DB"))  # what `resume` finds alone

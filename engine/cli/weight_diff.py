@@ -34,10 +34,10 @@ def _replay_pair(ledger: Ledger, a: tuple[RunInfo, int], b: tuple[RunInfo, int],
     VerifyMismatch otherwise)."""
     import copy
 
+    from seedledger.engine.api import anchors_dir
     from seedledger.engine.config import is_module_model
     from seedledger.engine.rebuild.module_start import ledger_start
     from seedledger.engine.rebuild.rebuilding import load_start
-    from seedledger.engine.runtime.dirs import anchors_dir
     from seedledger.replay.rebuild import rebuild, replay_steps
     from seedledger.replay.update import OptimizerState
 

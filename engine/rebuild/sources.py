@@ -195,8 +195,8 @@ class FileSource(Source):
 
     @classmethod
     def read(cls, path: Path, keep: Path | None = None) -> FileSource:
+        from seedledger.engine.rebuild.seedcheck import check_seedfile
         from seedledger.ledger.seedfile import read_seedfile
-        from seedledger.replay.seedcheck import check_seedfile
 
         seeds = read_seedfile(path, key_fn=member_key, check=check_seedfile)
         h, m = seeds.header, seeds.member

@@ -8,6 +8,12 @@ Measured (benchmarks/task_baseline.py, 64 test rows, greedy, max_new_tokens=16):
 SmolLM2-135M-Instruct scores a mean 0.203 at the default level (addition up to 30):
 6% right in tags, 17% right without tags, 55% tags with a wrong number, 22% nothing.
 With subtraction (level 2's operators, numbers up to 20) it was 0.153.
+
+Two answer checks (`check`): ``tags`` (the default) gives partial credit for the tags;
+``number`` is a verifier only, 1.0 when the number the model answers is right, however it
+writes it. Under ``number`` the base is right 19% of the time (200 test rows, greedy, 12
+new tokens): 10% of its tagged guesses, about half of its written equations
+(``17 + 10 = 27``), a reward-only run's signal (docs/choosing.md).
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from itertools import product
 from typing import Any
 
 from seedledger.ledger.errors import SeedLedgerError
-from seedledger.trainers.rewards.answers import as_text, extract_tag, parse_number
+from seedledger.trainers.rewards.answers import as_text, extract_tag, last_number, parse_number
 from seedledger.trainers.rewards.combine import WeightedReward
 
 from .base import Messages, Task, chat
@@ -49,6 +55,7 @@ MAX_NEW_TOKENS = 16
 UNTAGGED_SCORE = 0.5
 _LEADING_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 FORMAT_SCORE = 0.1
+CHECKS = ("tags", "number")
 
 
 def make_problem(rng: Rng, level: Level) -> dict[str, Any]:
@@ -156,6 +163,27 @@ def arithmetic_reward(
     return out
 
 
+def answered_number(text: str) -> Any:
+    """The number a completion answers: its ``<answer>`` tags' content where it uses them,
+    else the last number on its first line (``12 + 4 = 16``, ``16``, ``16</answer>``)."""
+    tagged = extract_tag(text)
+    if tagged is not None:
+        return parse_number(tagged)
+    return last_number(text.strip().split("\n", 1)[0])
+
+
+def number_reward(
+    prompts: list[Any], completions: list[Any], answer: list[Any], **kwargs: Any
+) -> list[float | None]:
+    """1.0 when the number the completion answers (`answered_number`) is right, else 0: a
+    verifier with no credit for the form, so the run is free to find its own."""
+    out: list[float | None] = []
+    for completion, gold in zip(completions, answer, strict=True):
+        value = answered_number(as_text(completion))
+        out.append(1.0 if value is not None and value == parse_number(gold) else 0.0)
+    return out
+
+
 def load(
     data_seed: int = 0,
     seed: int = 0,
@@ -163,11 +191,17 @@ def load(
     train_size: int = 2000,
     test_size: int = 200,
     rewards: list[WeightedReward] | None = None,
+    check: str = "tags",
     **unused: Any,
 ) -> Task:
-    """The arithmetic task; the test split is generated first and kept out of training."""
+    """The arithmetic task; the test split is generated first and kept out of training.
+    `check` picks the task's answer check: ``tags`` (partial credit) or ``number``."""
     if not 0 <= level < len(LEVELS):
         raise SeedLedgerError(f"task arithmetic: level {level} outside 0..{len(LEVELS) - 1}")
+    if check not in CHECKS:
+        raise SeedLedgerError(f"task arithmetic: check {check!r} is not one of {', '.join(CHECKS)}")
+    own = (WeightedReward("arithmetic", arithmetic_reward, 1.0) if check == "tags"
+           else WeightedReward("right_number", number_reward, 1.0))
     test = generate(data_seed, level, test_size)
     held_out = {r["question"] for r in test}
 
@@ -179,7 +213,7 @@ def load(
         train,
         test,
         prompt,
-        rewards or [WeightedReward("arithmetic", arithmetic_reward, 1.0)],
+        rewards or [own],
         seed=seed,
         levels=len(LEVELS),
         level=level,

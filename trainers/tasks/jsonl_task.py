@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from seedledger.ledger.errors import SeedLedgerError
-from seedledger.replay.task_settings import check_setting
 from seedledger.trainers.rewards.answers import as_text, extract_tag, parse_number
 from seedledger.trainers.rewards.combine import RewardFn, WeightedReward
+from seedledger.trainers.tasks.bounds import check_setting
 
 from .base import Messages, Task, chat
 from .datafiles import as_scalar_text, check_columns, read_rows

@@ -35,10 +35,10 @@ from typing import Any
 
 from seedledger.ledger.errors import SeedLedgerError
 from seedledger.ledger.extras import ensure
-from seedledger.replay.task_settings import check_setting
 from seedledger.trainers.rewards.answers import as_text
 from seedledger.trainers.rewards.combine import WeightedReward
 from seedledger.trainers.sandbox import Limits, require_sandbox, shared_sandbox
+from seedledger.trainers.tasks.bounds import check_setting
 
 from .base import Messages, Task, chat
 from .sampling import mix64, stream

@@ -1,7 +1,10 @@
 """Bounds on a task's size and sandbox settings, in one place: a stored config (a seed file's,
 a ledger's) is data, and `train_size: 10**9` built a 2 GB dataset on `resume` before any
 limit applied. The bounds are what the tasks need with room to spare (the largest shipped
-config uses train_size 10000); checked by the config, by `import`, and by the loaders."""
+config uses train_size 10000); checked by the config (engine.config), by `import` and
+`rebuild FILE.seeds` (engine.rebuild.seedcheck, on a seed file's stored config), and by the
+loaders (trainers.tasks). Task settings are the tasks' own, so the bounds live with them
+(they were replay/task_settings.py)."""
 
 from __future__ import annotations
 
