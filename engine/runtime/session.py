@@ -1,49 +1,46 @@
 """Training sessions: open the ledger, provision the model, hold the lease, run the loop.
 
-`train`, `resume` and `fork` differ only in how the config and the run row are found and
-in their own refusals; the setup after that is one path (`_configured`: model, backend,
-preflight; `_batched`; `_restored`: the pool under the writer lease; `_run_loop`), and the
-lease and signal guards are engine.runtime.session_guards. `--generations N` says how many to train
-in this session; the config's `generations` is the run's target (schedules are laid out
-over it), which `resume` and `fork` continue towards by default.
+`train`, `resume` and `fork` differ only in where the config and the rows come from and
+in the refusals that need no model: each makes a `Plan` (engine.runtime.session_setup),
+and `_session` runs every plan down one path: lease the run as soon as its row exists
+(a resume's before anything loads), configure for this host (model, backend, preflight,
+sizes), compare the inputs, create the row where there is none (a new lineage's after its
+pool, whose base fingerprint the row stores), restore the pool, record the inputs, train.
+The lease and signal guards are engine.runtime.session_guards.
+`--generations N` says how many to train in this session; the config's `generations` is
+the run's target (schedules are laid out over it), which `resume` and `fork` continue
+towards by default.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import platform
-import socket
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
-from seedledger.engine.config import TrainConfig, apply_overrides, load_config, validate
-from seedledger.engine.refs import resolve_ref
+from seedledger.engine.config import TrainConfig
 from seedledger.engine.runtime import adapters, backend_choice, batching, forkcheck, preflight
-from seedledger.engine.runtime.devices import check_device
+from seedledger.engine.runtime import session_setup as setup
 from seedledger.engine.runtime.dirs import anchors_dir, log_dir
 from seedledger.engine.runtime.hooks import Hooks
 from seedledger.engine.runtime.inputs import SessionInputs
 from seedledger.engine.runtime.interrupts import signals_held
 from seedledger.engine.runtime.loop import train
-from seedledger.engine.runtime.models import model_revision, resolve_model
+from seedledger.engine.runtime.models import resolve_model
 from seedledger.engine.runtime.pools import make_pool
-from seedledger.engine.runtime.session_guards import (
-    LEASE_TTL,
-    interruptible,
-    name_taken,
-    not_started,
-)
+from seedledger.engine.runtime.session_guards import LEASE_TTL, interruptible, rolled_back, unkept
 from seedledger.engine.runtime.session_guards import (
     keepalive as _keepalive,  # engine.search.studystore's name
 )
-from seedledger.engine.runtime.stored_code import check_stored_code, stored_code
+from seedledger.engine.runtime.stored_code import (  # engine.search's names
+    check_stored_code as check_stored_code,
+)
+from seedledger.engine.runtime.stored_code import stored_code as stored_code
 from seedledger.ledger import GenerationRecord, Ledger, RunInfo
 from seedledger.ledger.errors import SeedLedgerError
-from seedledger.ledger.names import check_run_name
 from seedledger.ledger.provenance import trained_inputs
 from seedledger.replay.kinds import from_run
-from seedledger.replay.noise import run_key
 
 
 @dataclass
@@ -60,29 +57,6 @@ class SessionResult:
         return (f"SessionResult(run={self.run.name!r}, status={self.run.status!r}, trained={trained}, "
                 f"latest_generation={self.latest_generation}, reward_mean={last!r}, fingerprint={self.fingerprint!r})")
 
-
-def software_versions() -> dict[str, str]:
-    from importlib.metadata import version
-
-    import torch
-    import transformers
-
-    return {
-        "seedledger": version("seedledger") if _installed("seedledger") else "dev",
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "python": platform.python_version(),
-    }
-
-
-def _installed(dist: str) -> bool:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        version(dist)
-    except PackageNotFoundError:
-        return False
-    return True
 
 
 STATUSES = {
@@ -161,39 +135,6 @@ def _run_loop(ledger: Ledger, run: RunInfo, cfg: TrainConfig, pool, generations:
     # weights move to compute it.
     return SessionResult(run, records, pool.fingerprint(), latest)
 
-
-def _configured(cfg: TrainConfig) -> tuple[TrainConfig, Path]:
-    """The shared first step of every session: the model's directory, and `cfg` with its
-    backend chosen (`auto` becomes what this host runs, once, before the run row is
-    written; a stored config already names one) and checked by preflight (exit 2)."""
-    model_dir = resolve_model(cfg.model)
-    cfg = cfg.model_copy(update={"backend": backend_choice.resolve(cfg, model_dir)})
-    preflight.check(cfg, model_dir)
-    return cfg, model_dir
-
-
-def _batched(cfg: TrainConfig, model_dir: Path) -> TrainConfig:
-    """`cfg` with `members_per_forward` chosen (engine.runtime.batching) where it is left open."""
-    return cfg.model_copy(update={"members_per_forward": batching.resolve(cfg, model_dir)})
-
-
-def _restored(ledger: Ledger, lease, cfg: TrainConfig, model_dir: Path, base_of: RunInfo,
-              name: str, gen: int):
-    """A pool holding run `name` at `gen`, made under `lease` (renewed meanwhile: loading
-    and replaying can outlast it), its base checked against `base_of` (the run, or a
-    fork's parent); closed again when this fails."""
-    with _keepalive(lease):
-        pool = make_pool(cfg, model_dir)
-        try:
-            _check_base(base_of, pool.base_fingerprint(), cfg)
-            pool.restore(ledger, name, gen, anchors_dir(ledger))
-        except BaseException:
-            with signals_held():
-                pool.close()
-            raise
-    return pool
-
-
 def start(
     ledger: Ledger,
     config: str | os.PathLike[str] | dict | None,
@@ -205,49 +146,7 @@ def start(
     """Create a run from `config` (a YAML file, a dict of config keys, or None for the
     defaults) and train it; the run is named `run_name`, else the file's stem, else `run`.
     The pool comes before the run row, which stores its base fingerprint."""
-    if isinstance(config, dict):
-        cfg = validate(apply_overrides(dict(config), overrides), "config", overrides=overrides)
-        name = check_run_name(run_name or "run")
-    else:
-        cfg = load_config(config, overrides)
-        name = check_run_name(run_name or (Path(config).stem if config else "run"))
-    check_device(cfg.device)
-    if ledger.has_run(name):
-        raise SeedLedgerError(name_taken(ledger.get_run(name), cfg.model))
-    try:
-        cfg, model_dir = _configured(cfg)  # before the run exists: a setting that cannot work is exit 2
-        cfg = _batched(adapters.resolve(cfg), model_dir)
-        spec = cfg.perturbation_spec()
-        read = SessionInputs.of(cfg, model_dir)
-        pool = make_pool(cfg, model_dir)
-    except BaseException as exc:
-        not_started(exc, f"before run {name} was created")
-        raise
-    with contextlib.closing(pool):
-        run = ledger.create_run(
-            name=name,
-            base_model=cfg.model,
-            base_revision=model_revision(cfg.model),
-            base_fingerprint=pool.base_fingerprint(),
-            noise_spec=spec.noise_spec,
-            dtype_policy=dtype_policy(cfg),
-            param_selection=spec.param_selection,
-            config=cfg.model_dump(mode="json"),
-            seed=cfg.seed,
-            run_key=run_key(cfg.seed),
-            parent=None,
-            software=software_versions(),
-            host=socket.gethostname(),
-        )
-        with ledger.lease(run.name, ttl=LEASE_TTL) as lease, interruptible(ledger, run.name):
-            pool.restore(ledger, run.name, 0, None)
-            read.record(ledger, run.name, "train", 0)
-            if cfg.backend == "module":  # what it trains, and its base beside the ledger
-                from seedledger.engine.runtime.module_models import record_base
-
-                record_base(ledger, run.name, cfg.model, anchors_dir(ledger))
-            count = target_generation(cfg) if generations is None else generations
-            return _run_loop(ledger, run, cfg, pool, count, hooks, lease)
+    return _session(ledger, setup.for_start(ledger, config, run_name, overrides, generations), hooks)
 
 
 def resume(
@@ -262,30 +161,8 @@ def resume(
     config names is imported only with `trust_code`. Inputs (engine.runtime.inputs) that
     differ from those that trained the latest generation are refused before the model loads, unless
     `accept_changed_inputs`."""
-    run = ledger.get_run(run_name)
-    check_stored_code(stored_code(run.config), f"run {run_name}", trust_code)
-    cfg = validate(run.config, f"run {run_name} config")
-    check_device(cfg.device)
-    hooks = hooks or Hooks()
-    with ledger.lease(run.name, ttl=LEASE_TTL).acquire(force=take_over) as lease, \
-            interruptible(ledger, run.name):
-        if lease.takeover is not None:
-            hooks.on_notice("note", lease.describe_takeover())
-        latest = ledger.latest_generation(run_name)  # read under the lease: no one commits now
-        if generations is None:
-            generations = max(target_generation(cfg) - latest, 0)
-        if generations == 0:  # nothing to do: no model loaded, no replay
-            settle_status(ledger, run_name, cfg)
-            fp = ledger.generation(run_name, latest).fingerprint if latest else run.base_fingerprint
-            return SessionResult(ledger.get_run(run_name), [], fp, latest)
-        cfg, model_dir = _configured(cfg)
-        read = SessionInputs.of(cfg, model_dir)
-        read.compare(trained_inputs(ledger, run_name, latest), f"the session that trained {run_name}@{latest}",
-                     accept_changed_inputs)
-        with contextlib.closing(_restored(ledger, lease, cfg, model_dir, run, run.name, latest)) as pool:
-            ledger.log_event(run.name, "resume", {"from_generation": latest, "generations": generations})
-            read.record(ledger, run.name, "resume", latest)
-            return _run_loop(ledger, run, cfg, pool, generations, hooks, lease)
+    plan = setup.for_resume(ledger, run_name, generations, take_over, trust_code, accept_changed_inputs)
+    return _session(ledger, plan, hooks)
 
 
 def fork(
@@ -305,75 +182,101 @@ def fork(
     the parent's stored config names is imported only with `trust_code` (code the
     overrides name is the user's own). Inputs that differ from those that trained `ref` are
     refused before the child exists, unless `accept_changed_inputs`."""
-    check_run_name(new_name)
-    parent, gen = resolve_ref(ledger, ref)
-    data = apply_overrides(dict(parent.config), list(overrides))
-    inherited = set(stored_code(parent.config))
-    check_stored_code([r for r in stored_code(data) if r in inherited], f"run {parent.name}", trust_code)
-    cfg = validate(data, "fork config", overrides=overrides)
-    check_device(cfg.device)
-    if cfg.model != parent.base_model:
-        raise SeedLedgerError("a fork keeps its parent's base model; `model` cannot be changed")
-    if cfg.train != validate(parent.config, f"run {parent.name} config").train:
-        raise SeedLedgerError("a fork trains its parent's parameters; `train` cannot be changed")
-    if ledger.has_run(new_name):
-        raise SeedLedgerError(f"run {new_name!r} exists; pick another --run")
-    forkcheck.check_policy(ledger, parent.name, gen, cfg)  # a refusal leaves no child behind
-    cfg, model_dir = _configured(cfg)  # --set backend=auto chooses again
-    if _rows_changed(validate(parent.config, f"run {parent.name} config"), cfg, overrides):
-        cfg = _batched(cfg.model_copy(update={"members_per_forward": None}), model_dir)
-    read = SessionInputs.of(cfg, model_dir)
-    read.compare(trained_inputs(ledger, parent.name, gen),
-                 f"the session that trained {parent.name}@{gen}", accept_changed_inputs)
-    kind = cfg.perturbation_spec()  # a fork may change the kind: each run replays with its own
-    spec = replace(  # the parent's base; this fork's perturbation, settings and key
-        parent.spec(),
-        noise_spec=kind.noise_spec,
-        param_selection=kind.param_selection,
-        dtype_policy=dtype_policy(cfg),
-        config=cfg.model_dump(mode="json"),
-        seed=cfg.seed,
-        run_key=run_key(cfg.seed),
-        software=software_versions(),
-        host=socket.gethostname(),
-    )
-    run = ledger.create_run(new_name, spec, parent=(parent.name, gen))
-    with ledger.lease(run.name, ttl=LEASE_TTL) as lease:
-        pool = None
+    plan = setup.for_fork(ledger, ref, new_name, overrides, generations, trust_code, accept_changed_inputs)
+    return _session(ledger, plan, hooks)
+
+
+def _session(ledger: Ledger, plan: setup.Plan, hooks: Hooks | None) -> SessionResult:
+    """Every session's one path (the module docstring's order). The run is leased as soon
+    as its row exists and `interruptible` from then on; before that, an interrupt keeps
+    nothing; a fork's child whose setup fails is deleted again."""
+    hooks = hooks or Hooks()
+    with contextlib.ExitStack() as held:
+        run, at, lease = plan.run, plan.at, None
+        if run is not None:  # an existing run: refused at once while another session holds it
+            lease = _leased(held, ledger, run.name, plan.take_over, hooks)
+            at = ledger.latest_generation(run.name)  # read under the lease: no one commits now
+        count = max(target_generation(plan.cfg) - at, 0) if plan.generations is None else plan.generations
+        if run is not None and count == 0:  # nothing to do: no model loaded, no replay
+            settle_status(ledger, run.name, plan.cfg)
+            fp = ledger.generation(run.name, at).fingerprint if at else run.base_fingerprint
+            return SessionResult(ledger.get_run(run.name), [], fp, at)
+        pool, source = None, plan.continues
+        with contextlib.nullcontext() if run is not None else unkept(f"before run {plan.name} was created"):
+            cfg, model_dir = _configured(plan)  # before a new run exists: a setting that cannot work is exit 2
+            read = SessionInputs.of(cfg, model_dir)
+            if source is not None:
+                read.compare(trained_inputs(ledger, source.name, at),
+                             f"the session that trained {source.name}@{at}", plan.accept_changed_inputs)
+            else:  # a new lineage: its row stores the pool's base fingerprint
+                pool = held.enter_context(contextlib.closing(make_pool(cfg, model_dir)))
+        if run is None:
+            spec = setup.run_spec(plan, cfg, pool.base_fingerprint() if pool is not None else None)
+            run = ledger.create_run(plan.name, spec, parent=(plan.parent.name, at) if plan.parent else None)
+            lease = _leased(held, ledger, run.name, plan.take_over, hooks)
+        with (rolled_back(ledger, lease, run.name, f"while fork {run.name} was set up") if plan.parent is not None
+              else contextlib.nullcontext()):
+            restored = _restored(ledger, lease, cfg, model_dir, plan, run, at, pool)
+        if pool is None:  # made under the lease: closed before it is released
+            pool = held.enter_context(contextlib.closing(restored))
+        if plan.run is not None:
+            ledger.log_event(run.name, "resume", {"from_generation": at, "generations": count})
+        read.record(ledger, run.name, plan.session, at)
+        if source is None and cfg.backend == "module":  # what it trains, and its base beside the ledger
+            from seedledger.engine.runtime.module_models import record_base
+
+            record_base(ledger, run.name, cfg.model, anchors_dir(ledger))
+        return _run_loop(ledger, run, cfg, pool, count, hooks, lease)
+
+
+def _leased(held: contextlib.ExitStack, ledger: Ledger, name: str, take_over: bool, hooks: Hooks):
+    """Run `name`'s writer lease, held (and the run `interruptible`) until `held` closes."""
+    lease = held.enter_context(ledger.lease(name, ttl=LEASE_TTL).acquire(force=take_over))
+    held.enter_context(interruptible(ledger, name))
+    if lease.takeover is not None:
+        hooks.on_notice("note", lease.describe_takeover())
+    return lease
+
+
+def _configured(plan: setup.Plan) -> tuple[TrainConfig, Path]:
+    """The model's directory, and the plan's config with its backend chosen (`auto`
+    becomes what this host runs, once, before a run row is written; a stored config
+    already names one) and checked by preflight (exit 2); a new lineage's adapter and
+    `members_per_forward` filled in where left open, a regrouped fork's chosen again."""
+    model_dir = resolve_model(plan.cfg.model)
+    cfg = plan.cfg.model_copy(update={"backend": backend_choice.resolve(plan.cfg, model_dir)})
+    preflight.check(cfg, model_dir)
+    if plan.continues is None:
+        cfg = adapters.resolve(cfg)
+    if plan.regroup:
+        cfg = cfg.model_copy(update={"members_per_forward": None})
+    if plan.continues is None or plan.regroup:
+        cfg = cfg.model_copy(update={"members_per_forward": batching.resolve(cfg, model_dir)})
+    return cfg, model_dir
+
+
+def _restored(ledger: Ledger, lease, cfg: TrainConfig, model_dir: Path, plan: setup.Plan, run: RunInfo,
+              at: int, pool=None):
+    """`pool` (else a new one) holding `run` at `at`, under `lease` (renewed meanwhile:
+    loading and replaying can outlast it); the base of the history it continues checked,
+    and a fork's policy asked again with the weights; a pool made here is closed again
+    when this fails."""
+    with _keepalive(lease):
+        made = pool is None
+        pool = make_pool(cfg, model_dir) if made else pool
         try:
-            pool = _restored(ledger, lease, cfg, model_dir, parent, run.name, gen)
-            with _keepalive(lease):
-                forkcheck.check_policy(ledger, parent.name, gen, cfg, pool,
+            if plan.continues is not None:
+                _check_base(plan.continues, pool.base_fingerprint(), cfg)
+            pool.restore(ledger, run.name, at, anchors_dir(ledger))
+            if plan.parent is not None:
+                forkcheck.check_policy(ledger, plan.parent.name, at, cfg, pool,
                                        from_run(run.noise_spec, run.param_selection).trained)
-        except BaseException as exc:
-            with signals_held():
-                if pool is not None:
+        except BaseException:
+            if made:
+                with signals_held():
                     pool.close()
-                lease.release()
-                with contextlib.suppress(Exception):
-                    ledger.delete_run(run.name)
-            not_started(exc, f"while fork {run.name} was set up")
             raise
-        with contextlib.closing(pool), interruptible(ledger, run.name):
-            read.record(ledger, run.name, "fork", gen)
-            count = max(target_generation(cfg) - gen, 0) if generations is None else generations
-            return _run_loop(ledger, run, cfg, pool, count, hooks, lease)
-
-
-def dtype_policy(cfg: TrainConfig) -> str:
-    """The run's `dtype_policy`: what is kept in fp32, and what evaluation runs in."""
-    if cfg.train == "full":
-        return f"fp32-master/{cfg.dtype}-eval"
-    return cfg.train.dtype_policy(cfg.dtype, cfg.base_quantization)
-
-
-def _rows_changed(parent: TrainConfig, child: TrainConfig, overrides: list[str]) -> bool:
-    """Whether a fork must choose its own `members_per_forward`: it changed what a forward
-    group holds (perturbation, batch, samples) without setting the group size itself."""
-    if any(o.partition("=")[0].strip() == "members_per_forward" for o in overrides):
-        return False
-    same = ("perturbation", "batch_size", "passk", "population")
-    return any(getattr(parent, k) != getattr(child, k) for k in same)
+    return pool
 
 
 def _check_base(run: RunInfo, fingerprint: str, cfg: TrainConfig | None = None) -> None:

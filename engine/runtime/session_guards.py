@@ -1,14 +1,15 @@
 """What keeps a session's run consistent around its setup: a run name that belongs to one
-model, the writer lease renewed while a model loads, and a signal turned into an
-`interrupted` run (or into nothing kept, when it came before the run existed). Used by
-engine.runtime.session and engine.search.studystore."""
+model, the writer lease renewed while a model loads, a signal turned into an
+`interrupted` run (or into nothing kept, when it came before the run existed), and a
+fork's child deleted again when its setup fails. Used by engine.runtime.session and
+engine.search.studystore."""
 
 from __future__ import annotations
 
 import re
 import signal
 import threading
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from seedledger.engine.runtime.interrupts import RunInterrupted, signal_of, signals_held
@@ -78,3 +79,28 @@ def not_started(exc: BaseException, what: str) -> None:
         raise RunInterrupted(
             f"interrupted by {signal.Signals(signum).name} {what}; nothing was kept", signum
         ) from None
+
+
+@contextmanager
+def unkept(what: str):
+    """An interrupt inside, before the run's row exists, leaves as RunInterrupted (no run)."""
+    try:
+        yield
+    except BaseException as exc:
+        not_started(exc, what)
+        raise
+
+
+@contextmanager
+def rolled_back(ledger: Ledger, lease: WriterLease, run_name: str, what: str):
+    """A failure inside, before anything trained, deletes the new run `run_name` again
+    (its lease released first) so that its name stays free."""
+    try:
+        yield
+    except BaseException as exc:
+        with signals_held():
+            lease.release()
+            with suppress(Exception):
+                ledger.delete_run(run_name)
+        not_started(exc, what)
+        raise
