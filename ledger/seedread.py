@@ -241,8 +241,8 @@ def read_seedfile(
     """Parse and check a seed file; any defect raises one-line SeedLedgerError.
 
     `check(seedfile)` may refuse what the format allows but a replay cannot apply (the
-    engine passes replay.seedcheck.check_seedfile: known perturbation kinds, rounded
-    coefficients, positive σ, well-formed fingerprints); its SeedLedgerError or ValueError
+    engine passes engine.rebuild.seedcheck.check_seedfile: known perturbation kinds, rounded
+    coefficients, positive σ, well-formed fingerprints, the stored config's task bounds); its SeedLedgerError or ValueError
     becomes the one line. A file declaring more than `max_members` members is refused
     before its arrays are unpacked (`import`'s ledger-growth budget).
     """
