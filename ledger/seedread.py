@@ -242,8 +242,8 @@ def read_seedfile(
 
     `check(seedfile)` may refuse what the format allows but a replay cannot apply (the
     engine passes engine.rebuild.seedcheck.check_seedfile: known perturbation kinds, rounded
-    coefficients, positive σ, well-formed fingerprints, the stored config's task bounds); its SeedLedgerError or ValueError
-    becomes the one line. A file declaring more than `max_members` members is refused
+    coefficients, positive σ, well-formed fingerprints, the stored config's task bounds);
+    its SeedLedgerError or ValueError becomes the one line. A file declaring more than `max_members` members is refused
     before its arrays are unpacked (`import`'s ledger-growth budget).
     """
     p = Path(path)

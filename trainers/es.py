@@ -26,9 +26,10 @@ from seedledger.trainers.shaping import Shaping, shape
 
 class ES(Policy):
     """The ES policy: the shared `ask` (mirrored pairs or independent members), `tell` returns
-    the rounded coefficients; `hyperparameters(generation)` gives the lr and σ in force
-    (schedules, and the optional σ/lr adaptation of `trainers.adaptation`, whose state
-    `restore` rebuilds from the lineage's records and `observe` advances past each one)."""
+    the rounded coefficients; `hyperparameters(state, generation)` gives the lr and σ in
+    force, σ rounded once by `policy_base.applied_sigma` (schedules, and the optional σ/lr
+    adaptation of `trainers.adaptation`, whose state `restore` rebuilds from the lineage's
+    records and `observe` advances past each one)."""
 
     name = "es"
     label = "ES"
