@@ -2,7 +2,7 @@
 
 Each algorithm trains an ordinary run in one ledger with the same population, generations,
 batch and seed (so the same number of evaluations); every generation's master is scored on
-the same held-out rows (greedy, `engine.runtime.heldout`). Prints a table (best and final held-out
+the same held-out rows (greedy, `engine.runtime.scoring.heldout`). Prints a table (best and final held-out
 reward, evaluations, wall time) and writes one plot.
 
     python benchmarks/algorithms_bench.py                       # tiny: a smoke test
@@ -22,7 +22,7 @@ import yaml
 
 from seedledger.engine.config import validate
 from seedledger.engine.runtime import session
-from seedledger.engine.runtime.heldout import HeldOut
+from seedledger.engine.runtime.scoring.heldout import HeldOut
 from seedledger.ledger import Ledger
 
 ALGOS = {

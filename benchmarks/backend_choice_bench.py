@@ -1,4 +1,4 @@
-"""hf against vLLM on one run shape: what `backend: auto` chooses by (engine/runtime/backend_choice.py).
+"""hf against vLLM on one run shape: what `backend: auto` chooses by (engine/runtime/backends/choice.py).
 
 Trains the same config for a few generations with `--set backend=hf` and `--set
 backend=vllm`, each through the console script in its own process (vLLM binds the

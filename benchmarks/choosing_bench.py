@@ -82,7 +82,7 @@ def paper(args, cfg, task, test: list[dict], where: Path) -> dict:
     import paper_learning_bench as learning
     import paper_reference_bench as reference
 
-    from seedledger.engine.runtime.models import resolve_model
+    from seedledger.engine.runtime.models.resolve import resolve_model
 
     reference.SIGMA, reference.ALPHA = args.paper_sigma, args.paper_alpha
     ref = learning.WordsReference(resolve_model(cfg.model), task, cfg.population, cfg.max_new_tokens)

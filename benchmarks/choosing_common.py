@@ -112,7 +112,7 @@ def base_model(cfg: Any) -> tuple[Any, Any]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from seedledger.engine.runtime.models import resolve_model
+    from seedledger.engine.runtime.models.resolve import resolve_model
 
     model_dir = resolve_model(cfg.model)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
@@ -185,7 +185,7 @@ def peak_rss_mib() -> float:
 
 def report(method: str, base: Judged, final: Judged, budget: Budget, step: str, **extra: Any) -> dict[str, Any]:
     """One method's figures (JSON-able); `step` says what one step is."""
-    from seedledger.engine.runtime.evaluation import paired_change
+    from seedledger.engine.runtime.scoring.heldout import paired_change
 
     change = paired_change(base.verdicts, final.verdicts)
     reward = paired_change(base.rewards, final.rewards)

@@ -60,9 +60,9 @@ def train_for(workdir: Path, kind: str, config: Path, overrides: list[str], seco
     wall time read from the ledger (the run's creation to its last commit)."""
     from seedledger.engine.config import validate
     from seedledger.engine.runtime import session
-    from seedledger.engine.runtime.evaluator import Evaluator
     from seedledger.engine.runtime.hooks import Hooks
-    from seedledger.engine.runtime.models import resolve_model
+    from seedledger.engine.runtime.models.resolve import resolve_model
+    from seedledger.engine.runtime.scoring.evaluator import Evaluator
     from seedledger.ledger import Ledger
     from seedledger.ledger.seedio import export_seedfile
     from seedledger.replay.noise import member_key

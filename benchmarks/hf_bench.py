@@ -21,7 +21,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch  # noqa: E402
 
 from seedledger.engine.runtime.backends.hf import HFBackend  # noqa: E402
-from seedledger.engine.runtime.models import resolve_model  # noqa: E402
+from seedledger.engine.runtime.models.resolve import resolve_model  # noqa: E402
 
 QUESTIONS = [
     "What is 3+4?",

@@ -35,7 +35,7 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 from benchmarks.population_common import QUESTIONS, lora_perturbation, members, trained_adapter  # noqa: E402
-from seedledger.engine.runtime.models import quiet_hf_env  # noqa: E402
+from seedledger.engine.runtime.models.resolve import quiet_hf_env  # noqa: E402
 
 quiet_hf_env()  # torchao's import chatter (transformers imports it when installed)
 
@@ -55,7 +55,7 @@ def speed(args) -> None:
     import torch
 
     from seedledger.engine.runtime.backends.hf import HFBackend
-    from seedledger.engine.runtime.models import resolve_model
+    from seedledger.engine.runtime.models.resolve import resolve_model
     from seedledger.replay import noise
     from seedledger.replay.perturbation import Perturbation
 

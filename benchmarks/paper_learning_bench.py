@@ -40,9 +40,9 @@ from choosing_common import complete  # noqa: E402
 from seedledger.engine import api  # noqa: E402
 from seedledger.engine.cli.demo import CONFIG  # noqa: E402
 from seedledger.engine.config import load_config  # noqa: E402
-from seedledger.engine.runtime.evaluation import paired_change  # noqa: E402
 from seedledger.engine.runtime.hooks import Hooks  # noqa: E402
-from seedledger.engine.runtime.models import resolve_model  # noqa: E402
+from seedledger.engine.runtime.models.resolve import resolve_model  # noqa: E402
+from seedledger.engine.runtime.scoring.heldout import paired_change  # noqa: E402
 from seedledger.trainers.tasks import load_task  # noqa: E402
 
 

@@ -46,7 +46,7 @@ import torch  # noqa: E402
 
 from seedledger.engine import api  # noqa: E402
 from seedledger.engine.runtime.hooks import Hooks  # noqa: E402
-from seedledger.engine.runtime.models import resolve_model  # noqa: E402
+from seedledger.engine.runtime.models.resolve import resolve_model  # noqa: E402
 from seedledger.trainers.rewards.verifier import numbers_used, safe_eval  # noqa: E402
 from seedledger.trainers.tasks import countdown  # noqa: E402
 
@@ -154,7 +154,9 @@ def run_path(name: str, args, task: dict, ref: Reference, where: Path) -> dict:
         mean = record.reward_stats()["mean"]
         ours.append((seconds, float("nan") if mean is None else mean))
         theirs.append(ref.generation())
-        print(f"  {name} gen {len(ours)}: ours {ours[-1][0]:7.1f}s r={ours[-1][1]:.3f} | "
+        t = record.timings  # where ours went: members' weights, their decoding, the update
+        parts = ", ".join(f"{k} {t[k]:.1f}s" for k in ("load_member", "evaluate", "update") if k in t)
+        print(f"  {name} gen {len(ours)}: ours {ours[-1][0]:7.1f}s r={ours[-1][1]:.3f} ({parts}) | "
               f"reference {theirs[-1][0]:7.1f}s r={theirs[-1][1]:.3f}", flush=True)
 
     cfg = {"model": args.model, "task": task, "population": args.members, "sigma": SIGMA, "lr": ALPHA,

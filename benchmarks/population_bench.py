@@ -36,7 +36,7 @@ import torch  # noqa: E402
 
 from benchmarks.population_common import QUESTIONS, members  # noqa: E402
 from seedledger.engine.runtime.backends.hf import HFBackend  # noqa: E402
-from seedledger.engine.runtime.models import resolve_model  # noqa: E402
+from seedledger.engine.runtime.models.resolve import resolve_model  # noqa: E402
 from seedledger.replay import noise  # noqa: E402
 from seedledger.replay.perturbation import Perturbation, factors  # noqa: E402
 
@@ -149,7 +149,7 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--rank", type=int, default=1)
     ap.add_argument("--group", type=int, default=None,
-                    help="members per forward (default: engine.runtime.batching's row cap for the device)")
+                    help="members per forward (default: engine.runtime.setup.batching's row cap for the device)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     ap.add_argument("--threads", type=int, default=None)
@@ -164,7 +164,7 @@ def main() -> None:
     prompts = [[{"role": "user", "content": q}] for q in (QUESTIONS * (args.prompts // 16 + 1))[: args.prompts]]
     print(f"model {args.model}, device {args.device}, {torch.get_num_threads()} threads, "
           f"{args.dtype}, {args.prompts} prompts, {args.new_tokens} new tokens, rank {args.rank}")
-    from seedledger.engine.runtime.batching import CPU_ROWS, CUDA_MAX_ROWS
+    from seedledger.engine.runtime.setup.batching import CPU_ROWS, CUDA_MAX_ROWS
 
     rows_cap = CUDA_MAX_ROWS if args.device.startswith("cuda") else CPU_ROWS
     for n in args.members:

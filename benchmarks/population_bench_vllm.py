@@ -138,7 +138,7 @@ def main() -> None:
         print("RESULT " + json.dumps(_one(args.one, json.loads(sys.stdin.read()))), flush=True)
         return
     from benchmarks.population_common import QUESTIONS
-    from seedledger.engine.runtime.models import resolve_model
+    from seedledger.engine.runtime.models.resolve import resolve_model
 
     questions = (QUESTIONS * (args.prompts // len(QUESTIONS) + 1))[: args.prompts]
     prompts = [[{"role": "user", "content": q}] for q in questions]

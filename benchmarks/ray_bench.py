@@ -22,7 +22,7 @@ import time
 
 from seedledger.engine.config import validate
 from seedledger.engine.runtime.loop import hyperparameters
-from seedledger.engine.runtime.models import resolve_model
+from seedledger.engine.runtime.models.resolve import resolve_model
 from seedledger.ledger import ReplayStep
 from seedledger.replay.noise import run_key
 from seedledger.trainers.es import ES

@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ray_bench import one_generation  # noqa: E402
 
 from seedledger.engine.config import validate  # noqa: E402
-from seedledger.engine.runtime.models import resolve_model  # noqa: E402
+from seedledger.engine.runtime.models.resolve import resolve_model  # noqa: E402
 from seedledger.replay.noise import run_key  # noqa: E402
 from seedledger.trainers.es import ES  # noqa: E402
 

@@ -54,7 +54,7 @@ def commit_ms(directory: Path, n: int, commits: int = 25) -> tuple[float, float]
 def tiny_master() -> dict[str, torch.Tensor]:
     from safetensors.torch import load_file
 
-    from seedledger.engine.runtime.models import resolve_model
+    from seedledger.engine.runtime.models.resolve import resolve_model
 
     (path,) = resolve_model("tiny").glob("*.safetensors")
     return {k: v.float().contiguous() for k, v in load_file(str(path)).items() if v.dim() == 2}

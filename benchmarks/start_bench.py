@@ -109,7 +109,7 @@ def setup(work: Path) -> None:
 
 def measurements(work: Path) -> dict[str, Callable[[], tuple[float, float | None]]]:
     zero = iter(range(1, 1 << 30))
-    where_tiny = "from seedledger.engine.runtime.models import resolve_model as r; print(r('tiny'))"
+    where_tiny = "from seedledger.engine.runtime.models.resolve import resolve_model as r; print(r('tiny'))"
     tiny = subprocess.run([PY, "-c", where_tiny], check=True, capture_output=True, text=True).stdout.strip()
     return {
         "python -c pass": lambda: run([PY, "-c", "pass"], work),

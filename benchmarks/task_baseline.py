@@ -24,7 +24,7 @@ import torch  # noqa: E402
 import yaml  # noqa: E402
 
 from seedledger.engine.runtime.backends.hf import HFBackend  # noqa: E402
-from seedledger.engine.runtime.models import resolve_model  # noqa: E402
+from seedledger.engine.runtime.models.resolve import resolve_model  # noqa: E402
 from seedledger.trainers.tasks import load_task  # noqa: E402
 
 

@@ -22,8 +22,7 @@ import yaml
 
 from seedledger.engine.config import validate
 from seedledger.engine.runtime import session
-from seedledger.engine.runtime.evaluation import paired_change
-from seedledger.engine.runtime.heldout import HeldOut
+from seedledger.engine.runtime.scoring.heldout import HeldOut, paired_change
 from seedledger.engine.search.pbt import PBT
 from seedledger.engine.search.tune import tune
 from seedledger.ledger import Ledger

@@ -32,8 +32,7 @@ import yaml
 from seedledger.engine.cli.demo import CONFIG
 from seedledger.engine.config import load_config, validate
 from seedledger.engine.runtime import session
-from seedledger.engine.runtime.evaluation import paired_change
-from seedledger.engine.runtime.heldout import HeldOut
+from seedledger.engine.runtime.scoring.heldout import HeldOut, paired_change
 from seedledger.engine.search.tune import override, tune
 from seedledger.ledger import Ledger
 

@@ -41,7 +41,7 @@ def _prompts(n: int) -> list[list[dict[str, str]]]:
 
 def run_one(backend: str, model: str, population: int, n_prompts: int, new_tokens: int) -> dict:
     """Time one generation on `backend`; returns the figures as a dict."""
-    from seedledger.engine.runtime.models import resolve_model
+    from seedledger.engine.runtime.models.resolve import resolve_model
     from seedledger.replay import noise
 
     model_dir = resolve_model(model)

@@ -72,7 +72,7 @@ __all__ = [
 ]
 
 
-MODULE_MODELS = ("module:", "in-process:")  # engine.runtime.module_models: a torch.nn.Module by code
+MODULE_MODELS = ("module:", "in-process:")  # engine.runtime.models.module: a torch.nn.Module by code
 
 
 def is_module_model(ref: Any) -> bool:
@@ -128,7 +128,7 @@ class TrainConfig(Strict):
     )
     backend: Literal["auto", "hf", "vllm", "module"] = Field(
         "auto", description="vllm where installed and able and the run has 5 generations or more, else hf: "
-        "chosen when the run is created (engine.runtime.backend_choice); `module` for a torch.nn.Module model "
+        "chosen when the run is created (engine.runtime.backends.choice); `module` for a torch.nn.Module model "
         "(set by `model: module:...`)"
     )
     device: str = Field(
@@ -165,7 +165,7 @@ class TrainConfig(Strict):
     members_per_forward: int | None = Field(
         None, ge=1, le=MAX_POPULATION,
         description="members evaluated together in one batched forward (low-rank); omitted: "
-        "chosen when the run is created (engine.runtime.batching) and stored with it",
+        "chosen when the run is created (engine.runtime.setup.batching) and stored with it",
     )
 
     @field_validator("task")

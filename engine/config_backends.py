@@ -3,7 +3,7 @@
 Light on purpose (no torch, no backend import): the config checks a run against these rows
 when it is validated, before a run exists, and each backend reads its own row to choose how
 it builds members. A new backend adds its row to both tables. `auto` is resolved when the
-run is created (engine.runtime.backend_choice); it is held to hf's rows, its fallback.
+run is created (engine.runtime.backends.choice); it is held to hf's rows, its fallback.
 """
 
 from __future__ import annotations

@@ -97,7 +97,7 @@ PerturbationSection = Union[PERTURBATION_SECTIONS]  # noqa: UP007 (a union built
 
 class LoraTrain(KindSection):
     """Train a LoRA adapter on the frozen base instead of every weight (replay.adapter).
-    Unset fields are filled in when the run is created (engine.runtime.adapters.resolve) and
+    Unset fields are filled in when the run is created (engine.runtime.models.adapters.resolve) and
     stored with it: rank 8, alpha 16, every attention and MLP projection, A from the
     run's seed and B = 0, or all of them from the PEFT adapter directory `init`."""
 

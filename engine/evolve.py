@@ -4,7 +4,7 @@ The same session `train`, `resume` and `fork` run (engine.runtime.session), on t
 backend (engine.runtime.backends.module): a config is built from the arguments, with
 `model` and `task` naming the module and the fitness as code (`module:pkg.mod:factory`,
 `fitness:pkg.mod:function`) when they are importable, else as `in-process:NAME`, bound to
-the objects for the call (engine.runtime.module_models). So the ledger, replay, the
+the objects for the call (engine.runtime.models.module). So the ledger, replay, the
 policies, optimizers, schedules, shaping, kill-and-resume, fork, verify, seed files and
 rebuild are the language-model runs' own.
 
@@ -69,7 +69,7 @@ def evolve(
     trained in this session (default: up to the target). Returns the session's result
     (`run.status`, `fingerprint`, `records`); `seedledger.rebuild(run)` gives the weights."""
     from seedledger.engine.runtime import session
-    from seedledger.engine.runtime.module_models import bound
+    from seedledger.engine.runtime.models.module import bound
     from seedledger.trainers.tasks.registry import absolute_paths
 
     model_ref, objects = _named(model, "model")
@@ -103,7 +103,7 @@ def evolve(
 
 def _named(obj: Any, what: str) -> tuple[str, dict[str, Any]]:
     """(the config's reference to `obj`, the in-process objects to bind for it)."""
-    from seedledger.engine.runtime.module_models import IN_PROCESS, MODULE, ref_of
+    from seedledger.engine.runtime.models.module import IN_PROCESS, MODULE, ref_of
 
     if isinstance(obj, str):
         if what == "model" and not obj.startswith(MODULE):
@@ -139,7 +139,7 @@ def _task(fitness: Any, batched: bool) -> tuple[Any, dict[str, Any]]:
 def _same_code(stored: Mapping[str, Any], model_ref: str, task: Any) -> bool:
     """Whether the code a stored config would run is what this call names itself (then the
     call is the user's trust, as `--trust-code` would be)."""
-    from seedledger.engine.runtime.stored_code import stored_code
+    from seedledger.engine.runtime.setup.stored_code import stored_code
 
     mine = set(stored_code({"model": model_ref, "task": task}))
     return set(stored_code(dict(stored))) <= mine

@@ -22,7 +22,7 @@ os.environ.setdefault("SEEDLEDGER_AUTO_BACKEND", "hf")
 @pytest.fixture(scope="session")
 def tiny_model_dir() -> Path:
     """The `tiny` alias (~3.3M random parameters, SmolLM2 tokenizer), provisioned once."""
-    from seedledger.engine.runtime.models import resolve_model
+    from seedledger.engine.runtime.models.resolve import resolve_model
 
     return resolve_model("tiny")
 
@@ -32,7 +32,7 @@ def smollm2_dir() -> Path:
     """The default model, SmolLM2-135M-Instruct in fp32 (a one-time ~30 s provisioning)."""
     import importlib.metadata
 
-    from seedledger.engine.runtime.models import INSTALL_HINT, SMOLLM2_PACKAGE, resolve_model
+    from seedledger.engine.runtime.models.resolve import INSTALL_HINT, SMOLLM2_PACKAGE, resolve_model
 
     try:
         importlib.metadata.distribution(SMOLLM2_PACKAGE)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from seedledger.engine.config import validate
-from seedledger.engine.runtime import backend_choice
+from seedledger.engine.runtime.backends import choice
 from seedledger.ledger import Ledger
 from seedledger.ledger.errors import SeedLedgerError
 
@@ -22,13 +22,13 @@ def cfg(**settings):
 
 @pytest.fixture
 def unpinned(monkeypatch):
-    monkeypatch.delenv(backend_choice.PIN, raising=False)
+    monkeypatch.delenv(choice.PIN, raising=False)
 
 
 def test_auto_is_the_default_and_explicit_choices_stand(tiny_model_dir, unpinned):
     assert cfg().backend == "auto"
-    assert backend_choice.resolve(cfg(backend="hf"), tiny_model_dir) == "hf"
-    assert backend_choice.resolve(cfg(backend="vllm"), tiny_model_dir) == "vllm"
+    assert choice.resolve(cfg(backend="hf"), tiny_model_dir) == "hf"
+    assert choice.resolve(cfg(backend="vllm"), tiny_model_dir) == "vllm"
 
 
 @pytest.fixture
@@ -42,8 +42,8 @@ def head64(tiny_model_dir, tmp_path) -> Path:
 
 def test_auto_takes_vllm_where_installed(head64, unpinned):
     want = "vllm" if HAS_VLLM else "hf"
-    assert backend_choice.resolve(cfg(), head64) == want
-    assert backend_choice.resolve(cfg(perturbation="lowrank"), head64) == want
+    assert choice.resolve(cfg(), head64) == want
+    assert choice.resolve(cfg(perturbation="lowrank"), head64) == want
 
 
 @pytest.mark.parametrize(("settings", "blocker"), [
@@ -55,22 +55,22 @@ def test_auto_takes_vllm_where_installed(head64, unpinned):
 ])
 def test_settings_only_hf_builds_keep_hf(head64, unpinned, settings, blocker):
     chosen = cfg(**settings)
-    assert backend_choice.hf_only(chosen) == blocker
-    assert backend_choice.resolve(chosen, head64) == "hf"
+    assert choice.hf_only(chosen) == blocker
+    assert choice.resolve(chosen, head64) == "hf"
 
 
 def test_the_device_and_the_head_size_decide_too(head64, tiny_model_dir, unpinned):
-    assert backend_choice.hf_only(cfg(device="cuda")) is None
-    assert backend_choice.resolve(cfg(device="cuda"), head64) == "hf"
-    assert backend_choice.resolve(cfg(), tiny_model_dir) == "hf"  # head size 16
+    assert choice.hf_only(cfg(device="cuda")) is None
+    assert choice.resolve(cfg(device="cuda"), head64) == "hf"
+    assert choice.resolve(cfg(), tiny_model_dir) == "hf"  # head size 16
 
 
 def test_the_pin(head64, monkeypatch):
-    monkeypatch.setenv(backend_choice.PIN, "hf")
-    assert backend_choice.resolve(cfg(), head64) == "hf"
-    monkeypatch.setenv(backend_choice.PIN, "trt")
+    monkeypatch.setenv(choice.PIN, "hf")
+    assert choice.resolve(cfg(), head64) == "hf"
+    monkeypatch.setenv(choice.PIN, "trt")
     with pytest.raises(SeedLedgerError, match="SEEDLEDGER_AUTO_BACKEND='trt': the only pin is hf"):
-        backend_choice.resolve(cfg(), head64)
+        choice.resolve(cfg(), head64)
 
 
 def test_a_run_stores_what_auto_chose(tmp_path):

@@ -106,7 +106,7 @@ def test_vllm_cpu_head_sizes_match_the_installed_vllm():
     pytest.importorskip("vllm")
     from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
 
-    from seedledger.engine.runtime.preflight import VLLM_CPU_HEAD_SIZES
+    from seedledger.engine.runtime.setup.preflight import VLLM_CPU_HEAD_SIZES
 
     assert tuple(CPUAttentionBackend.get_supported_head_sizes()) == VLLM_CPU_HEAD_SIZES
 
@@ -272,7 +272,7 @@ def test_gguf_provisioning_keeps_a_pipe_quiet(tmp_path):
     flood a non-terminal stderr (it wrote hundreds of carriage-return frames)."""
     import importlib.metadata
 
-    from seedledger.engine.runtime.models import SMOLLM2_PACKAGE
+    from seedledger.engine.runtime.models.resolve import SMOLLM2_PACKAGE
 
     try:
         importlib.metadata.distribution(SMOLLM2_PACKAGE)

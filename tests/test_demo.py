@@ -60,7 +60,7 @@ def test_demo_refuses_a_workdir_holding_files_it_did_not_write(tmp_path: Path) -
 
 
 def test_paired_change_is_the_mean_row_difference_with_its_standard_error() -> None:
-    from seedledger.engine.runtime.evaluation import paired_change
+    from seedledger.engine.runtime.scoring.heldout import paired_change
 
     change = paired_change([0.0, 0.5, 1.0, None], [1.0, 0.5, 0.0, 1.0])  # a None row is left out
     assert change == {"mean": 0.0, "stderr": pytest.approx(1 / 3**0.5), "better": 1, "worse": 1}
@@ -72,7 +72,7 @@ def test_held_out_evaluation_is_greedy_under_a_sampling_config(tiny_model_dir: P
     """With `sampling.temperature > 0` the held-out evaluation and the demo's example answer
     used to raise ("sampling … needs a seed"); they decode greedily, whatever `sampling`."""
     from seedledger.engine.config import validate
-    from seedledger.engine.runtime.evaluator import Evaluator
+    from seedledger.engine.runtime.scoring.evaluator import Evaluator
 
     greedy_cfg = validate(TINY)
     sampling_cfg = validate({**TINY, "sampling": {"temperature": 0.9, "top_p": 0.9}})

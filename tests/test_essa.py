@@ -12,8 +12,8 @@ import yaml
 
 from seedledger.engine.rebuild.rebuilding import load_start, verify_ref
 from seedledger.engine.runtime import session
-from seedledger.engine.runtime.adapters import linear_shapes, read_peft_dir, write_peft_dir
-from seedledger.engine.runtime.models import load_causal_lm
+from seedledger.engine.runtime.models.adapters import linear_shapes, read_peft_dir, write_peft_dir
+from seedledger.engine.runtime.models.resolve import load_causal_lm
 from seedledger.ledger import Ledger
 from seedledger.ledger.errors import SeedLedgerError
 from seedledger.ledger.records import ReplayStep

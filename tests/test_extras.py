@@ -99,7 +99,7 @@ def test_report_to_without_its_library_names_its_extra(tmp_path, tracker, packag
     config = write(tmp_path / "c.yaml", tiny_config(report_to=[tracker]))
     line = refused(tmp_path, (tracker,), "train", config, "--run", "r")
     assert f"report_to {tracker} needs {package}: pip install 'seedledger[{tracker}]'" in line
-    assert runs(tmp_path) == []  # engine.runtime.preflight: before the run that would mirror to it
+    assert runs(tmp_path) == []  # engine.runtime.setup.preflight: before the run that would mirror to it
 
 
 def test_pbt_on_ray_without_ray_names_the_extra(tmp_path):

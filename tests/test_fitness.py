@@ -56,7 +56,7 @@ def test_mean_leaves_out_what_does_not_apply():
 def test_the_engine_implements_no_reward_semantics():
     """The training replica imports no reward function: it asks the task for per-sample
     rewards and `trainers.fitness` for what they mean."""
-    tree = ast.parse((ROOT / "engine/runtime/evaluator.py").read_text())
+    tree = ast.parse((ROOT / "engine/runtime/scoring/evaluator.py").read_text())
     imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     assert "seedledger.trainers.fitness" in imported
     assert not {m for m in imported if m and m.startswith("seedledger.trainers.rewards")}

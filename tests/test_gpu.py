@@ -226,7 +226,7 @@ def test_loglik_scores_on_cuda_match_cpu(kind, tiny_model_dir):
     follows is exact on either device: benchmarks/cross_device.py's loglik variants)."""
     from seedledger.engine.config import validate
     from seedledger.engine.runtime.backends.base import Population
-    from seedledger.engine.runtime.evaluator import Evaluator
+    from seedledger.engine.runtime.scoring.evaluator import Evaluator
     from seedledger.trainers.es import ES
     from seedledger.trainers.policy_base import State
 

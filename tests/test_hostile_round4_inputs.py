@@ -20,7 +20,7 @@ import yaml
 from test_cli_walkthrough import Cli
 
 import seedledger as sl
-from seedledger.engine.runtime.inputs import InputsChanged
+from seedledger.engine.runtime.setup.inputs import InputsChanged
 from seedledger.ledger.errors import ChainBroken
 from seedledger.ledger.provenance import digest
 

@@ -18,7 +18,7 @@ import pytest
 from test_cli_walkthrough import Cli
 
 import seedledger as sl
-from seedledger.engine.runtime.inputs import InputsChanged
+from seedledger.engine.runtime.setup.inputs import InputsChanged
 from tests.support.cli import script
 
 pytestmark = pytest.mark.slow

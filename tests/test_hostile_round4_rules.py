@@ -26,7 +26,7 @@ CONFIG = {
 def test_an_int8_run_replays_only_the_update_rules_its_config_applies(tmp_path):
     from seedledger.engine.config import validate
     from seedledger.engine.rebuild.memory import model_params
-    from seedledger.engine.runtime.models import resolve_model
+    from seedledger.engine.runtime.models.resolve import resolve_model
 
     with pytest.raises(sl.SeedLedgerError, match="optimizer must be sgd"):  # what the config refuses
         validate(CONFIG | {"optimizer": "adam"})

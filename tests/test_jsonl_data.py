@@ -13,7 +13,7 @@ from test_cli_walkthrough import Cli
 
 import seedledger.engine.api as sl
 from seedledger.engine.config import load_config
-from seedledger.engine.runtime.signal_advice import advice
+from seedledger.engine.runtime.scoring.no_signal import advice
 from seedledger.ledger.errors import SeedLedgerError
 from seedledger.trainers.tasks import load_task
 from seedledger.trainers.tasks.jsonl_task import default_test_size

@@ -121,8 +121,8 @@ GRAPH = {m: {i for i in imported_modules(p, m) if not (m + ".").startswith(i + "
 
 # engine/ by purpose: each part imports only the parts listed (its own modules always).
 # cli (the commands) sits on top; api is the Python surface; search (tune, PBT) and rebuild
-# use the runtime; the runtime (session, loop, evaluator, pools, backends, models) uses
-# only the run's configuration and refs.
+# use the runtime; the runtime (session, loop and their rooms: RUNTIME_ROOMS) uses only the
+# run's configuration and refs.
 ENGINE_PARTS = {
     "cli": {"api", "evolve", "search", "rebuild", "runtime", "config", "refs"},  # runtime: CLI_RUNTIME only
     "evolve": {"api", "runtime", "config", "refs"},  # seedledger.evolve: any torch.nn.Module
@@ -156,6 +156,41 @@ def test_engine_parts_import_downwards():
         assert not wrong, f"{module} (engine/{part}) imports {wrong}"
 
 
+# engine/runtime/ by room: session.py runs a session down one path and loop.py its generations;
+# what they use lives in rooms (folders), each importing only the rooms listed (its own modules
+# always), so a change has one place to go. A new module goes into the room of its purpose; a
+# new room, or a module beside session and loop, is added here.
+RUNTIME_ROOMS = {
+    "session": {"loop", "setup", "models", "scoring", "backends", "pools", "console", "loggers", "hooks", "dirs"},
+    "loop": {"scoring", "console", "hooks", "failpoints"},
+    "pools": {"scoring", "models", "failpoints"},  # local, ray
+    "scoring": {"backends", "setup", "models", "hooks", "dirs"},  # evaluator (the replica), heldout, no_signal
+    "backends": {"setup", "models"},  # hf, vllm, module; choice (what `auto` takes)
+    "setup": {"models", "console", "loggers"},  # plans, guards, preflight, inputs, stored_code, batching
+    "models": {"console"},  # resolve, cache, provisioning, provenance, module, adapters
+    "console": {"hooks"},  # terminal, progress, interrupts
+    "loggers": set(),  # the trackers
+    "hooks": set(), "failpoints": set(), "dirs": set(),  # small helpers the rooms share
+}
+
+
+def runtime_room(name: str) -> str | None:
+    """`seedledger.engine.runtime.models.cache` → `models`, `….runtime.loop` → `loop`; None
+    outside engine/runtime/ or for the package itself."""
+    parts = name.split(".")
+    return parts[3] if parts[:3] == ["seedledger", "engine", "runtime"] and len(parts) > 3 else None
+
+
+def test_runtime_rooms_import_downwards():
+    for module, imported in GRAPH.items():
+        room = runtime_room(module)
+        if room is None:
+            continue
+        assert room in RUNTIME_ROOMS, f"{module}: engine/runtime/{room} is not a room (RUNTIME_ROOMS)"
+        wrong = sorted(m for m in imported if runtime_room(m) not in (None, room, *RUNTIME_ROOMS[room]))
+        assert not wrong, f"{module} (engine/runtime/{room}) imports {wrong}"
+
+
 def cycle(graph: dict[str, set[str]]) -> list[str] | None:
     """The first import cycle in `graph` (module -> the modules it imports), as the path
     that closes it (`a -> b -> a`), or None."""
@@ -178,19 +213,19 @@ def cycle(graph: dict[str, set[str]]) -> list[str] | None:
 # (engine.api.support). Console plumbing only a command line has: SIGINT/SIGTERM as an exit
 # code and a resume hint, the live progress table, library chatter kept off the one error line.
 CLI_RUNTIME = {
-    "interrupts": {"RunInterrupted", "sigterm_raises"},
-    "progress": {"TrainingProgress"},
-    "models": {"quiet_hf_env"},
+    "console.interrupts": {"RunInterrupted", "sigterm_raises"},
+    "console.progress": {"TrainingProgress"},
+    "models.resolve": {"quiet_hf_env"},
 }
 # `seedledger demo` walks through the runtime's pieces in view: one Evaluator scores the base
 # and the rebuilt model on the same held-out rows around a session (no API call does that).
 CLI_DEMO_RUNTIME = {
     "": {"session"},
-    "evaluation": {"compare", "mean_reward"},
-    "evaluator": {"Evaluator", "HeldOutScores"},
-    "models": {"resolve_model"},
-    "preflight": {"held_out_rows"},
-    "progress": {"TrainingProgress"},
+    "scoring.heldout": {"compare", "mean_reward"},
+    "scoring.evaluator": {"Evaluator", "HeldOutScores"},
+    "models.resolve": {"resolve_model"},
+    "setup.preflight": {"held_out_rows"},
+    "console.progress": {"TrainingProgress"},
 }
 
 
@@ -273,6 +308,7 @@ def test_the_wheel_installs_one_package(tmp_path):
     shipped = {m.replace(".", "/") for m, _ in modules()}
     assert {n.removesuffix(".py").removesuffix("/__init__") for n in names if n.endswith(".py")} == shipped
     for data in ("seedledger/engine/configs/demo.yaml", "seedledger/migrations/script.py.mako",
-                 "seedledger/engine/configs/data/words.jsonl"):
+                 "seedledger/engine/configs/data/words.jsonl",
+                 "seedledger/engine/runtime/models/smollm2_tokenizer.json.zst"):
         assert data in names
     assert any(n.startswith("seedledger/replay/") and n.endswith(".bin") for n in names)

@@ -17,7 +17,7 @@ from test_cli_walkthrough import Cli
 
 from seedledger.engine.config import validate
 from seedledger.engine.runtime.backends.base import Population
-from seedledger.engine.runtime.evaluator import Evaluator
+from seedledger.engine.runtime.scoring.evaluator import Evaluator
 from seedledger.ledger.errors import SeedLedgerError
 from seedledger.replay import perturbation
 from seedledger.trainers.es import ES

@@ -188,8 +188,8 @@ def test_member_adapters_are_perturb_bits(lora_backends):
 
 def test_peft_loads_the_rebuilt_directory_and_decodes_the_same(lora_backends, tiny_model_dir, tmp_path):
     peft = pytest.importorskip("peft")
-    from seedledger.engine.runtime.adapters import read_peft_dir, write_peft_dir
     from seedledger.engine.runtime.backends.hf import HFBackend
+    from seedledger.engine.runtime.models.adapters import read_peft_dir, write_peft_dir
 
     batched, _, master = lora_backends
     write_peft_dir(tmp_path / "ad", master, SPEC, str(tiny_model_dir))
@@ -207,8 +207,8 @@ def test_peft_loads_the_rebuilt_directory_and_decodes_the_same(lora_backends, ti
 
 
 def test_merged_weights_are_base_plus_adapter(lora_backends, tiny_model_dir):
-    from seedledger.engine.runtime import adapters
     from seedledger.engine.runtime.backends.hf import HFBackend
+    from seedledger.engine.runtime.models import adapters
 
     batched, _, master = lora_backends
     modules = list(adapters.target_linears(batched.model, SPEC))
@@ -236,7 +236,7 @@ def test_merged_weights_are_base_plus_adapter(lora_backends, tiny_model_dir):
     ({"rank_pattern": {"q_proj": 2}}, "rank_pattern"),
 ])
 def test_peft_directories_we_cannot_evaluate_are_refused(lora_backends, tmp_path, config, message):
-    from seedledger.engine.runtime.adapters import peft_config, read_peft_dir, write_peft_dir
+    from seedledger.engine.runtime.models.adapters import peft_config, read_peft_dir, write_peft_dir
 
     _, _, master = lora_backends
     write_peft_dir(tmp_path, master, SPEC, "tiny")
@@ -308,7 +308,7 @@ def test_seed_file_rebuild_equals_ledger_rebuild_and_peft_dir(reference, tmp_pat
     assert from_ledger["format"] == from_seeds["format"] == "peft"
     for name in ("adapter_model.safetensors", "adapter_config.json"):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
-    from seedledger.engine.runtime.adapters import read_peft_dir
+    from seedledger.engine.runtime.models.adapters import read_peft_dir
     from seedledger.replay.fingerprint import fingerprint
 
     assert fingerprint(read_peft_dir(tmp_path / "a")[1]) == fps[1]

@@ -32,8 +32,8 @@ def int8_run(tmp_path_factory):
 
 @pytest.mark.int8
 def test_int8_base_is_quantized_and_fingerprinted_as_loaded(int8_run, tiny_model_dir):
-    from seedledger.engine.runtime.adapters import frozen_fingerprint, frozen_tensors
-    from seedledger.engine.runtime.models import load_causal_lm
+    from seedledger.engine.runtime.models.adapters import frozen_fingerprint, frozen_tensors
+    from seedledger.engine.runtime.models.resolve import load_causal_lm
 
     _, ledger_path, fps = int8_run
     q = load_causal_lm(tiny_model_dir, quantization="int8")

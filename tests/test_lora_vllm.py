@@ -22,9 +22,9 @@ def test_vllm_serves_the_rebuilt_adapter(smollm2_dir: Path, tmp_path: Path) -> N
     from vllm import SamplingParams
     from vllm.lora.request import LoRARequest
 
-    from seedledger.engine.runtime.adapters import write_peft_dir
     from seedledger.engine.runtime.backends.hf import HFBackend
     from seedledger.engine.runtime.backends.vllm import VLLMBackend
+    from seedledger.engine.runtime.models.adapters import write_peft_dir
     from seedledger.replay import noise
     from seedledger.replay.adapter import LoraSpec
     from seedledger.replay.perturbation import DEFAULT_TARGETS, Perturbation

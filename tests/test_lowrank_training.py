@@ -77,7 +77,7 @@ def test_only_the_targeted_linears_move(reference, tiny_model_dir):
 
 def test_group_size_is_chosen_at_creation_and_stored(tmp_path, tiny_model_dir):
     from seedledger.engine.config import validate
-    from seedledger.engine.runtime import batching
+    from seedledger.engine.runtime.setup import batching
 
     auto = validate({k: v for k, v in LOWRANK.items() if k != "members_per_forward"})
     assert batching.resolve(auto, tiny_model_dir) == min(6, batching.CPU_ROWS // 2)

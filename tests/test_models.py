@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from safetensors import safe_open
 
-from seedledger.engine.runtime import models
-from seedledger.engine.runtime.models import (
+from seedledger.engine.runtime.models import resolve
+from seedledger.engine.runtime.models.resolve import (
     MANIFEST,
     WEIGHTS,
     load_causal_lm,
@@ -42,11 +42,11 @@ def test_tiny_provisions_from_scratch_deterministically(tmp_path, monkeypatch, t
 
     SmolLM2's tokenizer is copied from the real cache's entry when that is sound (the GGUF
     path is exercised by provisioning the default model itself)."""
-    real_smollm2 = tiny_model_dir.parent / models.DEFAULT_MODEL
+    real_smollm2 = tiny_model_dir.parent / resolve.DEFAULT_MODEL
     monkeypatch.setenv("SEEDLEDGER_HOME", str(tmp_path))
     if real_smollm2.is_dir():
         (tmp_path / "models").mkdir()
-        (tmp_path / "models" / models.DEFAULT_MODEL).symlink_to(real_smollm2)
+        (tmp_path / "models" / resolve.DEFAULT_MODEL).symlink_to(real_smollm2)
     entry = resolve_model("tiny")
     assert entry == tmp_path / "models" / "tiny"
     names = {p.name for p in entry.iterdir()}
@@ -122,7 +122,7 @@ def test_corrupt_entry_is_rebuilt(home, corrupt):
     good = _manifest(entry)["sha256"]
     corrupt(entry)
     assert resolve_model("tiny") == entry
-    assert models._check_entry(entry, models.ALIASES["tiny"].revision, verify=True) is None
+    assert resolve._check_entry(entry, resolve.ALIASES["tiny"].revision, verify=True) is None
     assert _manifest(entry)["sha256"] == good
 
 
@@ -146,7 +146,7 @@ def test_malformed_header_reads_as_corrupt(home, header):
     """Whatever JSON the header holds, the check reports it (no exception escapes)."""
     entry = home / "models" / "tiny"
     _same_size_header(entry, header)
-    reason = models._check_entry(entry, models.ALIASES["tiny"].revision)
+    reason = resolve._check_entry(entry, resolve.ALIASES["tiny"].revision)
     assert reason is not None and "unreadable" in reason
 
 
@@ -157,10 +157,10 @@ def test_provision_fsyncs_the_directory_after_the_rename(tmp_path, monkeypatch):
 
     def build(dest: Path) -> None:
         (dest / WEIGHTS).write_bytes(struct.pack("<Q", len(header)) + header + b"\0" * 8)
-        for name in ("config.json", *models.TOKENIZER_FILES):
+        for name in ("config.json", *resolve.TOKENIZER_FILES):
             (dest / name).write_text("{}")
 
-    monkeypatch.setitem(models.ALIASES, "tiny", models.Alias("tiny", "x", build))
+    monkeypatch.setitem(resolve.ALIASES, "tiny", resolve.Alias("tiny", "x", build))
     entry = tmp_path / "models" / "tiny"
     synced: list[tuple[str, bool, bool]] = []
     real_fsync = os.fsync
@@ -185,11 +185,11 @@ def test_verify_catches_same_size_bit_flip(home, monkeypatch):
     data = bytearray(w.read_bytes())
     data[-1] ^= 0x01  # same size, header intact: only the sha256 can tell
     w.write_bytes(bytes(data))
-    rev = models.ALIASES["tiny"].revision
-    assert models._check_entry(entry, rev) is None  # the cheap check trusts it ...
-    assert "sha256" in models._check_entry(entry, rev, verify=True)  # ... verify does not
+    rev = resolve.ALIASES["tiny"].revision
+    assert resolve._check_entry(entry, rev) is None  # the cheap check trusts it ...
+    assert "sha256" in resolve._check_entry(entry, rev, verify=True)  # ... verify does not
     calls = []
-    monkeypatch.setattr(models, "_provision", lambda alias, e: calls.append(e))
+    monkeypatch.setattr(resolve, "_provision", lambda alias, e: calls.append(e))
     assert resolve_model("tiny", verify=True) == entry
     assert calls == [entry]  # the entry was sent to be rebuilt (stubbed here)
 
@@ -201,7 +201,7 @@ def test_failed_build_leaves_no_entry(tmp_path, monkeypatch):
         (dest / WEIGHTS).write_bytes(b"partial")
         raise RuntimeError("killed mid-build")
 
-    monkeypatch.setitem(models.ALIASES, "tiny", models.Alias("tiny", "x", broken))
+    monkeypatch.setitem(resolve.ALIASES, "tiny", resolve.Alias("tiny", "x", broken))
     with pytest.raises(RuntimeError):
         resolve_model("tiny")
     assert [p.name for p in (tmp_path / "models").iterdir()] == [".tiny.lock"]

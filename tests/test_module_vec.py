@@ -1,7 +1,7 @@
 """Module runs at speed and complete (issue 34): `gym:...?vectorized=true` (members ×
 episodes stepped together, one batched forward per step), and `diff` / `evaluate` of module
 runs, with `evaluation.every` and `tune`'s held-out objective on the one held-out path
-(engine.runtime.evaluator.held_out_scores)."""
+(engine.runtime.scoring.evaluator.held_out_scores)."""
 
 from __future__ import annotations
 
@@ -215,7 +215,7 @@ def test_evaluation_every_scores_a_module_run_beside_training(tmp_path, toy):
 
 def test_tune_with_a_held_out_objective_on_a_module_run(tmp_path, toy):
     """Two trials of two generations on a tiny MLP `fitness:` run, each reported and scored
-    on the task's held-out seeds (engine.runtime.heldout.HeldOut, as for a language model)."""
+    on the task's held-out seeds (engine.runtime.scoring.heldout.HeldOut, as for a language model)."""
     pytest.importorskip("optuna")
     import yaml
 

@@ -169,18 +169,18 @@ def test_a_rule_between_keys_names_the_set_that_broke_it(tmp_path):
 
 
 def test_auto_takes_hf_for_a_quick_look_and_vllm_for_the_recipes_run(tmp_path, smollm2_dir, monkeypatch):
-    """By the run's shape (engine/runtime/backend_choice.py): vLLM's engine start is repaid
+    """By the run's shape (engine/runtime/backends/choice.py): vLLM's engine start is repaid
     from the fifth generation; the shipped example runs 30."""
     from seedledger.engine.config import load_config
-    from seedledger.engine.runtime import backend_choice
+    from seedledger.engine.runtime.backends import choice
 
-    monkeypatch.delenv(backend_choice.PIN, raising=False)  # the suite pins hf
+    monkeypatch.delenv(choice.PIN, raising=False)  # the suite pins hf
     sh = Shell(tmp_path)
     _opposites(sh)
     longer = "vllm" if importlib.util.find_spec("vllm") is not None else "hf"
 
     def chosen(*sets: str) -> str:
-        return backend_choice.resolve(load_config(tmp_path / "jsonl.yaml", list(sets)), smollm2_dir)
+        return choice.resolve(load_config(tmp_path / "jsonl.yaml", list(sets)), smollm2_dir)
 
     assert chosen() == longer
     assert chosen("generations=1") == chosen("generations=4") == "hf"

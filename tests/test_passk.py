@@ -15,7 +15,7 @@ import torch
 
 from seedledger.engine.config import load_config
 from seedledger.engine.runtime.backends.base import PopulationOutput
-from seedledger.engine.runtime.evaluator import Evaluator
+from seedledger.engine.runtime.scoring.evaluator import Evaluator
 from seedledger.replay.noise import member_key, run_key
 from seedledger.trainers.es import Member
 from seedledger.trainers.rewards.passk import pass_at_k

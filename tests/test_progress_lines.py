@@ -32,7 +32,8 @@ def test_training_prints_one_line_per_generation_to_a_log(tmp_path):
 def test_provisioning_prints_one_line_per_step(tmp_path):
     env = {**os.environ, "SEEDLEDGER_HOME": str(tmp_path), "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(
-        [sys.executable, "-c", "from seedledger.engine.runtime.models import resolve_model; resolve_model('tiny')"],
+        [sys.executable, "-c",
+         "from seedledger.engine.runtime.models.resolve import resolve_model; resolve_model('tiny')"],
         env=env, capture_output=True, text=True, timeout=300,
     )
     assert proc.returncode == 0, proc.stderr

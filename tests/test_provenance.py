@@ -17,8 +17,8 @@ import yaml
 from test_cli_walkthrough import Cli
 
 import seedledger as sl
-from seedledger.engine.runtime.inputs import InputsChanged, session_inputs, task_files
-from seedledger.engine.runtime.model_provenance import describe, how_to_get, provenance
+from seedledger.engine.runtime.models.provenance import describe, how_to_get, provenance
+from seedledger.engine.runtime.setup.inputs import InputsChanged, session_inputs, task_files
 from seedledger.ledger.provenance import ACCEPTED_EVENT, INPUTS_EVENT, changes
 from seedledger.ledger.seedfile import read_seedfile
 from seedledger.replay.noise import member_key
@@ -262,8 +262,8 @@ def test_seed_files_carry_the_base_models_provenance(tmp_path, tiny_model_dir):
 def test_tune_and_pbt_record_their_study_files_sha256(tmp_path, tiny_model_dir):
     """Every session a tuner or a PBT driver trains records the study file among its
     `files`, so an edited study between sessions is named like an edited dataset."""
-    from seedledger.engine.runtime.inputs import reading
-    from seedledger.engine.runtime.model_cache import sha256_file
+    from seedledger.engine.runtime.models.cache import sha256_file
+    from seedledger.engine.runtime.setup.inputs import reading
     from seedledger.engine.search.pbt import PBT
     from seedledger.engine.search.tune import tune
     from seedledger.ledger import Ledger

@@ -310,7 +310,7 @@ def test_a_workers_error_reaches_the_driver_as_one_line(cluster, tmp_path):
     from types import SimpleNamespace
 
     from seedledger.engine.config import validate
-    from seedledger.engine.runtime.models import resolve_model
+    from seedledger.engine.runtime.models.resolve import resolve_model
     from seedledger.engine.runtime.pools.ray import RayPool
     from seedledger.ledger.errors import SeedLedgerError
 

@@ -29,8 +29,8 @@ if TYPE_CHECKING:
     import pandas
 
     from seedledger.engine.rebuild.attribute import Attribution
-    from seedledger.engine.runtime.evaluation import EvaluationResult
     from seedledger.engine.runtime.hooks import Hooks
+    from seedledger.engine.runtime.scoring.heldout import EvaluationResult
     from seedledger.engine.runtime.session import SessionResult
 
 __all__ = [
@@ -159,7 +159,7 @@ def evaluate(
     run's stored factory and fitness are code); `progress` says on stderr what it scores."""
     import sys
 
-    from seedledger.engine.runtime.evaluation import evaluate as score
+    from seedledger.engine.runtime.scoring.heldout import evaluate as score
 
     with ledger_for_call(ledger) as led:
         return score(led, ref, rows, skip, against, trust_code=trust_code, record=record,

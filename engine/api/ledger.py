@@ -31,11 +31,11 @@ def ledger_location(location: str | os.PathLike[str] | None) -> str:
 def ledger_for_call(ledger: LedgerArg, create: bool = False) -> Iterator[Ledger]:
     """`ledger` itself when it is open (the caller closes it), else opened for this call;
     a SQLite file this call creates is removed again if the call fails before any run
-    exists in it (engine.runtime.fresh_ledger)."""
+    exists in it (engine.runtime.setup.fresh_ledger)."""
     if isinstance(ledger, Ledger):
         yield ledger
         return
-    from seedledger.engine.runtime.fresh_ledger import removed_if_unused
+    from seedledger.engine.runtime.setup.fresh_ledger import removed_if_unused
 
     where = ledger_location(ledger)
     with removed_if_unused(where) if create else nullcontext(), open_ledger(where, create=create) as led:

@@ -1,7 +1,7 @@
 """What the `seedledger` commands use of the runtime beside the API proper, so engine/cli
 reaches engine.runtime through engine.api (tests/test_layout.py), except its console
-plumbing: Ctrl-C and SIGTERM (runtime.interrupts), the live progress table
-(runtime.progress) and library chatter (runtime.models.quiet_hf_env), which only a
+plumbing: Ctrl-C and SIGTERM (runtime.console.interrupts), the live progress table
+(runtime.console.progress) and library chatter (runtime.models.resolve.quiet_hf_env), which only a
 console program has. Public like `ledger_for_call` (re-exported, not in `__all__`);
 each import is lazy, so `import seedledger` loads no more than before."""
 
@@ -17,8 +17,8 @@ from seedledger.ledger import Ledger
 
 def check_device(name: str) -> str:
     """`name` when torch can place tensors there, else SeedLedgerError saying why: the one
-    device check (engine.runtime.devices), run before any work."""
-    from seedledger.engine.runtime.devices import check_device as check
+    device check (engine.runtime.setup.devices), run before any work."""
+    from seedledger.engine.runtime.setup.devices import check_device as check
 
     return check(name)
 
@@ -32,7 +32,7 @@ def anchors_dir(ledger: Ledger) -> Path:
 
 def describe_model(provenance: dict[str, Any] | None) -> str:
     """One phrase naming the artefact a recorded base-model provenance points to."""
-    from seedledger.engine.runtime.model_provenance import describe
+    from seedledger.engine.runtime.models.provenance import describe
 
     return describe(provenance)
 
@@ -40,7 +40,7 @@ def describe_model(provenance: dict[str, Any] | None) -> str:
 def stored_code(config: dict) -> list[str]:
     """What a stored config would run that the user did not write (a module run's factory,
     reward or fitness code, a gym env's module, a Ray cluster): what `--trust-code` allows."""
-    from seedledger.engine.runtime.stored_code import stored_code as refs
+    from seedledger.engine.runtime.setup.stored_code import stored_code as refs
 
     return refs(config)
 
@@ -48,7 +48,7 @@ def stored_code(config: dict) -> list[str]:
 def removed_if_unused(location: str | os.PathLike[str]) -> AbstractContextManager[None]:
     """Around code that creates the SQLite ledger at `location`: if the code fails and the
     new file holds no run, the file is deleted (a failed first command leaves no ledger)."""
-    from seedledger.engine.runtime.fresh_ledger import removed_if_unused as removed
+    from seedledger.engine.runtime.setup.fresh_ledger import removed_if_unused as removed
 
     return removed(location)
 

@@ -118,7 +118,7 @@ def summary_row(s: dict[str, Any]) -> dict[str, Any]:
 
 
 def evaluations(ledger: Ledger, run: str) -> list[dict[str, Any]]:
-    """The run's held-out evaluations (`evaluation` events, engine.runtime.evaluation), oldest first."""
+    """The run's held-out evaluations (`evaluation` events, engine.runtime.scoring.heldout), oldest first."""
     keep = ("generation", "rows", "skip", "mean", "against", "against_mean", "change", "by")
     return [{"at": e.at.isoformat()} | {k: _strict(e.payload.get(k)) for k in keep}
             | {"mean": _strict(e.payload.get("mean", e.payload.get("held_out_reward"))),  # older demos'

@@ -24,11 +24,11 @@ from seedledger.engine.cli.plot import plot_run
 from seedledger.engine.config import load_config
 from seedledger.engine.rebuild.rebuilding import rebuild_ref, verify_ref
 from seedledger.engine.runtime import session
-from seedledger.engine.runtime.evaluation import compare, mean_reward
-from seedledger.engine.runtime.evaluator import Evaluator, HeldOutScores
-from seedledger.engine.runtime.models import resolve_model
-from seedledger.engine.runtime.preflight import held_out_rows
-from seedledger.engine.runtime.progress import TrainingProgress
+from seedledger.engine.runtime.console.progress import TrainingProgress
+from seedledger.engine.runtime.models.resolve import resolve_model
+from seedledger.engine.runtime.scoring.evaluator import Evaluator, HeldOutScores
+from seedledger.engine.runtime.scoring.heldout import compare, mean_reward
+from seedledger.engine.runtime.setup.preflight import held_out_rows
 from seedledger.ledger import Ledger
 from seedledger.ledger.errors import SeedLedgerError
 from seedledger.ledger.seedio import export_seedfile

@@ -1,5 +1,5 @@
 """`seedledger evaluate`: a run's held-out reward against its base or another run, on the
-same rows (the work is engine.runtime.evaluation, through engine.api, imported when it runs)."""
+same rows (the work is engine.runtime.scoring.heldout, through engine.api, imported when it runs)."""
 
 from __future__ import annotations
 

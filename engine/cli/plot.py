@@ -54,7 +54,7 @@ def _curve(ledger: Ledger, run: str) -> list[tuple[int, str, float, float, float
 
 
 def held_out(ledger: Ledger, run: str) -> list[tuple[int, float]]:
-    """(generation, held-out reward) from the run's `evaluation` events (engine.runtime.evaluation;
+    """(generation, held-out reward) from the run's `evaluation` events (engine.runtime.scoring.heldout;
     ledgers from before it hold `held_out_reward`), each with its comparison when that is
     a generation of the same run (the base: `RUN@0`), once per point."""
     out = set()

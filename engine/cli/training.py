@@ -52,12 +52,12 @@ def _session_payload(result) -> dict:
 def _session(ledger: str, as_json: bool, body, create: bool = False) -> None:
     """Run a training session `body(ledger, hooks)` with live progress (none under --json),
     then print its summary and emit the result. SIGTERM stops it as Ctrl-C does
-    (engine.runtime.interrupts); the one line then names the `resume` command to run."""
+    (engine.runtime.console.interrupts); the one line then names the `resume` command to run."""
     import contextlib
 
     from seedledger.engine.api import removed_if_unused
-    from seedledger.engine.runtime.interrupts import RunInterrupted, sigterm_raises
-    from seedledger.engine.runtime.progress import TrainingProgress
+    from seedledger.engine.runtime.console.interrupts import RunInterrupted, sigterm_raises
+    from seedledger.engine.runtime.console.progress import TrainingProgress
 
     # under --json, stdout is the JSON document alone: log lines (provisioning) go to stderr
     quiet = contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext()

@@ -34,8 +34,8 @@ from seedledger.engine.rebuild import attribute_probe as probes
 from seedledger.engine.rebuild import attribute_rows, attribute_walk
 from seedledger.engine.rebuild.attribute_retrain import retrain as retrain_row
 from seedledger.engine.refs import resolve_ref
-from seedledger.engine.runtime.evaluator import Evaluator, _prompt_text
-from seedledger.engine.runtime.models import resolve_model
+from seedledger.engine.runtime.models.resolve import resolve_model
+from seedledger.engine.runtime.scoring.evaluator import Evaluator, _prompt_text
 from seedledger.ledger import Ledger
 from seedledger.ledger.errors import SeedLedgerError
 from seedledger.trainers.shaping import mean_ranks
@@ -77,7 +77,7 @@ def attribute(
     held-out rows); `instead` (with `prompt`) or `instead_column` (with rows) makes the
     metric a preference: the answer's likelihood less the alternative's. `training_rows`:
     True for every row the lineage drew, or a list of rows."""
-    from seedledger.engine.runtime.stored_code import check_stored_code, stored_code
+    from seedledger.engine.runtime.setup.stored_code import check_stored_code, stored_code
 
     started = time.perf_counter()
     info, upto = resolve_ref(ledger, ref)

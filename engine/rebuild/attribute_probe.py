@@ -31,7 +31,7 @@ from typing import Any, Literal
 import torch
 
 from seedledger.engine.runtime.backends.base import Population
-from seedledger.engine.runtime.evaluator import Evaluator, _prompt_text
+from seedledger.engine.runtime.scoring.evaluator import Evaluator, _prompt_text
 from seedledger.ledger.errors import SeedLedgerError
 from seedledger.trainers.tasks.datafiles import read_rows
 

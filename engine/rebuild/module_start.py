@@ -1,12 +1,12 @@
 """Generation 0 of a module run (any `torch.nn.Module`), and its rebuilt output.
 
-A module run's base is made by code (engine.runtime.module_models), and code named by a
+A module run's base is made by code (engine.runtime.models.module), and code named by a
 ledger or seed file runs only when the user names it. So its base comes from, in order:
 
 - `--base module:pkg.mod:factory` (the user's own code) or `--base FILE.safetensors` (a
   state dict of its parameters), named by the user;
 - the run's generation-0 anchor: the base weights its first session wrote beside the
-  ledger (`module_models.record_base`), data only, read with the anchors' checks.
+  ledger (`models.module.record_base`), data only, read with the anchors' checks.
 
 Either is then checked against the run's base fingerprint (`Source.check_base`). The
 rebuilt policy is written as `model.safetensors` (its parameters, fp32, named as
@@ -24,7 +24,7 @@ import torch
 
 from seedledger.engine.rebuild.sources import Source, Start
 from seedledger.engine.runtime.dirs import anchors_dir
-from seedledger.engine.runtime.module_models import (
+from seedledger.engine.runtime.models.module import (
     MODULE,
     MODULE_EVENT,
     build_module,
@@ -84,8 +84,8 @@ def factory_check(ledger: Ledger, info: RunInfo, gen: int) -> dict | None:
     `status` (unchanged, changed, not found here, not recorded) and `text` in words."""
     if not info.base_model.startswith(MODULE):
         return None
-    from seedledger.engine.runtime.inputs import factory_files
-    from seedledger.engine.runtime.model_cache import sha256_file
+    from seedledger.engine.runtime.models.cache import sha256_file
+    from seedledger.engine.runtime.setup.inputs import factory_files
     from seedledger.ledger.provenance import Change, in_force, inputs_along
 
     what = f"factory {info.base_model}"

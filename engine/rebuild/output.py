@@ -98,7 +98,7 @@ def merged_weights(start: Start, master: dict[str, torch.Tensor]) -> dict[str, t
     (an int8 base dequantized first, since re-quantizing would round the adapter away)."""
     if not start.kind.frozen_base:
         return quant.dequantized(master)
-    from seedledger.engine.runtime import adapters
+    from seedledger.engine.runtime.models import adapters
 
     modules = list(adapters.target_linears(start.model, start.adapter))
     return adapters.merge(adapters.dequantized(start.model), master, start.adapter, modules)
@@ -199,7 +199,7 @@ def write_output(start: Start, master: dict[str, torch.Tensor], output: Path, me
             return {"format": QUANTIZED_FORMAT}
         write_model_dir(start.model_dir, master, output, meta, force, keep)
         return {}
-    from seedledger.engine.runtime import adapters
+    from seedledger.engine.runtime.models import adapters
 
     meta = {**meta, "adapter": start.adapter.selection, "base_quantization": start.quantization}
     if merge:

@@ -24,7 +24,7 @@ from seedledger.engine.rebuild.output import merged_weights as merged_weights  #
 from seedledger.engine.rebuild.output import model_from_master as model_from_master
 from seedledger.engine.rebuild.sources import FileSource, RunSource, Source, Start, load_start
 from seedledger.engine.refs import parse_ref, resolve_ref, split_member
-from seedledger.engine.runtime.models import resolve_model
+from seedledger.engine.runtime.models.resolve import resolve_model
 from seedledger.ledger import Ledger
 from seedledger.ledger.db import sqlite_path, to_url
 from seedledger.ledger.errors import NotVerified, SeedLedgerError, VerifyMismatch

@@ -13,7 +13,7 @@ import torch
 
 from seedledger.engine.refs import resolve_member
 from seedledger.engine.runtime.dirs import anchors_dir
-from seedledger.engine.runtime.models import resolve_model
+from seedledger.engine.runtime.models.resolve import resolve_model
 from seedledger.ledger import Ledger, RunInfo
 from seedledger.ledger.db import sqlite_path, to_url
 from seedledger.ledger.errors import SeedLedgerError, VerifyMismatch
@@ -71,8 +71,8 @@ def load_start(base: str, config: dict, noise_spec: str, param_selection: str, d
     (alias or directory): an adapter run loads its frozen base as the run's
     `base_quantization` says and makes (or reads) its initial adapter."""
     from seedledger.engine.config import validate
-    from seedledger.engine.runtime import adapters
-    from seedledger.engine.runtime.models import load_causal_lm
+    from seedledger.engine.runtime.models import adapters
+    from seedledger.engine.runtime.models.resolve import load_causal_lm
 
     if base.startswith(("module:", "in-process:")):  # engine.rebuild.module_start makes those
         raise SeedLedgerError(f"{base!r} names a torch.nn.Module run's model: rebuild and verify replay it "
@@ -213,7 +213,7 @@ class FileSource(Source):
 
     def check_base(self, start: Start, base: str | None) -> None:
         if self.base_fingerprint is not None and start.fingerprint != self.base_fingerprint:
-            from seedledger.engine.runtime.model_provenance import describe, how_to_get
+            from seedledger.engine.runtime.models.provenance import describe, how_to_get
 
             made_on = self.seeds.base_provenance  # what the file says its base is, when it does
             get = (f": {describe(made_on)}; get it with {how_to_get(made_on)}" if made_on is not None

@@ -36,11 +36,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from seedledger.engine.config import TrainConfig
-from seedledger.engine.runtime.evaluator import Batch
+from seedledger.engine.runtime.console.interrupts import raise_pending
 from seedledger.engine.runtime.failpoints import failpoint
 from seedledger.engine.runtime.hooks import Hooks
-from seedledger.engine.runtime.interrupts import raise_pending
-from seedledger.engine.runtime.signal_advice import advice
+from seedledger.engine.runtime.scoring.evaluator import Batch
+from seedledger.engine.runtime.scoring.no_signal import advice
 from seedledger.ledger import GenerationRecord, Ledger, ReplayStep, RunInfo
 from seedledger.replay.anchors import save_anchor
 from seedledger.replay.kinds import from_run
@@ -193,7 +193,7 @@ def no_signal_streak(history: list[GenerationRecord]) -> int:
 
 def no_signal_warning(record: GenerationRecord, streak: int, cfg: TrainConfig) -> tuple[str, dict]:
     """The console line and the event payload for a generation without signal, with what to
-    change for this run (`engine.runtime.signal_advice`)."""
+    change for this run (`engine.runtime.scoring.no_signal`)."""
     rewards = [m.reward for m in record.members]
     unscored = all(v is None for m in record.members for v in m.components.values())
     why = (

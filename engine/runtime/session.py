@@ -1,12 +1,12 @@
 """Training sessions: open the ledger, provision the model, hold the lease, run the loop.
 
 `train`, `resume` and `fork` differ only in where the config and the rows come from and
-in the refusals that need no model: each makes a `Plan` (engine.runtime.session_setup),
+in the refusals that need no model: each makes a `Plan` (engine.runtime.setup.plans),
 and `_session` runs every plan down one path: lease the run as soon as its row exists
 (a resume's before anything loads), configure for this host (model, backend, preflight,
 sizes), compare the inputs, create the row where there is none (a new lineage's after its
 pool, whose base fingerprint the row stores), restore the pool, record the inputs, train.
-The lease and signal guards are engine.runtime.session_guards.
+The lease and signal guards are engine.runtime.setup.guards.
 `--generations N` says how many to train in this session; the config's `generations` is
 the run's target (schedules are laid out over it), which `resume` and `fork` continue
 towards by default.
@@ -20,23 +20,24 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from seedledger.engine.config import TrainConfig
-from seedledger.engine.runtime import adapters, backend_choice, batching, forkcheck, preflight
-from seedledger.engine.runtime import session_setup as setup
+from seedledger.engine.runtime.backends import choice
+from seedledger.engine.runtime.console.interrupts import signals_held
 from seedledger.engine.runtime.dirs import anchors_dir, log_dir
 from seedledger.engine.runtime.hooks import Hooks
-from seedledger.engine.runtime.inputs import SessionInputs
-from seedledger.engine.runtime.interrupts import signals_held
 from seedledger.engine.runtime.loop import train
-from seedledger.engine.runtime.models import resolve_model
+from seedledger.engine.runtime.models import adapters
+from seedledger.engine.runtime.models.resolve import resolve_model
 from seedledger.engine.runtime.pools import make_pool
-from seedledger.engine.runtime.session_guards import LEASE_TTL, interruptible, rolled_back, unkept
-from seedledger.engine.runtime.session_guards import (
+from seedledger.engine.runtime.setup import batching, forkcheck, plans, preflight
+from seedledger.engine.runtime.setup.guards import LEASE_TTL, interruptible, rolled_back, unkept
+from seedledger.engine.runtime.setup.guards import (
     keepalive as _keepalive,  # engine.search.studystore's name
 )
-from seedledger.engine.runtime.stored_code import (  # engine.search's names
+from seedledger.engine.runtime.setup.inputs import SessionInputs
+from seedledger.engine.runtime.setup.stored_code import (  # engine.search's names
     check_stored_code as check_stored_code,
 )
-from seedledger.engine.runtime.stored_code import stored_code as stored_code
+from seedledger.engine.runtime.setup.stored_code import stored_code as stored_code
 from seedledger.ledger import GenerationRecord, Ledger, RunInfo
 from seedledger.ledger.errors import SeedLedgerError
 from seedledger.ledger.provenance import trained_inputs
@@ -97,8 +98,8 @@ def _run_loop(ledger: Ledger, run: RunInfo, cfg: TrainConfig, pool, generations:
             settle_status(ledger, run.name, cfg)
             return SessionResult(run, [], pool.fingerprint(), ledger.latest_generation(run.name))
         scoring = None
-        if cfg.evaluation.every:  # held-out scores beside the loop (engine.runtime.evaluation)
-            from seedledger.engine.runtime.evaluation import DuringTraining
+        if cfg.evaluation.every:  # held-out scores beside the loop (engine.runtime.scoring.heldout)
+            from seedledger.engine.runtime.scoring.heldout import DuringTraining
 
             scoring = DuringTraining(ledger, run.name, cfg, lease.heartbeat)
             hooks = scoring.start(hooks or Hooks())
@@ -146,7 +147,7 @@ def start(
     """Create a run from `config` (a YAML file, a dict of config keys, or None for the
     defaults) and train it; the run is named `run_name`, else the file's stem, else `run`.
     The pool comes before the run row, which stores its base fingerprint."""
-    return _session(ledger, setup.for_start(ledger, config, run_name, overrides, generations), hooks)
+    return _session(ledger, plans.for_start(ledger, config, run_name, overrides, generations), hooks)
 
 
 def resume(
@@ -158,10 +159,10 @@ def resume(
     and leaves no `resume` event. A lease left by a dead session is taken over: at once
     when its holder was on this host, with `take_over` when it was on another (whose
     process this host cannot see); `hooks.on_notice` says so. Reward code the stored
-    config names is imported only with `trust_code`. Inputs (engine.runtime.inputs) that
+    config names is imported only with `trust_code`. Inputs (engine.runtime.setup.inputs) that
     differ from those that trained the latest generation are refused before the model loads, unless
     `accept_changed_inputs`."""
-    plan = setup.for_resume(ledger, run_name, generations, take_over, trust_code, accept_changed_inputs)
+    plan = plans.for_resume(ledger, run_name, generations, take_over, trust_code, accept_changed_inputs)
     return _session(ledger, plan, hooks)
 
 
@@ -182,11 +183,11 @@ def fork(
     the parent's stored config names is imported only with `trust_code` (code the
     overrides name is the user's own). Inputs that differ from those that trained `ref` are
     refused before the child exists, unless `accept_changed_inputs`."""
-    plan = setup.for_fork(ledger, ref, new_name, overrides, generations, trust_code, accept_changed_inputs)
+    plan = plans.for_fork(ledger, ref, new_name, overrides, generations, trust_code, accept_changed_inputs)
     return _session(ledger, plan, hooks)
 
 
-def _session(ledger: Ledger, plan: setup.Plan, hooks: Hooks | None) -> SessionResult:
+def _session(ledger: Ledger, plan: plans.Plan, hooks: Hooks | None) -> SessionResult:
     """Every session's one path (the module docstring's order). The run is leased as soon
     as its row exists and `interruptible` from then on; before that, an interrupt keeps
     nothing; a fork's child whose setup fails is deleted again."""
@@ -211,7 +212,7 @@ def _session(ledger: Ledger, plan: setup.Plan, hooks: Hooks | None) -> SessionRe
             else:  # a new lineage: its row stores the pool's base fingerprint
                 pool = held.enter_context(contextlib.closing(make_pool(cfg, model_dir)))
         if run is None:
-            spec = setup.run_spec(plan, cfg, pool.base_fingerprint() if pool is not None else None)
+            spec = plans.run_spec(plan, cfg, pool.base_fingerprint() if pool is not None else None)
             run = ledger.create_run(plan.name, spec, parent=(plan.parent.name, at) if plan.parent else None)
             lease = _leased(held, ledger, run.name, plan.take_over, hooks)
         with (rolled_back(ledger, lease, run.name, f"while fork {run.name} was set up") if plan.parent is not None
@@ -223,7 +224,7 @@ def _session(ledger: Ledger, plan: setup.Plan, hooks: Hooks | None) -> SessionRe
             ledger.log_event(run.name, "resume", {"from_generation": at, "generations": count})
         read.record(ledger, run.name, plan.session, at)
         if source is None and cfg.backend == "module":  # what it trains, and its base beside the ledger
-            from seedledger.engine.runtime.module_models import record_base
+            from seedledger.engine.runtime.models.module import record_base
 
             record_base(ledger, run.name, cfg.model, anchors_dir(ledger))
         return _run_loop(ledger, run, cfg, pool, count, hooks, lease)
@@ -238,13 +239,13 @@ def _leased(held: contextlib.ExitStack, ledger: Ledger, name: str, take_over: bo
     return lease
 
 
-def _configured(plan: setup.Plan) -> tuple[TrainConfig, Path]:
+def _configured(plan: plans.Plan) -> tuple[TrainConfig, Path]:
     """The model's directory, and the plan's config with its backend chosen (`auto`
     becomes what this host runs, once, before a run row is written; a stored config
     already names one) and checked by preflight (exit 2); a new lineage's adapter and
     `members_per_forward` filled in where left open, a regrouped fork's chosen again."""
     model_dir = resolve_model(plan.cfg.model)
-    cfg = plan.cfg.model_copy(update={"backend": backend_choice.resolve(plan.cfg, model_dir)})
+    cfg = plan.cfg.model_copy(update={"backend": choice.resolve(plan.cfg, model_dir)})
     preflight.check(cfg, model_dir)
     if plan.continues is None:
         cfg = adapters.resolve(cfg)
@@ -255,7 +256,7 @@ def _configured(plan: setup.Plan) -> tuple[TrainConfig, Path]:
     return cfg, model_dir
 
 
-def _restored(ledger: Ledger, lease, cfg: TrainConfig, model_dir: Path, plan: setup.Plan, run: RunInfo,
+def _restored(ledger: Ledger, lease, cfg: TrainConfig, model_dir: Path, plan: plans.Plan, run: RunInfo,
               at: int, pool=None):
     """`pool` (else a new one) holding `run` at `at`, under `lease` (renewed meanwhile:
     loading and replaying can outlast it); the base of the history it continues checked,

@@ -1,7 +1,7 @@
 """`seedledger pbt`: population-based training whose exploit step is a fork.
 
 K members train in synchronous rounds of `interval` generations. After round r every
-member is scored on held-out rows (`engine.runtime.heldout`) at generation r·interval; the weakest
+member is scored on held-out rows (`engine.runtime.scoring.heldout`) at generation r·interval; the weakest
 `fraction` of them (at least one) are each replaced by a fork of a randomly chosen member of
 the strongest `fraction` at its latest generation (exploit: a ledger row, no checkpoint
 copy), with that member's lr and σ each multiplied by 0.8 or 1.25 (explore, as `--set`).
@@ -39,7 +39,7 @@ from typing import Any
 
 from seedledger.engine.config import load_config, validate
 from seedledger.engine.runtime import session
-from seedledger.engine.runtime.inputs import reading
+from seedledger.engine.runtime.setup.inputs import reading
 from seedledger.engine.search import tunecheck
 from seedledger.engine.search.tune import override
 from seedledger.ledger import Ledger
@@ -66,7 +66,7 @@ def _event(ledger: Ledger, run: str, kind: str, **match: Any) -> dict | None:
 
 def _rows(cfg, rows: int | None, skip: int) -> int:
     """The held-out rows every round scores, as a number (the recorded settings compare it)."""
-    from seedledger.engine.runtime.preflight import held_out_rows
+    from seedledger.engine.runtime.setup.preflight import held_out_rows
     from seedledger.trainers.tasks import load_task
 
     return held_out_rows(load_task(cfg.task, seed=cfg.seed), rows, skip, owner="pbt")
@@ -186,7 +186,7 @@ class PBT:
             self.say({"event": "trained", "round": round_, "run": run, "generation": target})
 
     def score(self, run: str, generation: int) -> float:
-        from seedledger.engine.runtime.heldout import HeldOut
+        from seedledger.engine.runtime.scoring.heldout import HeldOut
 
         if self._held_out is None:
             self._held_out = HeldOut(self.cfg, self.rows, self.skip)
@@ -275,7 +275,7 @@ def _train_on_ray(location: str, todo: list[tuple[str, int]], address: str | Non
     @ray.remote(num_cpus=0, max_retries=0)
     def train(location: str, run: str, generations: int, trust_code: bool, study: str) -> str:
         from seedledger.engine.runtime import session as remote_session
-        from seedledger.engine.runtime.inputs import reading as remote_reading
+        from seedledger.engine.runtime.setup.inputs import reading as remote_reading
         from seedledger.ledger import Ledger as RemoteLedger
 
         with RemoteLedger.open(location, create=False) as led, remote_reading(study):

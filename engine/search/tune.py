@@ -21,7 +21,7 @@ tuner at a time holds it (`engine.search.studystore`: Optuna's schema checked, t
 
 Each trial is an ordinary run: created (`session.start`, no generations), given a
 `tune-trial` event (study, trial number, parameters), then trained by `session.resume` with
-a hook that scores `RUN@G` every `objective.every` generations (`engine.runtime.heldout`), reports
+a hook that scores `RUN@G` every `objective.every` generations (`engine.runtime.scoring.heldout`), reports
 it and stops the session when the pruner says so; the final held-out reward is the trial's
 value, and a `tune-result` event records the outcome. Determinism: every trial keeps the
 config's seed (the same batches and noise keys: trials differ by their parameters only),
@@ -49,7 +49,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from seedledger.engine.config import load_config, validate
 from seedledger.engine.runtime import session
 from seedledger.engine.runtime.hooks import Hooks
-from seedledger.engine.runtime.inputs import reading
+from seedledger.engine.runtime.setup.inputs import reading
 from seedledger.engine.search import studystore, tunecheck
 from seedledger.engine.search.studystore import open_study
 from seedledger.ledger import Ledger
@@ -228,7 +228,7 @@ def run_trial(
     trust_code: bool = False,
 ) -> dict[str, Any]:
     """Run (or finish) one trial; tells Optuna its outcome and returns a summary."""
-    from seedledger.engine.runtime.heldout import HeldOut
+    from seedledger.engine.runtime.scoring.heldout import HeldOut
 
     TrialState = require("optuna.trial", studystore.FEATURE).TrialState  # noqa: N806 - Optuna's enum
 

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from seedledger.engine.config import TrainConfig, load_config
-from seedledger.engine.runtime import adapters, session
+from seedledger.engine.runtime import session
+from seedledger.engine.runtime.models import adapters
 from seedledger.ledger import Ledger
 from seedledger.ledger.errors import SeedLedgerError
 

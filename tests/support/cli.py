@@ -131,7 +131,7 @@ def _captured() -> Iterator[_Output]:
 def _fresh_process_state(cwd, env: Mapping[str, str]) -> Iterator[None]:
     """What a new process starts with, set for the call and put back after it."""
     from seedledger.engine.cli.app import State
-    from seedledger.engine.runtime import interrupts
+    from seedledger.engine.runtime.console import interrupts
 
     saved_env = dict(os.environ)
     saved_cwd = os.getcwd()

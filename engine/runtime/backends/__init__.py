@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from seedledger.engine.runtime import backend_choice
+from seedledger.engine.runtime.backends import choice
 from seedledger.engine.runtime.backends.base import Backend
 from seedledger.ledger.errors import SeedLedgerError
 
@@ -16,7 +16,7 @@ def make_backend(cfg: Any, model_dir: Path) -> Backend:
     """The backend a training config asks for (`backend`, `device`, `dtype`, `sampling`)."""
     import torch
 
-    if cfg.backend == "module":  # any torch.nn.Module (engine.runtime.module_models)
+    if cfg.backend == "module":  # any torch.nn.Module (engine.runtime.models.module)
         from seedledger.engine.runtime.backends.module import ModuleBackend
 
         return ModuleBackend(cfg.model, device=cfg.device, perturbation=cfg.perturbation_spec())
@@ -28,7 +28,7 @@ def make_backend(cfg: Any, model_dir: Path) -> Backend:
         "top_p": cfg.sampling.top_p,
         "perturbation": cfg.perturbation_spec(),
     }
-    backend = backend_choice.resolve(cfg, model_dir)  # a run's config names one; a bare config may say auto
+    backend = choice.resolve(cfg, model_dir)  # a run's config names one; a bare config may say auto
     if backend == "hf":
         from seedledger.engine.runtime.backends.hf import HFBackend
 

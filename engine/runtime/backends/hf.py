@@ -29,7 +29,7 @@ from seedledger.engine.runtime.backends.base import (
 )
 from seedledger.engine.runtime.backends.hf_decode import HFDecoding
 from seedledger.engine.runtime.backends.seeded_sampling import prompt_stream_seed
-from seedledger.engine.runtime.models import load_causal_lm
+from seedledger.engine.runtime.models.resolve import load_causal_lm
 from seedledger.replay.kinds import Full, PerturbationKind, member_scale
 from seedledger.replay.kinds.forms import OWN_WEIGHTS, MemberForm, chosen
 
@@ -75,7 +75,7 @@ class HFBackend(HFDecoding):
         self.frozen: str | None = None  # an adapter run's frozen base, as loaded
         self._initial: dict[str, torch.Tensor] | None = None
         if kind.frozen_base:
-            from seedledger.engine.runtime import adapters
+            from seedledger.engine.runtime.models import adapters
 
             self.frozen = adapters.frozen_fingerprint(model)
             self._initial = adapters.initial_adapter(model, kind.adapter, adapter_init)

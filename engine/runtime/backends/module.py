@@ -1,4 +1,4 @@
-"""The module backend: any `torch.nn.Module` (engine.runtime.module_models) as the model.
+"""The module backend: any `torch.nn.Module` (engine.runtime.models.module) as the model.
 
 It holds the module and builds each member's weights into it from the fp32 master, as the
 hf backend does for a language model: tensor by tensor, the kind's own
@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import torch
 
 from seedledger.engine.config_backends import BACKEND_FORMS
-from seedledger.engine.runtime.module_models import build_module, master_of
+from seedledger.engine.runtime.models.module import build_module, master_of
 from seedledger.replay.kinds import Full, PerturbationKind, member_scale
 from seedledger.replay.kinds.forms import chosen
 from seedledger.replay.update import OptimizerState

@@ -141,7 +141,7 @@ class VLLMBackend(VLLMDecoding):
         self.top_p = top_p
         self.frozen: str | None = None  # a LoRA run's frozen base, as loaded
         if kind.frozen_base:
-            from seedledger.engine.runtime.adapters import adapter_for_shapes, linear_shapes
+            from seedledger.engine.runtime.models.adapters import adapter_for_shapes, linear_shapes
 
             self.frozen = fingerprint(read_master(self.model_dir))  # the base: then dropped
             shapes = linear_shapes(_meta_model(self.model_dir), kind.adapter)

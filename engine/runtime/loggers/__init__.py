@@ -129,7 +129,7 @@ def make_loggers(
 
 def check(report_to: str | Iterable[str] | None) -> None:
     """Every tracker named is known and its library installed (found, not imported): a
-    one-line error before the run is created (engine.runtime.preflight), not a run left behind."""
+    one-line error before the run is created (engine.runtime.setup.preflight), not a run left behind."""
     for name in normalize(report_to):
         ensure(_REGISTRY[name][2], f"report_to {name}")
 

@@ -6,8 +6,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from seedledger.engine.config import TrainConfig
-from seedledger.engine.runtime.evaluator import Batch, Evaluator
 from seedledger.engine.runtime.failpoints import failpoint
+from seedledger.engine.runtime.scoring.evaluator import Batch, Evaluator
 from seedledger.ledger import Ledger, ReplayStep
 from seedledger.trainers.member import Member
 

@@ -46,7 +46,6 @@ from pathlib import Path
 from typing import Any
 
 from seedledger.engine.config import TrainConfig
-from seedledger.engine.runtime.evaluator import Batch, generation_batch
 from seedledger.engine.runtime.pools import PoolFailure, ReplicaMismatch
 from seedledger.engine.runtime.pools.ray_setup import (
     RayActorError,
@@ -59,6 +58,7 @@ from seedledger.engine.runtime.pools.ray_setup import (
     ray,
 )
 from seedledger.engine.runtime.pools.ray_worker import ReplicaActor
+from seedledger.engine.runtime.scoring.evaluator import Batch, generation_batch
 from seedledger.ledger import Ledger, ReplayStep
 from seedledger.ledger.db import to_url
 from seedledger.ledger.errors import SeedLedgerError

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from seedledger.engine.config import TrainConfig
-from seedledger.engine.runtime.evaluator import Batch, Evaluator
-from seedledger.engine.runtime.models import quiet_hf_env
+from seedledger.engine.runtime.models.resolve import quiet_hf_env
+from seedledger.engine.runtime.scoring.evaluator import Batch, Evaluator
 from seedledger.ledger import Ledger, ReplayStep
 from seedledger.ledger.db import display_location
 from seedledger.ledger.errors import SeedLedgerError

@@ -22,7 +22,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from seedledger.engine.runtime.console import interactive, line
+from seedledger.engine.runtime.console.terminal import interactive, line
 from seedledger.ledger.errors import SeedLedgerError
 
 if TYPE_CHECKING:

@@ -12,7 +12,7 @@ import threading
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
-from seedledger.engine.runtime.interrupts import RunInterrupted, signal_of, signals_held
+from seedledger.engine.runtime.console.interrupts import RunInterrupted, signal_of, signals_held
 from seedledger.ledger import Ledger, RunInfo
 from seedledger.ledger.errors import SeedLedgerError
 from seedledger.ledger.lease import WriterLease
@@ -53,7 +53,7 @@ def keepalive(lease: WriterLease, every: float = LEASE_TTL / 5):
 
 @contextmanager
 def interruptible(ledger: Ledger, run_name: str):
-    """A SIGINT or SIGTERM (engine.runtime.interrupts) inside marks the run `interrupted`, records
+    """A SIGINT or SIGTERM (engine.runtime.console.interrupts) inside marks the run `interrupted`, records
     an `interrupted` event naming the signal and the last committed generation, and leaves
     as RunInterrupted. Used inside the writer lease, which is released after it."""
     try:

@@ -17,7 +17,7 @@ more than hf's model load (54 s against 15 s, quiet), so a short run is faster o
   measured, 8.4 s a generation (decoded full-rank, quiet), repays the start from the fifth;
 - vLLM otherwise.
 
-Like `members_per_forward` (engine.runtime.batching), the choice is stored with the run: its
+Like `members_per_forward` (engine.runtime.setup.batching), the choice is stored with the run: its
 config says `hf` or `vllm`, so resume, fork, evaluate and verify never depend on what is
 installed later. `SEEDLEDGER_AUTO_BACKEND=hf` makes `auto` take hf (the test suite does:
 its runs last seconds, less than vLLM's start-up).
@@ -30,7 +30,7 @@ import os
 from pathlib import Path
 
 from seedledger.engine.config_backends import BACKEND_FORMS
-from seedledger.engine.runtime.preflight import VLLM_CPU_HEAD_SIZES, head_dim
+from seedledger.engine.runtime.setup.preflight import VLLM_CPU_HEAD_SIZES, head_dim
 from seedledger.ledger.errors import SeedLedgerError
 from seedledger.replay.kinds.forms import common
 

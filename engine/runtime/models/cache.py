@@ -1,7 +1,7 @@
 """The model cache's entries: where they live (`$SEEDLEDGER_HOME/models`), their manifest
 (sha256, size, parameter count) and the checks that tell a sound entry from a truncated
 or corrupt one (size + safetensors header; sha256 with `verify`). Untrusted input: a bad
-entry reads as "corrupt, rebuild", never as a crash. engine.runtime.models provisions.
+entry reads as "corrupt, rebuild", never as a crash. engine.runtime.models.resolve provisions.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import struct
 from pathlib import Path
 from typing import Any
 
-# the build steps of every alias log here; provisioning shows them (engine.runtime.models)
+# the build steps of every alias log here; provisioning shows them (engine.runtime.models.resolve)
 log = logging.getLogger("seedledger.engine.runtime.models")
 
 MANIFEST = "seedledger-manifest.json"

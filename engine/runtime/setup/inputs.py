@@ -22,7 +22,7 @@ What is fingerprinted, kept simple so that it can be documented (docs/provenance
   file name (the directory is the run's model; a moved cache is the same tokenizer);
 - `chat_template`: sha256 of the chat template in use (chat_template.jinja, else
   chat_template.json, else tokenizer_config.json's `chat_template`).
-The event also carries `model` (engine.runtime.model_provenance), `session`,
+The event also carries `model` (engine.runtime.models.provenance), `session`,
 `from_generation` and `digest` (sha256 over the compared parts). Comparing records and
 reading them along a lineage is ledger.provenance's (show, log and verify read them too).
 """
@@ -42,8 +42,8 @@ from importlib.machinery import PathFinder
 from pathlib import Path
 from typing import Any
 
-from seedledger.engine.runtime.model_cache import sha256_file
-from seedledger.engine.runtime.model_provenance import provenance
+from seedledger.engine.runtime.models.cache import sha256_file
+from seedledger.engine.runtime.models.provenance import provenance
 from seedledger.ledger import Ledger
 from seedledger.ledger.errors import SeedLedgerError
 from seedledger.ledger.provenance import ACCEPTED_EVENT, INPUTS_EVENT, Change, changes, digest
@@ -107,8 +107,8 @@ def factory_files(model: str | None) -> list[Path]:
 
 def env_files(task: Any) -> list[Path]:
     """The modules (and their imported siblings) that `gym:MODULE:ENV` env ids of task spec
-    `task` make gymnasium import (engine.runtime.stored_code.env_modules)."""
-    from seedledger.engine.runtime.stored_code import env_modules
+    `task` make gymnasium import (engine.runtime.setup.stored_code.env_modules)."""
+    from seedledger.engine.runtime.setup.stored_code import env_modules
 
     return sorted({p for _env, module in env_modules(task) for p in _code_files(module)})
 
@@ -272,7 +272,7 @@ def _named_alike(reference: dict[str, Any], inputs: dict[str, Any]) -> dict[str,
 
 @dataclass
 class SessionInputs:
-    """A session's inputs and its base model's provenance (engine.runtime.model_provenance):
+    """A session's inputs and its base model's provenance (engine.runtime.models.provenance):
     compared with an earlier session's record, then recorded once the session is set up."""
 
     inputs: dict[str, Any]

@@ -13,11 +13,11 @@ from pathlib import Path
 
 from seedledger.engine.config import TrainConfig, apply_overrides, load_config, validate
 from seedledger.engine.refs import resolve_ref
-from seedledger.engine.runtime import forkcheck
-from seedledger.engine.runtime.devices import check_device
-from seedledger.engine.runtime.models import model_revision
-from seedledger.engine.runtime.session_guards import name_taken
-from seedledger.engine.runtime.stored_code import check_stored_code, stored_code
+from seedledger.engine.runtime.models.resolve import model_revision
+from seedledger.engine.runtime.setup import forkcheck
+from seedledger.engine.runtime.setup.devices import check_device
+from seedledger.engine.runtime.setup.guards import name_taken
+from seedledger.engine.runtime.setup.stored_code import check_stored_code, stored_code
 from seedledger.ledger import Ledger, RunInfo, RunSpec
 from seedledger.ledger.errors import SeedLedgerError
 from seedledger.ledger.names import check_run_name
