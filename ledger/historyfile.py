@@ -35,30 +35,24 @@ would refuse. This module knows no Ledger.
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import math
 import os
-import struct
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 from datetime import datetime
 from pathlib import Path
 from typing import Any
-
-import zstandard
 
 from seedledger.ledger import codec
 from seedledger.ledger.checks import Malformed, finite, integer, json_object, need, text
 from seedledger.ledger.errors import SeedLedgerError
 from seedledger.ledger.provenance import EXPORTED, INPUTS_EVENT
-from seedledger.ledger.records import EventInfo, GenerationRecord
+from seedledger.ledger.records import EventInfo, GenerationRecord, MemberRecord
 from seedledger.ledger.rows import utc
-from seedledger.ledger.seedformat import MAX_NAME, SeedFile
+from seedledger.ledger.seedformat import DIGEST_SIZE, MAX_NAME, PREFIX, Container, Seal, SeedFile, _ratio_ok
 
 MAGIC = b"SLHIST\x00\x00"
 VERSION = 1
-PREFIX = struct.Struct("<8sHHQQ")
-DIGEST_SIZE = 32
 FORMAT = "seedledger-history"
 SUFFIX = ".history"
 FLOOR = 16 << 20  # events, inputs records: a real run's are kilobytes
@@ -66,15 +60,14 @@ BYTES_PER_MEMBER = 512  # a reward and its components (~80 bytes), a share of `e
 BYTES_PER_GENERATION = 64 << 10  # a batch of 4,096 rows, timings, `extra`
 MAX_BODY = 128 << 20
 MAX_FILE = MAX_BODY + (1 << 20)
-MAX_RATIO = 1024
 LEVEL = 10  # zstd: 5% larger than level 19 on a 500-generation history, 15x faster
-RATIO_FLOOR = 8 << 20
 MAX_BATCH = 1 << 16  # dataset rows per generation
 MAX_ENTRIES = 256  # timings, or reward components of a member
 MAX_EVENTS = 1 << 20
 MAX_KIND = 64  # events.kind
 MAX_TIME = 64
 IMPORT_MARKS = ("imported_from", "source_run")  # what ledger.seedio's import adds to a generation's `extra`
+HISTORY = Container("history file", MAGIC, (VERSION,), 2, MAX_FILE, " (damaged, or written for another seed file)")
 
 
 @dataclass(frozen=True)
@@ -100,9 +93,7 @@ class GenerationHistory:
                    r.committed_at.isoformat() if r.committed_at else None)
 
     def to_json(self) -> dict[str, Any]:
-        return {"index": self.index, "rewards": self.rewards, "components": self.components,
-                "batch_indices": self.batch_indices, "timings": self.timings, "extra": self.extra,
-                "committed_at": self.committed_at}
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -159,35 +150,41 @@ def encode(sf: SeedFile, records: list[GenerationRecord], events: list[EventInfo
         body = codec.dumps(doc).encode()
     except (Malformed, ValueError, TypeError, OverflowError, RecursionError) as exc:
         raise SeedLedgerError(f"cannot export the history of {sf.ref}: {exc}") from None
-    z = zstandard.ZstdCompressor(level=LEVEL, write_content_size=True).compress(body)
-    if len(body) > limit(sf) or not _ratio_ok(len(body), len(z)):
+    data = HISTORY.frame(VERSION, body, LEVEL, _seal(sf))
+    if len(body) > limit(sf) or not _ratio_ok(len(body), len(data) - PREFIX.size - DIGEST_SIZE):
         raise SeedLedgerError(f"cannot export the history of {sf.ref}: {len(body):,} bytes is more than "
                               f"the {limit(sf):,} a history of its {sf.generation} generations may hold")
-    blob = PREFIX.pack(MAGIC, VERSION, 0, len(z), len(body)) + z
-    return blob + _checksum(bytes.fromhex(sf.digest), blob)
+    return data
 
 
-def _ratio_ok(rawlen: int, zlen: int) -> bool:
-    return rawlen <= max(RATIO_FLOOR, MAX_RATIO * zlen)
+def join(sf: SeedFile, past: History | None) -> list[GenerationRecord]:
+    """The generation records seed file `sf` holds, with the audit of its history `past`
+    (None: rewards unknown, NaN): the one place a generation's two halves meet again
+    (`GenerationHistory.of` splits them; records.SEED_FILE and HISTORY_FILE name each
+    half's fields). Each record names the file it came from (IMPORT_MARKS); a generation
+    whose segment used another perturbation than the file's own records it (a fork that
+    changed kind), so replay applies each as it was trained."""
+    own = (sf.noise_spec, sf.header["param_selection"])
+    out: list[GenerationRecord] = []
+    for i, s in enumerate(sf.steps):
+        was = past.generations[i] if past is not None else None
+        members = [MemberRecord(j, k, sign, was.rewards[j] if was else math.nan, c,
+                                components=was.components[j] if was else {})
+                   for j, (k, sign, c) in enumerate(zip(s.keys, sf.signs[i], s.coefficients, strict=True))]
+        kind = {} if (s.noise_spec, s.param_selection) == own else {
+            "noise_spec": s.noise_spec, "param_selection": s.param_selection}
+        out.append(GenerationRecord(
+            index=s.index, lr=sf.lrs[i], sigma=s.sigma, population=len(members), optimizer=s.optimizer,
+            schedule_step=sf.schedule_steps[i], batch_indices=was.batch_indices if was else [],
+            members=members, fingerprint=sf.fingerprints[i], timings=was.timings if was else {},
+            extra={**(was.extra if was else {}), **dict(zip(IMPORT_MARKS, (sf.digest, s.run), strict=True))},
+            committed_at=datetime.fromisoformat(was.committed_at) if was and was.committed_at else None, **kind))
+    return out
 
 
-def _body(data: bytes, sf: SeedFile) -> bytes:
-    need(len(data) >= PREFIX.size + DIGEST_SIZE, "too short to be a history file")
-    magic, version, flags, zlen, rawlen = PREFIX.unpack_from(data)
-    need(magic == MAGIC, "not a seedledger history file (bad magic)")
-    need(version <= VERSION, f"format {version} is newer than this seedledger reads ({VERSION})")
-    need(version == VERSION and flags == 0, f"unknown format {version}/{flags}")
-    need(zlen == len(data) - PREFIX.size - DIGEST_SIZE, "truncated or has trailing bytes")
-    need(2 <= rawlen <= limit(sf), f"declared body size {rawlen:,} is out of bounds for a seed file of "
-         f"{sf.generation} generations (at most {limit(sf):,})")
-    need(_ratio_ok(rawlen, zlen), f"declared body size {rawlen:,} is out of bounds for {zlen:,} compressed bytes")
-    need(_checksum(bytes.fromhex(sf.digest), memoryview(data)[:-DIGEST_SIZE]) == data[-DIGEST_SIZE:],
-         "checksum mismatch (damaged, or written for another seed file)")
-    z = memoryview(data)[PREFIX.size : -DIGEST_SIZE]
-    need(zstandard.frame_content_size(z) in (-1, rawlen), "body length differs from the declared one")
-    body = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(z)).read(rawlen + 1)  # never past rawlen
-    need(len(body) == rawlen, "body length differs from the declared one")
-    return body
+def _seal(sf: SeedFile) -> Seal:
+    """The history's digest: over its seed file's digest, then the history's bytes."""
+    return lambda data: _checksum(bytes.fromhex(sf.digest), data)
 
 
 def _parse(doc: Any, sf: SeedFile) -> History:
@@ -213,8 +210,7 @@ def _parse(doc: Any, sf: SeedFile) -> History:
 
 
 def _generation(g: Any, index: int, population: int) -> GenerationHistory:
-    need(isinstance(g, dict) and set(g) == {"index", "rewards", "components", "batch_indices", "timings",
-                                            "extra", "committed_at"}, f"bad generation {index}")
+    need(isinstance(g, dict) and set(g) == {f.name for f in fields(GenerationHistory)}, f"bad generation {index}")
     integer(g["index"], index, index, f"generation index (expected {index})")
     rewards, components = g["rewards"], g["components"]
     need(isinstance(rewards, list) and len(rewards) == population,
@@ -273,19 +269,10 @@ def _time(v: Any, what: str, optional: bool = False) -> str | None:
 def read_history(path: str | os.PathLike[str], sf: SeedFile) -> History:
     """Parse and check the history file of seed file `sf` (read, its digest set); any
     defect raises a one-line SeedLedgerError."""
-    p = Path(path)
-    try:
-        size = p.stat().st_size
-        need(size <= MAX_FILE, f"{size:,} bytes is larger than any history file ({MAX_FILE:,})")
-        data = p.read_bytes()
-        history = _parse(json.loads(_body(data, sf).decode("utf-8")), sf)
-    except Malformed as exc:
-        raise SeedLedgerError(f"history file {p}: {exc}") from None
-    except OSError as exc:
-        raise SeedLedgerError(f"cannot read history file {p}: {exc.strerror}") from None
-    except (ValueError, TypeError, KeyError, IndexError, OverflowError, RecursionError, struct.error,
-            zstandard.ZstdError, MemoryError) as exc:
-        msg = " ".join(str(exc).split())[:200]
-        raise SeedLedgerError(f"history file {p} is malformed: {type(exc).__name__}: {msg}") from None
-    history.digest = data[-DIGEST_SIZE:].hex()
-    return history
+    def parse(data: bytes) -> History:
+        bounds = f" for a seed file of {sf.generation} generations (at most {limit(sf):,})"
+        history = _parse(json.loads(HISTORY.unframe(data, limit(sf), _seal(sf), bounds)[1].decode("utf-8")), sf)
+        history.digest = data[-DIGEST_SIZE:].hex()
+        return history
+
+    return HISTORY.read(path, parse)

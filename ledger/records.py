@@ -60,6 +60,18 @@ class GenerationRecord:
         return {"mean": mean, "std": math.sqrt(var), "min": min(vals), "max": max(vals)}
 
 
+# Where a generation's fields travel beyond its ledger, "members.X" for a member's: the
+# seed file carries what replay needs, its history file (ledger.historyfile) the audit;
+# the rest stays in the ledger (samples are model outputs; row scores are `attribute`'s).
+# Inside the ledger the record is one row (ledger.rows), which the chain hashes as stored
+# (ledger.chain). tests/test_codec.py holds every field to exactly one place, so a field
+# added to a record cannot be left behind by `export` unnoticed.
+SEED_FILE = ("index", "lr", "sigma", "population", "optimizer", "schedule_step", "fingerprint", "noise_spec",
+             "param_selection", "members.index", "members.key", "members.sign", "members.coefficient")
+HISTORY_FILE = ("batch_indices", "timings", "extra", "committed_at", "members.reward", "members.components")
+LEDGER_ONLY = ("members.samples", "members.row_scores")
+
+
 @dataclass
 class ReplayStep:
     """What replay needs to apply one generation: keys and exact coefficients in member order,

@@ -46,39 +46,26 @@ tied to its digest (ledger.historyfile).
 
 from __future__ import annotations
 
-import json
 import struct
 from datetime import UTC, datetime
 from typing import Any
 
-import zstandard
-
-from seedledger.ledger import seedarrays
+from seedledger.ledger import codec, seedarrays
 from seedledger.ledger.errors import SeedLedgerError
 from seedledger.ledger.records import GenerationRecord, ReplayStep, RunInfo
 from seedledger.ledger.seedarrays import KeyFn
 from seedledger.ledger.seedformat import (  # noqa: F401  (the format's names, where callers know them)
     DIGEST_SIZE,
     FORMAT_VERSION,
-    I32,
-    LEDGER_BYTES_PER_MEMBER,
     MAGIC,
     MAX_BODY,
-    MAX_DTYPE_POLICY,
-    MAX_FILE,
-    MAX_FINGERPRINT,
     MAX_GENERATIONS,
     MAX_HEADER,
-    MAX_MEMBER_BYTES,
     MAX_MEMBERS,
-    MAX_NAME,
-    MAX_NOISE_SPEC,
     MAX_POPULATION,
-    MAX_RATIO,
     PLAIN_VERSION,
     PREFIX,
-    RATIO_FLOOR,
-    READABLE_VERSIONS,
+    SEEDS,
     SeedFile,
     SeedMember,
     _digest,
@@ -120,7 +107,7 @@ def encode(
     opt_of: list[int] = []
     seen: dict[str, int] = {}
     for r in records:
-        opt_json = json.dumps(r.optimizer, sort_keys=True)
+        opt_json = codec.dumps(r.optimizer)
         if opt_json not in seen:
             seen[opt_json] = len(optimizers)
             optimizers.append(r.optimizer)
@@ -176,16 +163,14 @@ def encode(
         if member.generation != g + 1:
             raise ValueError(f"member of generation {member.generation} on a lineage of {g}")
         header["member"] = member.to_json()
-    hjson = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
+    hjson = codec.dumps(header).encode()
     body = b"".join([struct.pack("<I", len(hjson)), hjson, arrays])
-    z = zstandard.ZstdCompressor(level=19, write_content_size=True).compress(body)
-    too_big = _too_big(len(records), max_pop, len(signs), len(hjson), len(body), len(z))
+    data = SEEDS.frame(PLAIN_VERSION if member is None else FORMAT_VERSION, body, 19, _digest)
+    zlen = len(data) - PREFIX.size - DIGEST_SIZE
+    too_big = _too_big(len(records), max_pop, len(signs), len(hjson), len(body), zlen)
     if too_big:
         raise SeedLedgerError(f"cannot export {run}@{g} as a seed file: {too_big}")
-    version = PLAIN_VERSION if member is None else FORMAT_VERSION
-    head = PREFIX.pack(MAGIC, version, 0, len(z), len(body))
-    blob = head + z
-    return header, blob + _digest(blob)
+    return header, data
 
 
 def _kind_segments(

@@ -1,14 +1,24 @@
 """The seed-file format's constants and parsed form, shared by its writer
-(ledger.seedfile) and its reader (ledger.seedread). The layout and the limits are
+(ledger.seedfile) and its reader (ledger.seedread), and the container a seed file and its
+history file (ledger.historyfile) both are: one framing, one bounded reader, so a hostile
+file of either kind is refused by the same checks. The layout and the limits are
 described in ledger.seedfile's docstring."""
 
 from __future__ import annotations
 
 import hashlib
+import io
+import os
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, TypeVar
 
+import zstandard
+
+from seedledger.ledger.checks import Malformed, need
+from seedledger.ledger.errors import SeedLedgerError
 from seedledger.ledger.records import ReplayStep
 
 MAGIC = b"SLSEEDS\x00"
@@ -131,3 +141,66 @@ def _digest(data: bytes | memoryview) -> bytes:
 
 def _ratio_ok(rawlen: int, zlen: int) -> bool:
     return rawlen <= max(RATIO_FLOOR, MAX_RATIO * zlen)
+
+
+Seal = Callable[[bytes | memoryview], bytes]  # the 32-byte digest over everything before it
+T = TypeVar("T")
+# what a malformed body may raise while parsed: one line, never a traceback
+MALFORMED = (ValueError, TypeError, KeyError, IndexError, OverflowError, RecursionError, struct.error,
+             zstandard.ZstdError, MemoryError)
+
+
+@dataclass(frozen=True)
+class Container:
+    """A kind of file in the shared container (magic, version, flags, compressed and body
+    lengths, zstd body, digest): its name in messages, the versions it reads (the last is
+    the newest), the smallest body, the largest file, what a failed seal suggests."""
+
+    what: str
+    magic: bytes
+    versions: tuple[int, ...]
+    min_body: int
+    max_file: int
+    mismatch: str = ""
+
+    def frame(self, version: int, body: bytes, level: int, seal: Seal) -> bytes:
+        z = zstandard.ZstdCompressor(level=level, write_content_size=True).compress(body)
+        blob = PREFIX.pack(self.magic, version, 0, len(z), len(body)) + z
+        return blob + seal(blob)
+
+    def unframe(self, data: bytes, max_body: int, seal: Seal, bounds: str = "") -> tuple[int, bytes]:
+        """(version, body): every size checked from the prefix before decompressing, and
+        the decompressor never produces more than the declared body."""
+        need(len(data) >= PREFIX.size + DIGEST_SIZE, f"too short to be a {self.what}")
+        magic, version, flags, zlen, rawlen = PREFIX.unpack_from(data)
+        need(magic == self.magic, f"not a seedledger {self.what} (bad magic)")
+        newest = self.versions[-1]
+        need(version <= newest, f"format {version} is newer than this seedledger reads ({newest})")
+        need(version in self.versions and flags == 0, f"unknown format {version}/{flags}")
+        need(zlen == len(data) - PREFIX.size - DIGEST_SIZE, "truncated or has trailing bytes")
+        need(self.min_body <= rawlen <= max_body, f"declared body size {rawlen:,} is out of bounds{bounds}")
+        need(_ratio_ok(rawlen, zlen), f"declared body size {rawlen:,} is out of bounds for {zlen:,} compressed bytes")
+        need(seal(memoryview(data)[:-DIGEST_SIZE]) == data[-DIGEST_SIZE:], f"checksum mismatch{self.mismatch}")
+        z = memoryview(data)[PREFIX.size : -DIGEST_SIZE]
+        need(zstandard.frame_content_size(z) in (-1, rawlen), "body length differs from the declared one")
+        body = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(z)).read(rawlen + 1)  # never past rawlen
+        need(len(body) == rawlen, "body length differs from the declared one")
+        return version, body
+
+    def read(self, path: str | os.PathLike[str], parse: Callable[[bytes], T]) -> T:
+        """`parse` of the file at `path`, any defect one line (SeedLedgerError) naming it."""
+        p = Path(path)
+        try:
+            size = p.stat().st_size
+            need(size <= self.max_file, f"{size:,} bytes is larger than any {self.what} ({self.max_file:,})")
+            return parse(p.read_bytes())
+        except (Malformed, SeedLedgerError) as exc:
+            raise SeedLedgerError(f"{self.what} {p}: {exc}") from None
+        except OSError as exc:
+            raise SeedLedgerError(f"cannot read {self.what} {p}: {exc.strerror}") from None
+        except MALFORMED as exc:
+            msg = " ".join(str(exc).split())[:200]
+            raise SeedLedgerError(f"{self.what} {p} is malformed: {type(exc).__name__}: {msg}") from None
+
+
+SEEDS = Container("seed file", MAGIC, READABLE_VERSIONS, 4, MAX_FILE)

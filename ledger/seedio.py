@@ -26,8 +26,6 @@ from seedledger.ledger.provenance import (
 )
 from seedledger.ledger.records import (
     EventInfo,
-    GenerationRecord,
-    MemberRecord,
     RunInfo,
     RunSpec,
     missing_fingerprint,
@@ -225,34 +223,8 @@ def import_seedfile(
     unverified = {"not_verified": missing[1]} if missing is not None else {}
     hpath = Path(history) if history is not None else companion(path)
     past = read_history(hpath, sf) if history is not None or hpath.is_file() else None
+    records = historyfile.join(sf, past)
     h = sf.header
-    own = (h["noise_spec"], h["param_selection"])
-    records = []
-    for i, s in enumerate(sf.steps):
-        was = past.generations[i] if past is not None else None
-        members = [
-            MemberRecord(j, k, sg, was.rewards[j] if was else float("nan"), c,
-                         components=was.components[j] if was else {})
-            for j, (k, sg, c) in enumerate(zip(s.keys, sf.signs[i], s.coefficients, strict=True))
-        ]
-        records.append(
-            GenerationRecord(
-                index=s.index,
-                lr=sf.lrs[i],
-                sigma=s.sigma,
-                population=len(members),
-                optimizer=s.optimizer,
-                schedule_step=sf.schedule_steps[i],
-                batch_indices=was.batch_indices if was else [],
-                members=members,
-                fingerprint=sf.fingerprints[i],
-                timings=was.timings if was else {},
-                committed_at=_when(was.committed_at) if was else None,
-                extra={**(was.extra if was else {}), "imported_from": sf.digest, "source_run": s.run},
-                **({} if (s.noise_spec, s.param_selection) == own
-                   else {"noise_spec": s.noise_spec, "param_selection": s.param_selection}),
-            )
-        )
     spec = RunSpec(
         base_model=sf.base_model,
         base_revision=sf.base_revision,

@@ -5,7 +5,6 @@ ledger.seedarrays. The format: ledger.seedfile."""
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import struct
@@ -13,11 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import zstandard
-
 from seedledger.ledger import codec, seedarrays
 from seedledger.ledger.checks import (
-    Malformed,
     finite,
     integer,
     json_object,
@@ -35,10 +31,8 @@ from seedledger.ledger.seedformat import (
     FORMAT_VERSION,
     I32,
     LEDGER_BYTES_PER_MEMBER,
-    MAGIC,
     MAX_BODY,
     MAX_DTYPE_POLICY,
-    MAX_FILE,
     MAX_FINGERPRINT,
     MAX_GENERATIONS,
     MAX_HEADER,
@@ -47,36 +41,11 @@ from seedledger.ledger.seedformat import (
     MAX_NAME,
     MAX_NOISE_SPEC,
     MAX_POPULATION,
-    PREFIX,
-    READABLE_VERSIONS,
+    SEEDS,
     SeedFile,
     SeedMember,
     _digest,
-    _ratio_ok,
 )
-
-
-def _body(data: bytes) -> tuple[int, bytes]:
-    need(len(data) >= PREFIX.size + DIGEST_SIZE, "too short to be a seed file")
-    magic, version, flags, zlen, rawlen = PREFIX.unpack_from(data)
-    need(magic == MAGIC, "not a seedledger seed file (bad magic)")
-    if version > FORMAT_VERSION:
-        raise Malformed(f"format {version} is newer than this seedledger reads ({FORMAT_VERSION})")
-    need(version in READABLE_VERSIONS and flags == 0, f"unknown format {version}/{flags}")
-    need(zlen == len(data) - PREFIX.size - DIGEST_SIZE, "truncated or has trailing bytes")
-    need(4 <= rawlen <= MAX_BODY, f"declared body size {rawlen} is out of bounds")
-    need(
-        _ratio_ok(rawlen, zlen),
-        f"declared body size {rawlen} is out of bounds for {zlen} compressed bytes",
-    )
-    need(_digest(memoryview(data)[:-DIGEST_SIZE]) == data[-DIGEST_SIZE:], "checksum mismatch")
-    z = memoryview(data)[PREFIX.size : -DIGEST_SIZE]
-    framed = zstandard.frame_content_size(z)
-    need(framed in (-1, rawlen), "body length differs from the declared one")
-    # streaming, so the decompressor never produces more than rawlen + 1 bytes
-    body = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(z)).read(rawlen + 1)
-    need(len(body) == rawlen, "body length differs from the declared one")
-    return version, body
 
 
 def _header(body: bytes) -> tuple[dict[str, Any], int]:
@@ -246,47 +215,27 @@ def read_seedfile(
     its SeedLedgerError or ValueError becomes the one line. A file declaring more than `max_members` members is refused
     before its arrays are unpacked (`import`'s ledger-growth budget).
     """
-    p = Path(path)
-    try:
-        size = p.stat().st_size
-        if size > MAX_FILE:
-            raise Malformed(f"{size} bytes is larger than any seed file ({MAX_FILE})")
-        sf = parse_seedfile(p.read_bytes(), key_fn=key_fn, max_members=max_members)
+    def parse(data: bytes) -> SeedFile:
+        sf = parse_seedfile(data, key_fn=key_fn, max_members=max_members)
         if check is not None:
             check(sf)
+        return sf
+
+    try:
+        return SEEDS.read(path, parse)
     except OverBudget as exc:
         raise SeedLedgerError(
-            f"seed file {p} declares {exc.members:,} members in {exc.generations:,} generations "
+            f"seed file {Path(path)} declares {exc.members:,} members in {exc.generations:,} generations "
             f"(about {exc.members * LEDGER_BYTES_PER_MEMBER / 1e6:,.0f} MB of ledger), more than "
             f"the import limit of {max_members:,}; pass --max-members {exc.members} to import it"
         ) from None
-    except Malformed as exc:
-        raise SeedLedgerError(f"seed file {p}: {exc}") from None
-    except SeedLedgerError as exc:
-        raise SeedLedgerError(f"seed file {p}: {exc}") from None
-    except OSError as exc:
-        raise SeedLedgerError(f"cannot read seed file {p}: {exc.strerror}") from None
-    except (
-        ValueError,
-        TypeError,
-        KeyError,
-        IndexError,
-        OverflowError,
-        RecursionError,
-        struct.error,
-        zstandard.ZstdError,
-        MemoryError,
-    ) as exc:
-        msg = " ".join(str(exc).split())[:200]
-        raise SeedLedgerError(f"seed file {p} is malformed: {type(exc).__name__}: {msg}") from None
-    return sf
 
 
 def parse_seedfile(data: bytes, *, key_fn: KeyFn | None = None, max_members: int = MAX_MEMBERS) -> SeedFile:
     """A seed file's bytes, parsed and checked (read_seedfile's work without the file, or
     the one-line messages: it raises Malformed, OverBudget and what a malformed body does);
     `export` reads back what it wrote this way, so its history matches the file exactly."""
-    version, body = _body(data)
+    version, body = SEEDS.unframe(data, MAX_BODY, _digest)
     sf = _parse(body, key_fn, version, max_members)
     sf.digest = data[-DIGEST_SIZE:].hex()
     return sf
