@@ -31,7 +31,7 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "torchao": ("torchao", "int8"),
     "gymnasium": ("gymnasium", "gym"),
     "pandas": ("pandas", "frame"),
-}  # vLLM: engine.runtime.preflight checks it before a run starts, naming the `vllm` extra
+}  # vLLM: engine.runtime.setup.preflight checks it before a run starts, naming the `vllm` extra
 
 
 def missing(module: str, feature: str) -> str:

@@ -1,6 +1,6 @@
 """What trained a run besides its seeds, as the audit trail holds it: one `inputs` event per
 training session (train, resume, fork) with the fingerprints of the files, libraries,
-tokenizer and base model it read (engine.runtime.inputs computes them), and an
+tokenizer and base model it read (engine.runtime.setup.inputs computes them), and an
 `inputs-accepted` event when a session went on with inputs that changed. A session's
 inputs are in force for the generations it trained: those after its `from_generation`;
 each of those rows binds the record's digest in the hash chain (ledger.sessions), so a

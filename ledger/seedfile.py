@@ -36,7 +36,7 @@ a file its reader would refuse. This module knows no Ledger: ledger.seedio expor
 run's lineage as a file and imports a file as a run.
 
 The header's `base` may carry `provenance` (what the base model is: source, files'
-hashes; engine.runtime.model_provenance) and the header `inputs` (what each session of
+hashes; engine.runtime.models.provenance) and the header `inputs` (what each session of
 the lineage read: ledger.provenance), both optional and ignored by older readers. Modules: this one
 writes (`encode`); ledger.seedread reads; ledger.seedformat holds what both share. What a
 seed file leaves out (rewards, batches, events) may travel in its companion history file,

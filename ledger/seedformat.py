@@ -118,7 +118,7 @@ class SeedFile:
 
     @property
     def base_provenance(self) -> dict[str, Any] | None:
-        """What the base model is (engine.runtime.model_provenance), when the file says."""
+        """What the base model is (engine.runtime.models.provenance), when the file says."""
         return self.header["base"].get("provenance")
 
     @property
