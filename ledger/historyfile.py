@@ -10,7 +10,8 @@ evaluations, resumes, leases, ...) with their times. `import` restores them
 (ledger.seedio), so `log`, `show`, `plot` and `verify` read on the receiving side as
 on the sender's. Members' stored samples (model outputs) do not travel.
 
-Layout (little-endian; no pickle, nothing executed):
+Layout (little-endian; no pickle, nothing executed; the container of a seed file,
+ledger.seedformat.Container, with its own magic and seal):
 
     magic    8 bytes  b"SLHIST\\0\\0"
     version  u16      VERSION
@@ -105,7 +106,7 @@ class HistoryEvent:
     payload: dict[str, Any]
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "at": self.at, "payload": self.payload}
+        return asdict(self)
 
 
 @dataclass

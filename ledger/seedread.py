@@ -1,5 +1,6 @@
 """Reading seed files: a hostile file costs bounded memory and time, and any defect is one
-line (SeedLedgerError). Sizes are checked from the prefix before decompressing, every
+line (SeedLedgerError). Sizes are checked from the prefix before decompressing (the
+container both seed and history files are: ledger.seedformat.Container), every
 header field before any per-member list is built (ledger.checks), the arrays by
 ledger.seedarrays. The format: ledger.seedfile."""
 
