@@ -4,7 +4,7 @@ With n samples of one prompt of which c succeed, pass@k = 1 − C(n−c, k) / C(
 al. 2021), computed as a stable product.
 
 Used in training when the config has ``passk: {n, k[, threshold]}`` (with
-``sampling.temperature > 0``): the evaluator (``engine/runtime/evaluator.py``) has the backend draw
+``sampling.temperature > 0``): the evaluator (``engine/runtime/scoring/evaluator.py``) has the backend draw
 n seeded samples of every prompt of the batch (prompt-major; sample s of prompt i seeded by
 the member's seed, i and s), scores each with the task, and takes
 ``pass_at_k_rewards(scores, n, k, threshold)`` once per prompt; the member's reward is the
