@@ -31,6 +31,9 @@ range-checked, and the history must match the seed file: its run and generation,
 entry per generation with one reward per member, and the sessions' inputs its header
 lists. Any defect: one line (SeedLedgerError). `encode` refuses to write what the reader
 would refuse. This module knows no Ledger.
+
+Versions: 2 adds `chain`, per generation its place in the sender's hash chain, which the
+reader checks the joined records against (ledger.historychain); 1 (none) is still read.
 """
 
 from __future__ import annotations
@@ -44,16 +47,17 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from seedledger.ledger import codec
+from seedledger.ledger import codec, historychain
 from seedledger.ledger.checks import Malformed, finite, integer, json_object, need, text
 from seedledger.ledger.errors import SeedLedgerError
+from seedledger.ledger.historychain import Link
 from seedledger.ledger.provenance import EXPORTED, INPUTS_EVENT
 from seedledger.ledger.records import EventInfo, GenerationRecord, MemberRecord
 from seedledger.ledger.rows import utc
 from seedledger.ledger.seedformat import DIGEST_SIZE, MAX_NAME, PREFIX, Container, Seal, SeedFile, _ratio_ok
 
 MAGIC = b"SLHIST\x00\x00"
-VERSION = 1
+VERSION = 2  # 2: a `chain` list (ledger.historychain); 1 (still read) has none
 FORMAT = "seedledger-history"
 SUFFIX = ".history"
 FLOOR = 16 << 20  # events, inputs records: a real run's are kilobytes
@@ -68,7 +72,7 @@ MAX_EVENTS = 1 << 20
 MAX_KIND = 64  # events.kind
 MAX_TIME = 64
 IMPORT_MARKS = ("imported_from", "source_run")  # what ledger.seedio's import adds to a generation's `extra`
-HISTORY = Container("history file", MAGIC, (VERSION,), 2, MAX_FILE, " (damaged, or written for another seed file)")
+HISTORY = Container("history file", MAGIC, (1, VERSION), 2, MAX_FILE, " (damaged, or written for another seed file)")
 
 
 @dataclass(frozen=True)
@@ -117,6 +121,9 @@ class History:
     generations: list[GenerationHistory]
     events: list[HistoryEvent]
     digest: str = ""
+    chain: list[Link | None] | None = None  # per generation, what its sender's row digest covers (v2)
+    checked: int = 0  # generations whose records hash to their sender's digests (read_history)
+    head: str | None = None  # the last generation's digest in its sender's chain, when checked
 
 
 def companion(seedfile: str | os.PathLike[str]) -> Path:
@@ -134,11 +141,14 @@ def _checksum(seed_digest: bytes, data: bytes | memoryview) -> bytes:
     return hashlib.sha256(seed_digest + bytes(data)).digest()
 
 
-def encode(sf: SeedFile, records: list[GenerationRecord], events: list[EventInfo]) -> bytes:
+def encode(sf: SeedFile, records: list[GenerationRecord], events: list[EventInfo],
+           stored: list[dict[str, Any]] | None = None) -> bytes:
     """The history file of seed file `sf` (as written: its digest set) from the lineage's
-    `records` (generations 1..G) and `events`, oldest first. Raises SeedLedgerError for a
-    history `read_history` would refuse."""
-    doc = {
+    `records` (generations 1..G) and `events`, oldest first, and with `stored`
+    (`Ledger.chain_links`) the generations' places in the sender's chain where their
+    records give them back (ledger.historychain), unless that would not fit `limit(sf)`.
+    Raises SeedLedgerError for a history `read_history` would refuse."""
+    doc: dict[str, Any] = {
         "format": FORMAT,
         "run": sf.header["run"],
         "generation": sf.generation,
@@ -146,9 +156,16 @@ def encode(sf: SeedFile, records: list[GenerationRecord], events: list[EventInfo
         "generations": [GenerationHistory.of(r).to_json() for r in records],
         "events": [HistoryEvent(e.kind, (e.sent_at or e.at).isoformat(), e.payload).to_json() for e in events],
     }
+    if stored is not None:
+        doc["chain"] = [e and e.to_json() for e in historychain.links(records, stored, IMPORT_MARKS)]
     try:
-        _parse(doc, sf)
+        parsed = _parse(doc, sf, VERSION)
+        if parsed.chain is not None:  # an entry the receiver could not recompute is not sent
+            for i in historychain.unmatched(join(sf, parsed, marks=False), parsed.chain):
+                doc["chain"][i] = None
         body = codec.dumps(doc).encode()
+        if len(body) > limit(sf) and "chain" in doc:  # the history fits as it did before format 2
+            body = codec.dumps({k: v for k, v in doc.items() if k != "chain"}).encode()
     except (Malformed, ValueError, TypeError, OverflowError, RecursionError) as exc:
         raise SeedLedgerError(f"cannot export the history of {sf.ref}: {exc}") from None
     data = HISTORY.frame(VERSION, body, LEVEL, _seal(sf))
@@ -158,11 +175,12 @@ def encode(sf: SeedFile, records: list[GenerationRecord], events: list[EventInfo
     return data
 
 
-def join(sf: SeedFile, past: History | None) -> list[GenerationRecord]:
+def join(sf: SeedFile, past: History | None, marks: bool = True) -> list[GenerationRecord]:
     """The generation records seed file `sf` holds, with the audit of its history `past`
     (None: rewards unknown, NaN): the one place a generation's two halves meet again
     (`GenerationHistory.of` splits them; records.SEED_FILE and HISTORY_FILE name each
-    half's fields). Each record names the file it came from (IMPORT_MARKS); a generation
+    half's fields). Each record names the file it came from (IMPORT_MARKS, unless not
+    `marks`: the record as its sender's row held it, ledger.historychain); a generation
     whose segment used another perturbation than the file's own records it (a fork that
     changed kind), so replay applies each as it was trained."""
     own = (sf.noise_spec, sf.header["param_selection"])
@@ -178,7 +196,8 @@ def join(sf: SeedFile, past: History | None) -> list[GenerationRecord]:
             index=s.index, lr=sf.lrs[i], sigma=s.sigma, population=len(members), optimizer=s.optimizer,
             schedule_step=sf.schedule_steps[i], batch_indices=was.batch_indices if was else [],
             members=members, fingerprint=sf.fingerprints[i], timings=was.timings if was else {},
-            extra={**(was.extra if was else {}), **dict(zip(IMPORT_MARKS, (sf.digest, s.run), strict=True))},
+            extra={**(was.extra if was else {}), **(dict(zip(IMPORT_MARKS, (sf.digest, s.run), strict=True))
+                                                    if marks else {})},
             committed_at=datetime.fromisoformat(was.committed_at) if was and was.committed_at else None, **kind))
     return out
 
@@ -188,11 +207,11 @@ def _seal(sf: SeedFile) -> Seal:
     return lambda data: _checksum(bytes.fromhex(sf.digest), data)
 
 
-def _parse(doc: Any, sf: SeedFile) -> History:
-    """The checked history of seed file `sf` from its JSON document."""
+def _parse(doc: Any, sf: SeedFile, version: int) -> History:
+    """The checked history of seed file `sf` from its JSON document (format `version`)."""
     need(isinstance(doc, dict) and doc.get("format") == FORMAT, "bad header")
-    need(set(doc) == {"format", "run", "generation", "seed_file", "generations", "events"},
-         "bad header (unknown or missing fields)")
+    keys = {"format", "run", "generation", "seed_file", "generations", "events"} | ({"chain"} & set(doc))
+    need(set(doc) == keys and (version >= 2 or "chain" not in doc), "bad header (unknown or missing fields)")
     run, g = text(doc["run"], "run", MAX_NAME), integer(doc["generation"], 0, codec.I64_MAX, "generation")
     need(run == sf.header["run"], f"a history of run {run!r}, the seed file's is {sf.header['run']!r}")
     need(g == sf.generation, f"a history of {g} generations, the seed file holds {sf.generation}")
@@ -207,7 +226,8 @@ def _parse(doc: Any, sf: SeedFile) -> History:
     sessions = [{"from_generation": e.payload.get("from_generation"), **{k: e.payload.get(k) for k in EXPORTED}}
                 for e in parsed if e.kind == INPUTS_EVENT]
     need(sessions == sf.inputs, "its sessions' inputs differ from those the seed file lists")
-    return History(out, parsed)
+    chain = historychain.parse(doc["chain"], len(sf.steps)) if "chain" in doc else None
+    return History(out, parsed, chain=chain)
 
 
 def _generation(g: Any, index: int, population: int) -> GenerationHistory:
@@ -272,8 +292,12 @@ def read_history(path: str | os.PathLike[str], sf: SeedFile) -> History:
     defect raises a one-line SeedLedgerError."""
     def parse(data: bytes) -> History:
         bounds = f" for a seed file of {sf.generation} generations (at most {limit(sf):,})"
-        history = _parse(json.loads(HISTORY.unframe(data, limit(sf), _seal(sf), bounds)[1].decode("utf-8")), sf)
+        version, body = HISTORY.unframe(data, limit(sf), _seal(sf), bounds)
+        history = _parse(json.loads(body.decode("utf-8")), sf, version)
         history.digest = data[-DIGEST_SIZE:].hex()
+        if history.chain is not None:
+            history.checked, history.head = historychain.check(
+                join(sf, history, marks=False), history.chain, [s.run for s in sf.steps])
         return history
 
     return HISTORY.read(path, parse)

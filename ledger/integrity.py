@@ -94,6 +94,26 @@ class IntegrityMixin(LedgerBase):
                 out.update((g, d) for g, d in conn.execute(q))
         return out
 
+    def chain_links(self, name: str, upto: int | None = None) -> list[dict[str, Any]]:
+        """Per generation along `name@upto`'s lineage, oldest first, what its row's digest
+        covers beyond its record (ledger.historychain): the digest, the one it links to,
+        the inputs digest it binds, the row-scores blob, and whether a member kept samples."""
+        out: list[dict[str, Any]] = []
+        with self._read() as conn:
+            for run, first, last in self._segments(conn, name, upto):
+                row = self._run_row(conn, run)
+                in_range = (Generation.run_id == row.id, Generation.idx.between(first, last))
+                sampled = (select(Member.generation_id).join(Generation, Generation.id == Member.generation_id)
+                           .where(*in_range, Member.samples.is_not(None)).distinct())
+                kept = set(conn.execute(sampled).scalars())
+                link = self._prev_digest(conn, row, first)
+                q = select(Generation.id, Generation.digest, Generation.inputs_digest, Generation.row_scores)
+                for gid, digest, inputs, scores in conn.execute(q.where(*in_range).order_by(Generation.idx)):
+                    out.append({"digest": digest, "link": link, "inputs_digest": inputs, "row_scores": scores,
+                                "samples": gid in kept})
+                    link = digest or ""
+        return out
+
     def check_chain(self, name: str, upto: int | None = None) -> tuple[str, int]:
         """Recompute the chain of `name@upto` (default latest) along its lineage from the
         rows as stored; returns (digest of the last generation, generations checked).

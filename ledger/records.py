@@ -62,7 +62,8 @@ class GenerationRecord:
 
 # Where a generation's fields travel beyond its ledger, "members.X" for a member's: the
 # seed file carries what replay needs, its history file (ledger.historyfile) the audit;
-# the rest stays in the ledger (samples are model outputs; row scores are `attribute`'s).
+# the rest stays in the ledger (samples are model outputs; row scores are `attribute`'s
+# and travel only as the bytes the chain hashed, ledger.historychain).
 # Inside the ledger the record is one row (ledger.rows), which the chain hashes as stored
 # (ledger.chain). tests/test_codec.py holds every field to exactly one place, so a field
 # added to a record cannot be left behind by `export` unnoticed.

@@ -80,7 +80,7 @@ def export_seedfile(
     if history is not None:
         check_file_target(Path(path), force)  # before either file is staged
         companion_data = historyfile.encode(parse_seedfile(data, key_fn=key_fn), records,
-                                            lineage_events(ledger, run, upto))
+                                            lineage_events(ledger, run, upto), ledger.chain_links(run, upto))
     _publish(Path(path), data, None if history is None else (Path(history), companion_data), force,
              step or (lambda _point: None))
     return header
@@ -246,10 +246,13 @@ def import_seedfile(
 
 
 def _restored(path: Path, past: History | None) -> dict[str, Any]:
-    """What the import event says of the history it restored (nothing without one)."""
+    """What the import event says of the history it restored (nothing without one); with
+    `chain` (format 2) how many generations hash to their sender's digests, and the last
+    generation's digest when it does (what the sender's `verify --quick` prints)."""
     if past is None:
         return {}
-    return {"history": {"file": str(path), "digest": past.digest, "events": len(past.events)}}
+    chained = {"chain": {"checked": past.checked, "digest": past.head}} if past.chain is not None else {}
+    return {"history": {"file": str(path), "digest": past.digest, "events": len(past.events), **chained}}
 
 
 def _trail(sf: SeedFile, past: History | None) -> list[tuple[str, dict[str, Any], datetime | None]]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import struct
 from collections.abc import Iterator
 from dataclasses import fields
@@ -21,8 +22,8 @@ import pytest
 import zstandard
 from test_ledger_kit import mix, record
 
-from seedledger.ledger import Ledger, chain, lease, rows, runs, seedfile
-from seedledger.ledger.historyfile import GenerationHistory, read_history
+from seedledger.ledger import Ledger, SeedLedgerError, chain, codec, lease, rows, runs, seedfile
+from seedledger.ledger.historyfile import HISTORY, VERSION, GenerationHistory, _checksum, read_history
 from seedledger.ledger.records import (
     HISTORY_FILE,
     LEDGER_ONLY,
@@ -32,6 +33,7 @@ from seedledger.ledger.records import (
 )
 from seedledger.ledger.seedfile import DIGEST_SIZE, PREFIX, read_seedfile
 from seedledger.ledger.seedio import export_seedfile, import_seedfile
+from seedledger.ledger.sessions import digest as inputs_digest
 
 GOLDEN = Path(__file__).parent / "data" / "golden"
 FILES = ("kid.seeds", "kid.seeds.history", "raw.seeds", "member.seeds")  # v2 derived keys, its history, v2 raw, v3
@@ -88,6 +90,11 @@ def export_golden(led: Ledger, out: Path) -> None:
     export_seedfile(led, "kid", None, out / "kid.seeds", key_fn=mix, history=out / "kid.seeds.history")
     export_seedfile(led, "root", 3, out / "raw.seeds")
     export_seedfile(led, "kid", 6, out / "member.seeds", key_fn=mix, member=1)
+
+
+def _digests(led: Ledger, upto: int) -> list[tuple[str, str]]:
+    """(digest, the digest it links to) of kid@1..upto's lineage, as the sender stores them."""
+    return [(e["digest"], e["link"]) for e in led.chain_links("kid", upto)]
 
 
 def _body(data: bytes) -> bytes:
@@ -166,13 +173,17 @@ def test_golden_files_read_and_an_export_today_writes_the_same_body(lineage, nam
     """Files written before the record codec was unified: read today, they give the
     source's replay data bit for bit; exported today, the same bodies (the zstd frame may
     differ across zstd versions, the format does not)."""
-    _led, d = lineage
+    led, d = lineage
     golden = (GOLDEN / name).read_bytes()
     if name.endswith(".history"):  # it names its seed file by digest, which covers the zstd frame
         old, new = (read_seedfile(p / "kid.seeds", key_fn=mix).digest for p in (GOLDEN, d))
-        assert _body((d / name).read_bytes()).replace(new.encode(), old.encode()) == _body(golden)
+        today = json.loads(_body((d / name).read_bytes()))
+        assert today.pop("chain")[:5] == [{"digest": D, "link": L, "inputs_digest": None, "row_scores": None}
+                                          for D, L in _digests(led, 5)]  # kid@6 kept samples: null
+        assert codec.dumps(today).encode().replace(new.encode(), old.encode()) == _body(golden)  # format 1 + chain
         sf = read_seedfile(GOLDEN / "kid.seeds", key_fn=mix)
-        assert read_history(GOLDEN / name, sf).digest == golden[-DIGEST_SIZE:].hex()
+        v1 = read_history(GOLDEN / name, sf)
+        assert v1.digest == golden[-DIGEST_SIZE:].hex() and (v1.chain, v1.checked, v1.head) == (None, 0, None)
         return
     assert _body((d / name).read_bytes()) == _body(golden)
     old, new = read_seedfile(GOLDEN / name, key_fn=mix), read_seedfile(d / name, key_fn=mix)
@@ -182,3 +193,48 @@ def test_golden_files_read_and_an_export_today_writes_the_same_body(lineage, nam
     assert bits(old) == bits(new)
     assert (old.signs, old.fingerprints, old.lrs, old.schedule_steps) == (
         new.signs, new.fingerprints, new.lrs, new.schedule_steps)
+
+
+def test_a_history_is_checked_against_its_senders_chain(lineage, tmp_path):
+    """Format 2: each generation the sender trained hashes, joined from the two files, to
+    its row's digest in the sender's chain (the inputs digest and row scores it binds
+    travel beside it); the last is what `verify --quick` prints. One kept samples: not
+    carried. An edited generation, or one that does not link to the one before it, is
+    refused; a re-exported import carries none (its rows bind the import's marks)."""
+    led, d = lineage
+    inputs = {"from_generation": 6, "session": "resume", "files": {"a.jsonl": "0" * 64}, "tokenizer": {},
+              "chat_template": None, "libraries": {"torch": "2"}, "sandbox": {}}
+    led.log_event("kid", "inputs", inputs | {"digest": inputs_digest(inputs)})
+    seven = record(7, 6, run_key=(1 << 64) - 3)
+    for m in seven.members:
+        m.row_scores = [0.5, 1.0, 0.0, 0.25]
+    led.commit_generation("kid", seven)
+    export_seedfile(led, "kid", None, tmp_path / "7.seeds", key_fn=mix, history=tmp_path / "7.seeds.history")
+    sf = read_seedfile(tmp_path / "7.seeds", key_fn=mix)
+    h = read_history(tmp_path / "7.seeds.history", sf)
+    head = led.check_chain("kid", 7)[0]
+    assert (h.checked, h.head) == (6, head) and h.chain is not None and h.chain[5] is None
+    assert h.chain[6].inputs_digest is not None and h.chain[6].row_scores is not None
+    with Ledger.open(tmp_path / "dst.db") as dst:
+        import_seedfile(dst, tmp_path / "7.seeds", "imp", key_fn=mix)
+        event = next(e for e in dst.events("imp") if e.kind == "import")
+        assert event.payload["history"]["chain"] == {"checked": 6, "digest": head}
+        export_seedfile(dst, "imp", None, tmp_path / "again.seeds", key_fn=mix, history=tmp_path / "again.history")
+        again = read_history(tmp_path / "again.history", read_seedfile(tmp_path / "again.seeds", key_fn=mix))
+        assert again.chain == [None] * 7 and (again.checked, again.head) == (0, None)
+
+    def refused(edit) -> str:
+        """The history with `edit` applied to its document, sealed again for its seed file."""
+        doc = json.loads(_body((tmp_path / "7.seeds.history").read_bytes()))
+        edit(doc)
+        seal = lambda blob: _checksum(bytes.fromhex(sf.digest), blob)  # noqa: E731
+        (tmp_path / "f.history").write_bytes(HISTORY.frame(VERSION, json.dumps(doc).encode(), 3, seal))
+        with pytest.raises(SeedLedgerError) as err:
+            read_history(tmp_path / "f.history", sf)
+        return str(err.value)
+
+    assert "generation 2 is not the row its sender's chain hashed" in refused(
+        lambda doc: doc["generations"][1]["rewards"].__setitem__(0, 0.125))
+    assert "generation 7 is not the row" in refused(lambda doc: doc["chain"][6].update(row_scores=None))
+    assert "generation 3 does not link to generation 2" in refused(lambda doc: doc["chain"][2].update(link="0" * 64))
+    assert "bad digest of generation 1" in refused(lambda doc: doc["chain"][0].update(digest="X"))
