@@ -124,7 +124,7 @@ GRAPH = {m: {i for i in imported_modules(p, m) if not (m + ".").startswith(i + "
 # use the runtime; the runtime (session, loop and their rooms: RUNTIME_ROOMS) uses only the
 # run's configuration and refs.
 ENGINE_PARTS = {
-    "cli": {"api", "evolve", "search", "rebuild", "runtime", "config", "refs"},  # runtime: CLI_RUNTIME only
+    "cli": {"api", "evolve", "search", "rebuild", "runtime", "config", "refs"},  # runtime: its package only
     "evolve": {"api", "runtime", "config", "refs"},  # seedledger.evolve: any torch.nn.Module
     "api": {"rebuild", "runtime", "config", "refs"},
     "search": {"runtime", "config", "refs"},
@@ -209,40 +209,29 @@ def cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return next((found for m in sorted(graph) if m not in state and (found := visit(m, []))), None)
 
 
-# What engine/cli may import from engine.runtime itself; the rest it reaches through engine.api
-# (engine.api.support). Console plumbing only a command line has: SIGINT/SIGTERM as an exit
-# code and a resume hint, the live progress table, library chatter kept off the one error line.
-CLI_RUNTIME = {
-    "console.interrupts": {"RunInterrupted", "sigterm_raises"},
-    "console.progress": {"TrainingProgress"},
-    "models.resolve": {"quiet_hf_env"},
-}
-# `seedledger demo` walks through the runtime's pieces in view: one Evaluator scores the base
-# and the rebuilt model on the same held-out rows around a session (no API call does that).
-CLI_DEMO_RUNTIME = {
-    "": {"session"},
-    "scoring.heldout": {"compare", "mean_reward"},
-    "scoring.evaluator": {"Evaluator", "HeldOutScores"},
-    "models.resolve": {"resolve_model"},
-    "setup.preflight": {"held_out_rows"},
-    "console.progress": {"TrainingProgress"},
-}
-
-
-def test_cli_reaches_the_runtime_through_the_api():
-    """engine/cli imports engine.runtime only for CLI_RUNTIME's plumbing (and the demo's walk-through)."""
-    runtime = "seedledger.engine.runtime"
-    wrong = []
+def test_cli_enters_the_runtime_by_its_package():
+    """engine/cli imports the runtime's package (engine/runtime/__init__.py: its `__all__`,
+    the command line's one entry), never a room: no module under engine.runtime, lazy
+    imports included; the rest it reaches through engine.api."""
+    runtime = importlib.import_module("seedledger.engine.runtime")
+    wrong = sorted(f"{m} imports {i}" for m, deps in GRAPH.items() if engine_part(m) == "cli"
+                   for i in deps if runtime_room(i))
     for path in sorted((ROOT / "engine" / "cli").glob("*.py")):
-        allowed = CLI_DEMO_RUNTIME if path.stem == "demo" else CLI_RUNTIME
         for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-            if isinstance(node, ast.Import):
-                wrong += [f"{path.name}: import {a.name}" for a in node.names if a.name.startswith(runtime)]
-            elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(runtime):
-                module = node.module.removeprefix(runtime).removeprefix(".")
-                wrong += [f"{path.name}: {node.module}.{a.name}" for a in node.names
-                          if a.name not in allowed.get(module, set())]
-    assert not wrong, f"engine/cli imports the runtime directly (use engine.api; CLI_RUNTIME): {wrong}"
+            if isinstance(node, ast.ImportFrom) and node.module == runtime.__name__:
+                wrong += [f"{path.name}: {a.name}" for a in node.names if a.name not in runtime.__all__]
+    assert not wrong, f"engine/cli reaches past seedledger.engine.runtime's exports: {wrong}"
+
+
+def test_the_runtime_entry_resolves_lazily():
+    """Every exported name resolves, and importing the package alone loads no room (what
+    the console script starts without: issue 45 item 3)."""
+    runtime = importlib.import_module("seedledger.engine.runtime")
+    assert all(getattr(runtime, name) is not None for name in runtime.__all__)
+    code = "import sys, seedledger.engine.runtime\nprint(sorted(m for m in sys.modules if m.startswith('seedledger.')))"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    assert ast.literal_eval(proc.stdout) == ["seedledger.engine", "seedledger.engine.runtime"]
 
 
 @pytest.mark.parametrize("package", ["ledger", "replay", "trainers", "engine"])

@@ -137,8 +137,7 @@ def main(argv: list[str] | None = None) -> None:
     `argv` defaults to the command line; tests pass it to run a command in process."""
     import warnings
 
-    from seedledger.engine.runtime.console.interrupts import RunInterrupted
-    from seedledger.engine.runtime.models.resolve import quiet_hf_env
+    from seedledger.engine.runtime import RunInterrupted, quiet_hf_env
 
     quiet_hf_env()  # no hub, no library progress bars: an error must stay one line
     warnings.formatwarning = _warning_line

@@ -23,12 +23,16 @@ from rich.text import Text
 from seedledger.engine.cli.plot import plot_run
 from seedledger.engine.config import load_config
 from seedledger.engine.rebuild.rebuilding import rebuild_ref, verify_ref
-from seedledger.engine.runtime import session
-from seedledger.engine.runtime.console.progress import TrainingProgress
-from seedledger.engine.runtime.models.resolve import resolve_model
-from seedledger.engine.runtime.scoring.evaluator import Evaluator, HeldOutScores
-from seedledger.engine.runtime.scoring.heldout import compare, mean_reward
-from seedledger.engine.runtime.setup.preflight import held_out_rows
+from seedledger.engine.runtime import (
+    Evaluator,
+    HeldOutScores,
+    TrainingProgress,
+    compare,
+    held_out_rows,
+    mean_reward,
+    resolve_model,
+    start_session,
+)
 from seedledger.ledger import Ledger
 from seedledger.ledger.errors import SeedLedgerError
 from seedledger.ledger.seedio import export_seedfile
@@ -104,7 +108,7 @@ def run_demo(
     console.rule(f"2. ES training, {cfg.generations} generations × {cfg.population} members")
     with Ledger.open(str(workdir / "seedledger.db")) as ledger:
         with TrainingProgress() as progress:
-            result = session.start(ledger, str(config), "demo", overrides, None, progress.hooks())
+            result = start_session(ledger, str(config), "demo", overrides, None, progress.hooks())
         console.print(progress.summary())
         latest = ledger.latest_generation("demo")
 

@@ -56,8 +56,7 @@ def _session(ledger: str, as_json: bool, body, create: bool = False) -> None:
     import contextlib
 
     from seedledger.engine.api import removed_if_unused
-    from seedledger.engine.runtime.console.interrupts import RunInterrupted, sigterm_raises
-    from seedledger.engine.runtime.console.progress import TrainingProgress
+    from seedledger.engine.runtime import RunInterrupted, TrainingProgress, sigterm_raises
 
     # under --json, stdout is the JSON document alone: log lines (provisioning) go to stderr
     quiet = contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext()
