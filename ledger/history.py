@@ -11,7 +11,6 @@ from seedledger.ledger import codec, rows
 from seedledger.ledger.base import LedgerBase, Segment
 from seedledger.ledger.errors import RunNotFound, SeedLedgerError
 from seedledger.ledger.records import GenerationRecord, ReplayStep
-from seedledger.ledger.schema import COEFFICIENTS_DTYPE as DTYPE
 from seedledger.ledger.schema import Generation, Member
 
 
@@ -55,8 +54,7 @@ class HistoryMixin(LedgerBase):
                 for idx, keys, coefs, sigma, opt, pop, dtype, gspec, gsel in conn.execute(q):
                     if idx != expect:
                         raise SeedLedgerError(f"run {run!r} is missing generation {expect}")
-                    if dtype != DTYPE or len(keys) != 8 * pop or len(coefs) != 8 * pop:
-                        rows.check_blobs(run, idx, pop, dtype, keys, coefs)  # raises
+                    rows.check_blobs(run, idx, pop, dtype, keys, coefs)  # as rows.generation_record decodes a row
                     if opt not in opt_cache:
                         opt_cache[opt] = codec.loads(opt)
                     steps.append(
