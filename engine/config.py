@@ -208,8 +208,10 @@ class TrainConfig(Strict):
                              f"task {_task_name(self.task)} scores a torch.nn.Module: name one in `model` "
                              "(module:pkg.mod:factory)")
         if module:
-            for key, off in (("train", "full"), ("kl", None), ("passk", None), ("curriculum", None),
-                             ("base_quantization", "none")):
+            if not self.on_weights():
+                raise ValueError(f"train: {self.perturbation_type().label} does not apply to a torch.nn.Module run "
+                                 "(its own weights train: full or lowrank)")
+            for key, off in (("kl", None), ("passk", None), ("curriculum", None), ("base_quantization", "none")):
                 if getattr(self, key) != off:
                     raise ValueError(f"{key}: does not apply to a torch.nn.Module run")
             if self.workers.pool == "ray" and "in-process:" in f"{self.model} {self.task}":
@@ -232,6 +234,17 @@ class TrainConfig(Strict):
         """The replay-side description of `perturbation`."""
         section = self.train if self.train != "full" else self.perturbation
         return Full() if section == "full" else section.perturbation_kind()
+
+    def on_weights(self) -> bool:
+        """Whether the run's master is the model's own fp32 weights (`full`, `lowrank`), among
+        whose kinds a fork may switch; else it is the kind's own state (an adapter, int8
+        codes or scales), fixed for the lineage (KindSection.on_weights)."""
+        return self.train == "full" or self.train.on_weights
+
+    def same_master(self, other: TrainConfig) -> bool:
+        """Whether `other` (a fork's child, a compared run) trains the same master: the same
+        section, or the model's own weights both."""
+        return self.train == other.train or (self.on_weights() and other.on_weights())
 
     def capabilities(self) -> frozenset[str]:
         """What both the run's backend and its pool can do (what algorithms may require)."""

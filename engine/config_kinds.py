@@ -34,10 +34,15 @@ class KindSection(Strict):
     - `perturbation_kind()`: the replay kind itself;
 
     and may override `dtype_policy(dtype, base_quantization)` (the run's stored policy:
-    fp32 master by default) and `refusal(base_quantization, backend)` (a one-line reason
-    the run cannot go as configured; backends are matched by member form, not here)."""
+    fp32 master by default), `refusal(base_quantization, backend)` (a one-line reason the
+    run cannot go as configured; backends are matched by member form, not here) and
+    `on_weights` (True where its master is the model's own fp32 weights, as `full`'s)."""
 
     kind_type: ClassVar[type[PerturbationKind]]
+    # The master is the model's own fp32 weights (as `full`'s), not a state of the kind's own
+    # (an adapter, int8 codes or scales): a fork may switch among such kinds, and a
+    # torch.nn.Module run takes them.
+    on_weights: ClassVar[bool] = False
 
     @classmethod
     def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
@@ -76,6 +81,7 @@ class LowRank(KindSection):
     (replay.perturbation); every other parameter stays frozen."""
 
     kind_type: ClassVar[type[PerturbationKind]] = LowRankKind
+    on_weights: ClassVar[bool] = True
 
     kind: Literal["lowrank"] = Field("lowrank", description="selects low-rank noise")
     rank: Literal[1, 4, 16, 64] = Field(1, description="a power of 4, so 1/√rank is exact")

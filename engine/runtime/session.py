@@ -283,7 +283,7 @@ def _restored(ledger: Ledger, lease, cfg: TrainConfig, model_dir: Path, plan: pl
 def _check_base(run: RunInfo, fingerprint: str, cfg: TrainConfig | None = None) -> None:
     if run.base_fingerprint and run.base_fingerprint != fingerprint:
         what = f"base model {run.base_model!r}"
-        if cfg is not None and cfg.train != "full":  # an adapter run's base is loaded as configured
+        if cfg is not None and not cfg.on_weights():  # an adapter run's base is loaded as configured
             what += f" loaded with base_quantization {cfg.base_quantization}, with the run's initial adapter,"
         raise SeedLedgerError(
             f"{what} has fingerprint {fingerprint[:16]}…, but run "

@@ -184,7 +184,7 @@ def _comparison(ledger: Ledger, info: RunInfo, cfg: TrainConfig, against: str | 
     if other.name != info.name:
         check_stored_code(stored_code(other.config), f"run {other.name}", trust_code)
     theirs = validate(other.config, f"run {other.name} config")
-    if other.base_model != info.base_model or theirs.train != cfg.train or theirs.task != cfg.task:
+    if other.base_model != info.base_model or not theirs.same_master(cfg) or theirs.task != cfg.task:
         raise SeedLedgerError(
             f"--against {against}: {other.name} is not the same model, trained parameters and task as "
             f"{info.name}; compare runs of one base model and task"

@@ -87,7 +87,7 @@ def for_fork(ledger: Ledger, ref: str, new_name: str, overrides: list[str], gene
     if cfg.model != parent.base_model:
         raise SeedLedgerError("a fork keeps its parent's base model; `model` cannot be changed")
     parent_cfg = validate(parent.config, f"run {parent.name} config")
-    if cfg.train != parent_cfg.train:
+    if not cfg.same_master(parent_cfg):
         raise SeedLedgerError("a fork trains its parent's parameters; `train` cannot be changed")
     if ledger.has_run(new_name):
         raise SeedLedgerError(f"run {new_name!r} exists; pick another --run")
