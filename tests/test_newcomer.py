@@ -125,12 +125,13 @@ def test_the_quick_look_and_the_real_run_have_their_own_names(tmp_path):
 
 def test_the_own_data_recipe_runs_as_printed(tmp_path, smollm2_dir):
     """docs/data.md's console block in a fresh directory, each line as printed; only the
-    SmolLM2 run is cut to one generation (the test's time, not the user's)."""
+    SmolLM2 run is cut to one generation of two members (the test's time, not the user's)."""
     sh = Shell(tmp_path)
     lines = _console_block(DATA_MD, "## A 30-row file, start to finish")
+    cut = ["--generations", "1", "--set", "population=2"]
     assert ["seedledger", "train", "jsonl.yaml"] in lines
     for argv in lines:
-        _run_line(sh, argv + ["--generations", "1"] if argv == ["seedledger", "train", "jsonl.yaml"] else argv)
+        _run_line(sh, argv + cut if argv == ["seedledger", "train", "jsonl.yaml"] else argv)
     runs = {r["name"]: r for r in sh.json("log")}
     assert {n: r["base_model"] for n, r in runs.items()} == {"jsonl-tiny": "tiny", "jsonl": "smollm2-135m-instruct"}
     events = [e for e in sh.json("log", "jsonl")["events"] if e["kind"] == "evaluation"]
