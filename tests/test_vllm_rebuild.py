@@ -40,7 +40,8 @@ PROMPTS = [
 def test_rebuilt_directory_serves_in_vllm(tmp_path: Path, smollm2_dir: Path) -> None:
     from seedledger.engine.runtime import session
     from seedledger.engine.runtime.backends.hf import HFBackend
-    from seedledger.engine.runtime.backends.vllm import VLLMBackend, read_master
+    from seedledger.engine.runtime.backends.vllm import VLLMBackend
+    from seedledger.engine.runtime.backends.vllm_master import read_master
     from seedledger.ledger import Ledger
     from seedledger.replay.fingerprint import fingerprint
 

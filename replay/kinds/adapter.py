@@ -17,7 +17,7 @@ from seedledger.ledger.errors import SeedLedgerError
 
 from ..adapter import PREFIX, LoraSpec, is_selection, member_adapter, parse_selection, tensor_names
 from .base import LoraPair, RowTerm, Shape, short
-from .forms import MemberForm
+from .forms import MasterForm, MemberForm
 from .full import SPEC, Full
 
 
@@ -30,7 +30,7 @@ class Adapter(Full):
     name = "adapter"
     label = "lora"
     usual_sigma = 1e-2  # B starts at zero: σ·ε on B is the whole first-order term
-    frozen_base = True
+    master_form = MasterForm.ADAPTER
     forms = frozenset({MemberForm.ROW_TERMS, MemberForm.LORA_SLOTS})
 
     @classmethod

@@ -4,8 +4,9 @@ A kind is what a run's two stored strings (``noise_spec``, ``param_selection``) 
 tensors are trained and how replay applies a generation's coefficients to them (the replay
 core), plus the member forms it offers the evaluation backends (``forms``: own weights,
 built by ``member_tensor_`` here; per-row terms, row scales, LoRA slots, whose methods
-``forms`` lists and a kind declaring them defines). Consumers call these methods; none of
-them asks which kind it holds.
+``forms`` lists and a kind declaring them defines) and where its master lives
+(``master_form``: the model's weights, or an adapter on a frozen base). Consumers call
+these methods; none of them asks which kind it holds.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from seedledger.ledger.errors import SeedLedgerError
 
 from .. import paths as replay_paths
 from ..noise import round_coefficient
-from .forms import NEEDS, MemberForm
+from .forms import NEEDS, MasterForm, MemberForm
 
 _WRITABLE = (torch.float32, torch.bfloat16, torch.float16)  # what noise.perturb_ writes in place
 Item = tuple[str, torch.Tensor, list[torch.Tensor]]  # (name, θ, optimizer buffers) replay updates
@@ -49,7 +50,7 @@ class PerturbationKind(ABC):
 
     name: ClassVar[str]  # "full", "lowrank", "adapter"
     known_specs: ClassVar[tuple[str, ...]]  # the noise specs this kind may store
-    frozen_base: ClassVar[bool] = False  # the model is a frozen base; the master a term on it
+    master_form: ClassVar[MasterForm] = MasterForm.MODEL  # where the master lives: the model, or an adapter on it
     keeps_paths: ClassVar[bool] = True  # an optimizer `paths` rule (LM-MA-ES, GA survivors) applies
     label: ClassVar[str]  # how messages name it: "full", "lowrank", "lora"
     # the forms its members take (.forms): each asks for its methods (forms.NEEDS), checked below
@@ -65,6 +66,8 @@ class PerturbationKind(ABC):
         unnamed = [a for a in ("name", "label", "known_specs") if not hasattr(cls, a)]
         if unnamed:
             raise TypeError(f"kind {cls.__name__} lacks {unnamed[0]} (a class attribute every kind declares)")
+        if "frozen_base" in vars(cls):
+            raise TypeError(f"kind {cls.__name__} sets frozen_base: declare master_form (forms.MasterForm) instead")
         missing = [(form, m) for form in cls.forms for m in NEEDS[form] if not hasattr(cls, m)]
         if missing:
             form, method = missing[0]
@@ -172,6 +175,11 @@ class PerturbationKind(ABC):
         g = Σ c_i·(member i's noise) over the members with c_i ≠ 0, then the rule, in place."""
 
     # --- evaluation (the backends; each member form's own methods: .forms) ---------------
+
+    @property
+    def frozen_base(self) -> bool:
+        """The model is a frozen base and the master a term on it (``master_form``'s)."""
+        return self.master_form.frozen_base
 
     @property
     def adapter(self) -> Any:

@@ -38,6 +38,20 @@ class MemberForm(StrEnum):
 OWN_WEIGHTS = frozenset({MemberForm.WEIGHTS, MemberForm.DEQUANTIZED})  # built by member_tensor_
 
 
+class MasterForm(StrEnum):
+    """Where a kind's master lives in the evaluated model (``PerturbationKind.master_form``):
+    each backend keeps one master store per form, built once from the kind, and loads,
+    fingerprints and serves the master through it, never asking which kind it holds."""
+
+    MODEL = "every weight of the model"  # the model is the master (in the kind's member_weights form)
+    ADAPTER = "an adapter on a frozen base"  # the model is a frozen base, fingerprinted; the master a LoRA adapter
+
+    @property
+    def frozen_base(self) -> bool:
+        """Is the model a frozen base, the master a term on it (replay and rebuild bind its fingerprint)?"""
+        return self is MasterForm.ADAPTER
+
+
 class RowMembers(Protocol):
     """What a kind whose members ride on the loaded master as rows gives (any riding form)."""
 

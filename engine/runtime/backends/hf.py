@@ -28,6 +28,7 @@ from seedledger.engine.runtime.backends.base import (
     PopulationOutput,
 )
 from seedledger.engine.runtime.backends.hf_decode import HFDecoding
+from seedledger.engine.runtime.backends.hf_master import MASTERS
 from seedledger.engine.runtime.backends.seeded_sampling import prompt_stream_seed
 from seedledger.engine.runtime.models.resolve import load_causal_lm
 from seedledger.replay.kinds import Full, PerturbationKind, member_scale
@@ -54,8 +55,9 @@ class HFBackend(HFDecoding):
         adapter_init: str | os.PathLike[str] | None = None,
         kl_reference: bool = False,
     ) -> None:
-        """A `frozen_base` kind (an adapter): the model is a frozen base (`base_quantization`)
-        and the master a LoRA adapter, seeded or read from `adapter_init` (a PEFT directory)."""
+        """Where the master lives is the kind's `master_form` (`hf_master`): the model's
+        weights, or an adapter on a frozen base (`base_quantization`), seeded or read from
+        `adapter_init` (a PEFT directory)."""
         from transformers import AutoTokenizer
 
         self.model_dir = Path(model_dir)
@@ -66,26 +68,15 @@ class HFBackend(HFDecoding):
         self.top_p = top_p
         self.perturbation = kind = perturbation or Full()
         self.form = chosen(kind, "hf", BACKEND_FORMS["hf"])  # how members are built
-        if not kind.frozen_base and base_quantization != "none":
-            raise ValueError("only an adapter run's frozen base may be quantized")
         model = load_causal_lm(self.model_dir, device=self.device, dtype=torch.float32,
                                quantization=base_quantization)
         model.requires_grad_(False)  # the master comes from the fp32 checkpoint, whatever the model's dtype
-        self._base: dict[str, torch.Tensor] | None = None
-        self.frozen: str | None = None  # an adapter run's frozen base, as loaded
-        self._initial: dict[str, torch.Tensor] | None = None
-        if kind.frozen_base:
-            from seedledger.engine.runtime.models import adapters
-
-            self.frozen = adapters.frozen_fingerprint(model)
-            self._initial = adapters.initial_adapter(model, kind.adapter, adapter_init)
-        elif dtype != torch.float32:
-            self._base = {n: p.detach().clone() for n, p in model.named_parameters()}
+        self._store = MASTERS[kind.master_form](model, kind, quantization=base_quantization,
+                                                adapter_init=adapter_init, keep_fp32=dtype != torch.float32)
+        self.frozen = self._store.frozen  # an adapter run's frozen base, as loaded
         if dtype != torch.float32:
             model.to(dtype)
         self.model = model
-        # what load_member/load_master write: every weight, unless the base is frozen
-        self._params = {} if kind.frozen_base else dict(model.named_parameters())  # tied weights once
         tok = AutoTokenizer.from_pretrained(str(self.model_dir), local_files_only=True)
         tok.padding_side = "left"
         if tok.pad_token is None:
@@ -98,8 +89,7 @@ class HFBackend(HFDecoding):
             from seedledger.engine.runtime.backends.hf_quant import ScaleRows
 
             self._rows = {MemberForm.ROW_TERMS: RowTerms, MemberForm.ROW_SCALES: ScaleRows}[self.form].of(model, kind)
-            if kind.frozen_base:
-                self._rows.set_resident(kind, self._initial)
+        self._store.attach(self._rows)
         self._reference = None  # the frozen base model, for the KL-to-base penalty
         if kl_reference:
             self._reference = load_causal_lm(self.model_dir, device=self.device, dtype=torch.float32)
@@ -111,8 +101,12 @@ class HFBackend(HFDecoding):
     def master(self) -> dict[str, torch.Tensor]:
         """fp32, contiguous clones on the model's device, in `named_parameters()` order
         (an adapter run: the initial adapter, in the targeted linears' order)."""
-        src = self._initial if self._initial is not None else self._base if self._base is not None else self._params
-        return {n: t.detach().to(torch.float32).clone().contiguous() for n, t in src.items()}
+        return {n: t.detach().to(torch.float32).clone().contiguous() for n, t in self._store.initial().items()}
+
+    @property
+    def _params(self) -> dict[str, torch.Tensor]:
+        """What `load_member` writes: every weight (tied ones once), none on a frozen base."""
+        return self._store.params
 
     @torch.no_grad()
     def load_member(self, master: dict[str, torch.Tensor], key: int, sign: int, sigma: float, *,
@@ -127,16 +121,10 @@ class HFBackend(HFDecoding):
         for name, param in self._params.items():
             kind.member_tensor_(param.data, name, weights, key, scale, paths, state)
 
-    @torch.no_grad()
     def load_master(self, master: dict[str, torch.Tensor]) -> None:
         """Write the master into the model (a cast for low-precision models); an adapter
         becomes the term every row gets while no member is in flight (int8 scales: `hf_quant`)."""
-        if self.perturbation.frozen_base or self.form is MemberForm.ROW_SCALES:
-            self._rows.set_resident(self.perturbation, master)
-            return
-        weights = self.perturbation.member_weights(master)
-        for name, param in self._params.items():
-            param.data.copy_(weights[name])
+        self._store.load(master)
 
     # ------------------------------------------------------------------ evaluation
 

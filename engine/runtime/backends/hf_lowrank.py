@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -51,7 +51,9 @@ class MemberRows:
     """Forward hooks on the linears `select(module_name, module)` picks, whose rows belong
     to members: what per-member terms (`RowTerms`) and per-member output scales
     (`hf_quant.ScaleRows`) share. A subclass gives `_hook(name)` and what `_active` and
-    `_resident` hold per linear."""
+    `_resident` hold per linear, and `set_resident`."""
+
+    holds_master: ClassVar[bool] = False  # does `set_resident` write the whole master (MODEL form)?
 
     @classmethod
     def of(cls, model: nn.Module, kind: PerturbationKind):
@@ -72,6 +74,10 @@ class MemberRows:
             module.register_forward_hook(self._hook(name))
 
     def _hook(self, name: str) -> Callable[..., torch.Tensor | None]:  # pragma: no cover - subclasses
+        raise NotImplementedError
+
+    def set_resident(self, kind: PerturbationKind, master: dict[str, torch.Tensor]) -> None:  # pragma: no cover
+        """Make `master` what every row gets while no member is in flight."""
         raise NotImplementedError
 
     @property

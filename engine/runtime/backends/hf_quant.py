@@ -31,6 +31,8 @@ class ScaleRows(MemberRows):
     """Forward hooks that scale the quantized linears' outputs row by row (per member):
     `_active` holds [members, out] scales per linear, `_resident` the master's [out]."""
 
+    holds_master = True  # the model runs on the master's codes: `set_resident` writes them
+
     def __init__(self, model: nn.Module, select: Callable[[str, nn.Linear], bool], what: str):
         super().__init__(model, select, what)
         self._params = dict(model.named_parameters())  # what `set_resident` writes (tied ones once)

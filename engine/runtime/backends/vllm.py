@@ -12,15 +12,8 @@ worker, fresh adapter ids per evaluation); all members' rows, member-major, then
 then sample, go to one `llm.generate`, each row with its member's `LoRARequest` and
 sampling seed `(member seed, prompt, sample)`, as in the full-rank path.
 
-LoRA runs (`train: lora`, also `keeps_master`): the engine loads the frozen base from the
-checkpoint once and never reloads it; the master is the fp32 adapter. `load_master` hands
-it to the worker (once per generation); each member of a group is its adapter
-cast(master + sign·σ·ε) in its own LoRA slot, made in the worker from its key, and the
-rows decode as above. Outside a group (held-out scoring, plain generation) every row
-carries the master adapter itself, registered under a fresh id: what the HF backend's
-resident adapter is (`hf_lowrank`). The frozen base's fingerprint is the fp32 checkpoint
-tensors' under their transformers names, as the HF backend fingerprints an unquantized
-base, so a run may move between backends. An int8 base is the HF backend's alone.
+Where the master lives is the kind's `master_form` (`vllm_master`: the engine's weights, or
+an adapter on the frozen base that the worker keeps and serves between members).
 
 After every weight load the prefix cache is reset: vLLM keys cached KV blocks by tokens
 (and adapter name), not weights, so a block made under earlier weights would be reused.
@@ -59,42 +52,13 @@ from seedledger.engine.runtime.backends.vllm_env import (
     quiet_start,
     route_logs,
 )
-from seedledger.engine.runtime.backends.vllm_lora import NO_PATH, engine_kwargs
+from seedledger.engine.runtime.backends.vllm_lora import Slots, engine_kwargs, slot_linears
+from seedledger.engine.runtime.backends.vllm_master import MASTERS
 from seedledger.ledger.errors import SeedLedgerError
-from seedledger.replay.fingerprint import fingerprint
 from seedledger.replay.kinds import Full, PerturbationKind, member_scale
 from seedledger.replay.kinds.forms import chosen
 
 _EXTENSION = "seedledger.engine.runtime.backends.vllm_worker.SeedLedgerWorkerExtension"
-
-
-def _meta_model(model_dir: Path) -> torch.nn.Module:
-    """The checkpoint's transformers model on the meta device: names and shapes, no weights."""
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    config = AutoConfig.from_pretrained(str(model_dir), local_files_only=True)
-    with torch.device("meta"):
-        return AutoModelForCausalLM.from_config(config)
-
-
-def read_master(model_dir: Path) -> dict[str, torch.Tensor]:
-    """fp32 master from the checkpoint, named and ordered as `model.named_parameters()`.
-
-    The order and the names (tied weights once) come from a meta-device transformers model,
-    so no second copy of the weights is built.
-    """
-    from safetensors import safe_open
-
-    names = [n for n, _ in _meta_model(model_dir).named_parameters()]
-    tensors: dict[str, torch.Tensor] = {}
-    for file in sorted(model_dir.glob("*.safetensors")):
-        with safe_open(str(file), framework="pt") as f:
-            for name in f.keys():
-                tensors[name] = f.get_tensor(name)
-    missing = [n for n in names if n not in tensors]
-    if missing:
-        raise ValueError(f"{model_dir}: checkpoint lacks {missing[:3]}")
-    return {n: tensors[n].to(torch.float32).contiguous() for n in names}
 
 
 class VLLMBackend(VLLMDecoding):
@@ -117,8 +81,8 @@ class VLLMBackend(VLLMDecoding):
     ) -> None:
         """`members_per_forward` (low-rank and LoRA runs): the LoRA slots, so the most
         members one `evaluate` takes; rows decoded together default to that many ×
-        `batch_size`. A `frozen_base` kind: a LoRA run on the frozen base, its master
-        seeded or read from `adapter_init` (a PEFT directory)."""
+        `batch_size`. An adapter kind (`master_form`, `vllm_master`): its master seeded or
+        read from `adapter_init` (a PEFT directory)."""
         self.perturbation = kind = perturbation or Full()
         self.form = chosen(kind, "vllm", BACKEND_FORMS["vllm"])  # own weights, or one LoRA slot per member
         self.keeps_master = self.form.rides_master
@@ -139,20 +103,8 @@ class VLLMBackend(VLLMDecoding):
         self.model_dir = Path(model_dir)
         self.temperature = temperature
         self.top_p = top_p
-        self.frozen: str | None = None  # a LoRA run's frozen base, as loaded
-        if kind.frozen_base:
-            from seedledger.engine.runtime.models.adapters import adapter_for_shapes, linear_shapes
-
-            self.frozen = fingerprint(read_master(self.model_dir))  # the base: then dropped
-            shapes = linear_shapes(_meta_model(self.model_dir), kind.adapter)
-            self._master = adapter_for_shapes(shapes, kind.adapter, adapter_init)
-        else:
-            self._master = read_master(self.model_dir)
-        # the model's linears that carry a member's slot (a frozen-base kind's adapter names none)
-        self._linears = {
-            n.removesuffix(".weight"): tuple(t.shape) for n, t in self._master.items()
-            if self.keeps_master and n.endswith(".weight") and kind.row_linear(n[:-7], tuple(t.shape))
-        }
+        self._store = MASTERS[kind.master_form](self.model_dir, kind, adapter_init)
+        self.frozen = self._store.frozen  # an adapter run's frozen base, as loaded
         if batch_size is not None:  # the HF backend's knob: sequences decoded together
             rows = batch_size * (members_per_forward if self.keeps_master else 1)
             llm_kwargs.setdefault("max_num_seqs", rows)
@@ -176,17 +128,16 @@ class VLLMBackend(VLLMDecoding):
                 **llm_kwargs,
             )
         self.tokenizer = AutoTokenizer.from_pretrained(str(self.model_dir), local_files_only=True)
-        self._next_adapter = 1  # adapter ids are never reused (see vllm_lora)
-        self._served: Any = None  # a LoRA run's master adapter request, while registered
-        if kind.frozen_base:
-            self.load_master(self._master)
+        linears = slot_linears(kind, self._store.initial) if self.keeps_master else {}
+        self._slots = Slots(self.llm, kind, linears)  # one per member, or the master adapter
+        self._store.start(self.llm, self._slots)
 
     # ------------------------------------------------------------------ weights
 
     def master(self) -> dict[str, torch.Tensor]:
         """fp32, contiguous clones in `named_parameters()` order (the HF backend's names;
         a LoRA run: the initial adapter, named as PEFT names it)."""
-        return {n: t.clone() for n, t in self._master.items()}
+        return {n: t.clone() for n, t in self._store.initial.items()}
 
     def load_member(self, master: dict[str, torch.Tensor], key: int, sign: int, sigma: float) -> None:
         """Set the engine's weights to `cast(master + sign*sigma*eps(key))` (built on the worker)."""
@@ -197,14 +148,9 @@ class VLLMBackend(VLLMDecoding):
         self.llm.reset_prefix_cache()
 
     def load_master(self, master: dict[str, torch.Tensor]) -> None:
-        """Write the master itself into the engine (this drops every LoRA adapter); a LoRA
-        run's adapter goes to the worker instead, which serves it between members."""
-        if self.perturbation.frozen_base:
-            self.llm.collective_rpc("seedledger_keep_master", args=(master,))
-            self._served = None  # registered again, under a fresh id, when next served
-            return
-        self.llm.collective_rpc("seedledger_load", args=(self.perturbation, 0, 0.0, master))
-        self.llm.reset_prefix_cache()
+        """Write the master into the engine (its weights: this drops every LoRA adapter; an
+        adapter run's adapter: to the worker, which serves it between members)."""
+        self._store.load(master)
 
     def close(self) -> None:
         """Drop the engine and vLLM's process group, so another backend can start here."""
@@ -241,7 +187,7 @@ class VLLMBackend(VLLMDecoding):
                 f"{len(population)} members exceed the engine's {self.members_per_forward} LoRA slots"
             )
         started = time.perf_counter()
-        adapters = self._register_members(population)
+        adapters = self._slots.members(population)
         loaded = time.perf_counter()
         entries = [(m, i, s) for m in range(len(population))
                    for i in range(len(prompts)) for s in range(samples)]
@@ -263,34 +209,6 @@ class VLLMBackend(VLLMDecoding):
         """Likelihood fitness from vLLM's prompt log-probabilities (`vllm_scoring`)."""
         return vllm_scoring.loglik(self, master, population, prompts, references)
 
-    def _fresh_ids(self, n: int) -> list[int]:
-        ids = list(range(self._next_adapter, self._next_adapter + n))
-        self._next_adapter += n
-        return ids
-
-    def _register_members(self, population: Population) -> list[Any]:
-        """One adapter per member, made in the worker by the kind from keys and
-        `member_scale`s (`PerturbationKind.lora_members`); their `LoRARequest`s, in member order."""
-        from vllm.lora.request import LoRARequest
-
-        ids = self._fresh_ids(len(population))
-        scales = [member_scale(s, population.sigma) for s in population.signs]
-        self._register(ids, list(population.keys), scales)
-        self._served = None  # the members replaced a served master adapter
-        return [LoRARequest(f"seedledger-member-{i}", i, NO_PATH) for i in ids]
-
-    def _register(self, ids: list[int], keys: list[int | None], scales: list[float]) -> None:
-        self.llm.collective_rpc("seedledger_members", args=(self.perturbation, ids, keys, scales, self._linears))
-
     def _master_adapter(self) -> Any:
-        """A LoRA run's master adapter as a `LoRARequest` (None for other runs), registered
-        under a fresh id if members or a `load_master` replaced it since it was last served."""
-        if not self.perturbation.frozen_base:
-            return None
-        if self._served is None:
-            from vllm.lora.request import LoRARequest
-
-            (lora_id,) = self._fresh_ids(1)
-            self._register([lora_id], [None], [member_scale(1, 0.0)])
-            self._served = LoRARequest(f"seedledger-master-{lora_id}", lora_id, NO_PATH)
-        return self._served
+        """The LoRA request plain generation carries (an adapter run's master; else None)."""
+        return self._store.served()

@@ -61,14 +61,16 @@ from typing import Any
 
 import torch
 
+from seedledger.engine.runtime.backends.base import Population
 from seedledger.ledger.errors import SeedLedgerError
 from seedledger.replay.adapter import LoraSpec
 from seedledger.replay.kinds import Adapter as AdapterKind
+from seedledger.replay.kinds import PerturbationKind, member_scale
 from seedledger.replay.kinds.adapter import adapter_modules as adapter_modules  # its historic home
+from seedledger.replay.kinds.base import Shape
 
 NO_PATH = "/nonexistent/seedledger-in-memory-adapter"  # never read: see the docstring
 _SLOT_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # vllm.config.lora.MaxLoRARanks
-
 
 
 def engine_kwargs(rank: int, targets: Sequence[str], members: int) -> dict[str, Any]:
@@ -114,6 +116,52 @@ def register(model: Any, adapters: Iterable[tuple[int, Adapter]], rank: int) -> 
             for module, (a, b) in adapter.items()
         }
         manager.add_adapter(LoRAModel(lora_id, rank, loras))
+
+
+def slot_linears(kind: PerturbationKind, master: Mapping[str, torch.Tensor]) -> dict[str, Shape]:
+    """The model's linears that carry a member's slot, by HF module name: those of `master`'s
+    weights the kind puts a term on (an adapter master's tensors name none)."""
+    return {n.removesuffix(".weight"): tuple(t.shape) for n, t in master.items()
+            if n.endswith(".weight") and kind.row_linear(n[:-7], tuple(t.shape))}
+
+
+class Slots:
+    """The engine's LoRA slots as a run fills them: one adapter per member of a group, or a
+    frozen-base run's master adapter, each made in the worker by the kind
+    (`PerturbationKind.lora_members`) under an id never used before (see above)."""
+
+    def __init__(self, llm: Any, kind: PerturbationKind, linears: dict[str, Shape]) -> None:
+        self._llm, self._kind, self._linears = llm, kind, linears
+        self._next = 1  # adapter ids are never reused
+        self._master: Any = None  # the master adapter's request, while registered
+
+    def members(self, population: Population) -> list[Any]:
+        """One adapter per member, from keys and `member_scale`s; their `LoRARequest`s, in member order."""
+        from vllm.lora.request import LoRARequest
+
+        ids = self._register(list(population.keys), [member_scale(s, population.sigma) for s in population.signs])
+        self._master = None  # the members replaced a served master adapter
+        return [LoRARequest(f"seedledger-member-{i}", i, NO_PATH) for i in ids]
+
+    def master(self) -> Any:
+        """The master adapter as a `LoRARequest`, registered under a fresh id if members or a
+        new master replaced it since it was last served."""
+        if self._master is None:
+            from vllm.lora.request import LoRARequest
+
+            (lora_id,) = self._register([None], [member_scale(1, 0.0)])
+            self._master = LoRARequest(f"seedledger-master-{lora_id}", lora_id, NO_PATH)
+        return self._master
+
+    def forget_master(self) -> None:
+        """The worker holds a new master: serve it under a fresh id next time."""
+        self._master = None
+
+    def _register(self, keys: list[int | None], scales: list[float]) -> list[int]:
+        ids = list(range(self._next, self._next + len(keys)))
+        self._next += len(keys)
+        self._llm.collective_rpc("seedledger_members", args=(self._kind, ids, keys, scales, self._linears))
+        return ids
 
 
 def lora_adapters(

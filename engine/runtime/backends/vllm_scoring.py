@@ -40,7 +40,7 @@ def loglik(
             backend.load_member(master, key, sign, population.sigma)
             outputs += backend.llm.generate(rows, params, use_tqdm=False)
     else:
-        adapters = backend._register_members(population)
+        adapters = backend._slots.members(population)
         outputs = backend.llm.generate(rows * len(population), params, use_tqdm=False,
                                        lora_request=[a for a in adapters for _ in rows])
     per = len(rows)
