@@ -1,9 +1,9 @@
 """What the `seedledger` commands use of the runtime beside the API proper, so engine/cli
-reaches engine.runtime through engine.api (tests/test_layout.py), except its console
-plumbing: Ctrl-C and SIGTERM (runtime.console.interrupts), the live progress table
-(runtime.console.progress) and library chatter (runtime.models.resolve.quiet_hf_env), which only a
-console program has. Public like `ledger_for_call` (re-exported, not in `__all__`);
-each import is lazy, so `import seedledger` loads no more than before."""
+reaches engine.runtime through engine.api, or for its console plumbing (Ctrl-C and
+SIGTERM, the live progress table, library chatter) through the runtime package's own
+exports (engine/runtime/__init__.py), never a room (tests/test_layout.py). Public like
+`ledger_for_call` (re-exported, not in `__all__`); each import is lazy, so
+`import seedledger` loads no more than before."""
 
 from __future__ import annotations
 
