@@ -48,10 +48,10 @@ def hf_only(cfg) -> str | None:
         return "algorithm lmmaes"
     if cfg.ga is not None and cfg.ga.survivors > 1:
         return "ga.survivors"
-    if cfg.train != "full":
+    if not cfg.on_weights():  # an adapter or int8 run
         return "train"
     if common(cfg.perturbation_type().forms, BACKEND_FORMS["vllm"]) is None:
-        return "perturbation"  # its members take no form vLLM builds (engine.config_backends)
+        return "train"  # its members take no form vLLM builds (engine.config_backends)
     return None
 
 
