@@ -129,8 +129,7 @@ def main() -> None:
         info = sft(model_dir, adapter, args.sft_steps, args.sft_batch, args.sft_lr, seed=0)
         print(json.dumps(info | {"sft_seconds": round(time.perf_counter() - started)}), flush=True)
     rms = singular_rms(adapter)
-    demo = yaml.safe_load((ROOT / "configs" / "arithmetic.yaml").read_text())
-    demo.pop("perturbation")
+    demo = yaml.safe_load((ROOT / "configs" / "arithmetic.yaml").read_text())  # its `train:` is replaced below
     common = demo | {"model": args.model, "generations": args.generations, "anchor_every": 0}
     configs = {
         "essa": common | {"train": {"kind": "lora", "init": str(adapter), "essa": True}, "algorithm": "cmaes",

@@ -45,6 +45,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from seedledger.engine import api  # noqa: E402
+from seedledger.engine.config_kinds import one_key  # noqa: E402
 from seedledger.engine.runtime.hooks import Hooks  # noqa: E402
 from seedledger.engine.runtime.models.resolve import resolve_model  # noqa: E402
 from seedledger.trainers.rewards.verifier import numbers_used, safe_eval  # noqa: E402
@@ -163,7 +164,7 @@ def run_path(name: str, args, task: dict, ref: Reference, where: Path) -> dict:
            "batch_size": len(ref.rows), "max_new_tokens": args.new_tokens, "generations": args.generations,
            **PATHS[name]}
     done = api.train(cfg, run=name, ledger=where / f"{name}.db", hooks=Hooks(on_generation_end=end))
-    backend, kind = done.run.config["backend"], done.run.config["perturbation"]
+    backend, kind = done.run.config["backend"], one_key(done.run.config)["train"]
     steady = slice(1, None) if len(ours) > 1 else slice(None)
     o = statistics.median(s for s, _ in ours[steady])
     t = statistics.median(s for s, _ in theirs[steady])

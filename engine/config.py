@@ -16,17 +16,10 @@ import yaml
 from pydantic import BeforeValidator, Field, NonNegativeInt, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from seedledger.engine.config_backends import BACKEND_CAPABILITIES, BACKEND_FORMS
+from seedledger.engine import config_kinds
+from seedledger.engine.config_backends import BACKEND_CAPABILITIES
 from seedledger.engine.config_errors import report
-from seedledger.engine.config_kinds import (
-    PERTURBATION_SECTIONS,
-    TRAIN_SECTIONS,
-    LoraTrain,
-    LowRank,
-    PerturbationSection,
-    TrainSection,
-    shorthand,
-)
+from seedledger.engine.config_kinds import SECTIONS, LoraTrain, LowRank, Section, shorthand
 from seedledger.engine.config_paths import absolute_refs
 from seedledger.engine.config_sections import (
     MAX_BATCH,
@@ -48,7 +41,6 @@ from seedledger.engine.config_sections import (
 from seedledger.ledger.errors import SeedLedgerError
 from seedledger.ledger.seedfile import MAX_GENERATIONS, MAX_MEMBERS, MAX_POPULATION
 from seedledger.replay.kinds import Full, PerturbationKind
-from seedledger.replay.kinds.forms import refusal
 from seedledger.trainers.adaptation import AdaptationSpec
 from seedledger.trainers.cmaes import CMAESSpec
 from seedledger.trainers.ga import GASpec
@@ -152,11 +144,10 @@ class TrainConfig(Strict):
         None, description="move the task level by the success rate; none: a fixed level"
     )
     passk: PassKConfig | None = Field(None, description="pass@k rewards over n samples; none: off")
-    perturbation: Annotated[
-        Literal["full"] | PerturbationSection, BeforeValidator(shorthand(PERTURBATION_SECTIONS))
-    ] = Field("full", description="full-rank noise on every parameter, or low-rank on the targeted linears")
-    train: Annotated[Literal["full"] | TrainSection, BeforeValidator(shorthand(TRAIN_SECTIONS))] = Field(
-        "full", description="the trained parameters: every weight, or a LoRA adapter on a frozen base"
+    train: Annotated[Literal["full"] | Section, BeforeValidator(shorthand(SECTIONS))] = Field(
+        "full", description="what the run trains, so how its members differ: every weight (`full`, full-rank "
+        "noise), the targeted linears by low-rank noise (`lowrank`), a LoRA adapter on the frozen base (`lora`), "
+        "an int8 model's scales or codes (`quant_scales`, `quant_codes`); `perturbation:` is its older name"
     )
     base_quantization: Literal["none", "int8"] = Field(
         "none", description="an adapter run's frozen base: as stored, or int8 weight-only (torchao)"
@@ -184,6 +175,17 @@ class TrainConfig(Strict):
         except SeedLedgerError as exc:
             raise ValueError(str(exc)) from None
         return task
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_key(cls, data: Any) -> Any:
+        """`train:` names the run's kind; the older `perturbation:` (full, lowrank) reads as
+        it, so configs stored with it resume, fork and rebuild, while a new run stores one key."""
+        data = config_kinds.one_key(data)
+        if isinstance(data, dict) and config_kinds.ALIAS in data:
+            raise ValueError(config_kinds.alias_refusal(data))
+        return data
+
     @model_validator(mode="before")
     @classmethod
     def _module_backend(cls, data: Any) -> Any:
@@ -231,9 +233,8 @@ class TrainConfig(Strict):
         return self
 
     def perturbation_spec(self) -> PerturbationKind:
-        """The replay-side description of `perturbation`."""
-        section = self.train if self.train != "full" else self.perturbation
-        return Full() if section == "full" else section.perturbation_kind()
+        """The replay-side kind `train` names."""
+        return Full() if self.train == "full" else self.train.perturbation_kind()
 
     def on_weights(self) -> bool:
         """Whether the run's master is the model's own fp32 weights (`full`, `lowrank`), among
@@ -252,8 +253,7 @@ class TrainConfig(Strict):
 
     def perturbation_type(self) -> type[PerturbationKind]:
         """The kind's class, readable before an adapter's train block is resolved (messages)."""
-        section = self.train if self.train != "full" else self.perturbation
-        return Full if section == "full" else section.kind_type
+        return Full if self.train == "full" else self.train.kind_type
 
     @field_validator("sigma", "lr")
     @classmethod
@@ -272,17 +272,9 @@ class TrainConfig(Strict):
         return self
 
     @model_validator(mode="after")
-    def _adapters_and_quantization(self) -> TrainConfig:
-        if self.train != "full" and self.perturbation != "full":
-            raise ValueError("a LoRA adapter is perturbed with full-rank noise on its own tensors: "
-                             "drop `perturbation` (low-rank ES applies to full-model runs)")
-        if self.base_quantization != "none" and self.train == "full":
-            raise ValueError(f"base_quantization {self.base_quantization}: only an adapter's frozen "
-                             "base can be quantized (train: lora)")
-        kind = self.perturbation_type()
-        why = refusal(kind.label, self.backend, kind.forms, BACKEND_FORMS[self.backend])
-        if why is None and self.train != "full":
-            why = self.train.refusal(self.base_quantization, self.backend)
+    def _kind_fits(self) -> TrainConfig:
+        """The kind against the backend (a shared member form) and `base_quantization`."""
+        why = config_kinds.kind_refusal(self.train, self.backend, self.base_quantization)
         if why:
             raise ValueError(why)
         return self
@@ -331,10 +323,16 @@ def _parse_scalar(text: str) -> Any:
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """`data` with each `--set key=value` written in; `train:` is the key that names the
+    kind, and a `--set perturbation...` (its older name) applies as it always did."""
+    data = config_kinds.one_key(data)
     for item in overrides:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise SeedLedgerError(f"--set expects key=value, got {item!r}")
+        alias = key.partition(".")[0] == config_kinds.ALIAS
+        if alias:
+            data = config_kinds.older_form(data)
         node = data
         parts = key.split(".")
         for part in parts[:-1]:
@@ -344,6 +342,8 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
                 node[part] = child
             node = child
         node[parts[-1]] = _parse_scalar(value)
+        if alias:
+            data = config_kinds.one_key(data)
     return data
 
 

@@ -1,9 +1,11 @@
 """The config sections that name a perturbation kind, and the one contract they keep.
 
-`perturbation:` takes "full" or a `PERTURBATION_SECTIONS` entry, `train:` "full" or a
-`TRAIN_SECTIONS` entry (engine.config); each is a `KindSection`, whose protocol is the whole
-of what the engine reads of a kind's config: checked when the section's class is created
-(import), so a section that lacks part of it is refused before any config or run exists.
+One key names a run's kind: `train:` takes "full" or a `SECTIONS` entry (engine.config);
+each is a `KindSection`, whose protocol is the whole of what the engine reads of a kind's
+config: checked when the section's class is created (import), so a section that lacks part
+of it is refused before any config or run exists. `perturbation:`, the older key for the
+kinds on the model's own weights, still reads (`one_key`): runs stored with it are never
+rewritten, since their digests cover their stored configs.
 """
 
 from __future__ import annotations
@@ -11,23 +13,28 @@ from __future__ import annotations
 from typing import Any, ClassVar, Literal, Union
 
 from pydantic import Field, ValidationError, model_validator
+from pydantic_core import PydanticCustomError
 
+from seedledger.engine.config_backends import BACKEND_FORMS
 from seedledger.engine.config_sections import Strict
+from seedledger.ledger.errors import did_you_mean
 from seedledger.replay.adapter import LoraSpec
 from seedledger.replay.kinds import (
     DEFAULT_TARGETS,
     Adapter,
+    Full,
     Int8Kind,
     PerturbationKind,
     QuantCodes,
     QuantScales,
 )
 from seedledger.replay.kinds import LowRank as LowRankKind
+from seedledger.replay.kinds.forms import refusal
 
 
 class KindSection(Strict):
     """The typed protocol of a kind's config section. A concrete section (one with a
-    `kind: Literal["word"]` field, the word `train:` or `perturbation:` takes) declares:
+    `kind: Literal["word"]` field, the word `train:` takes) declares:
 
     - `kind_type`: the replay kind class it names (its `label` and member `forms` are read
       while a LoRA section is still unresolved: messages, backend compatibility);
@@ -68,7 +75,14 @@ class KindSection(Strict):
 
     def refusal(self, base_quantization: str, backend: str) -> str | None:
         """Why this run cannot go as configured (one line), else None."""
+        return quantized_base_refusal(base_quantization)
+
+
+def quantized_base_refusal(base_quantization: str) -> str | None:
+    """Why `base_quantization` does not apply to a run with no frozen base, else None."""
+    if base_quantization == "none":
         return None
+    return f"base_quantization {base_quantization}: only an adapter's frozen base can be quantized (train: lora)"
 
 
 def word(section: type[KindSection]) -> str:
@@ -93,12 +107,6 @@ class LowRank(KindSection):
     def perturbation_kind(self) -> PerturbationKind:
         """The replay-side kind this section names (replay.kinds.lowrank)."""
         return LowRankKind.of(self.rank, self.targets)
-
-
-# The sections that name a perturbation kind besides "full" (engine.config's `perturbation`):
-# a new kind whose section sits beside the model's weights adds it here.
-PERTURBATION_SECTIONS: tuple[type[KindSection], ...] = (LowRank,)
-PerturbationSection = Union[PERTURBATION_SECTIONS]  # noqa: UP007 (a union built from the tuple)
 
 
 class LoraTrain(KindSection):
@@ -215,26 +223,28 @@ class QuantCodesTrain(Int8Train):
 
 
 def shorthand(sections: tuple[type[KindSection], ...]):
-    """The key's parser: `perturbation: lowrank`, `train: lora` (or `train: quant_scales`)
-    and `--set perturbation.rank=4` / `--set train.rank=8` (which arrive as {name: full,
-    rank: ...}) mean the obvious thing: settings given to the plain kind ask for the first
-    section. Every section after the first is validated by itself (`_checked`), so its
-    errors are not mixed with another's; the words come from the sections (`word`)."""
+    """The key's parser: `train: lora` (or `train: lowrank`, `train: quant_scales`) and
+    `--set train.rank=8` (which arrives as {name: full, rank: 8}) mean the obvious thing:
+    settings given to the plain kind, or a mapping that names no kind, ask for the first
+    section. Each section is validated by itself (`_checked`), so its errors are not mixed
+    with another's; the words come from the sections (`word`)."""
     kinds = ("full", *map(word, sections))
     plain, other = kinds[:2]
-    own = {word(s): s for s in sections[1:]}
+    own = {word(s): s for s in sections}
 
     def parse(value: Any) -> Any:
         if isinstance(value, str) and value not in kinds:
             raise ValueError(f"{value!r} is not one of {', '.join(kinds)} or {{kind: {other}, ...}}")
         if isinstance(value, str) and value != plain:
             return {"kind": value}
-        if isinstance(value, dict) and value.get("kind") in own:
-            return _checked(own[value["kind"]], value)
+        if isinstance(value, dict) and not {"kind", "name"} & set(value):
+            value = {"kind": other, **value}  # settings alone: those of the first section
         if isinstance(value, dict) and "name" in value and "kind" not in value:
             value = {("kind" if k == "name" else k): v for k, v in value.items()}
             if value["kind"] == plain and set(value) - {"kind"}:
                 value["kind"] = other  # settings given to the plain kind ask for the other
+        if isinstance(value, dict) and isinstance(value.get("kind"), str) and value["kind"] in own:
+            return _checked(own[value["kind"]], value)
         if isinstance(value, dict) and value.get("kind") == plain and set(value) == {"kind"}:
             return plain
         return value
@@ -244,18 +254,97 @@ def shorthand(sections: tuple[type[KindSection], ...]):
 
 def _checked(section: type[KindSection], value: dict) -> KindSection:
     """`value` validated as `section` alone, so that its errors are not mixed with another
-    section's (a union reports every branch): ValueError naming the key."""
+    section's (a union reports every branch): its first error, at its key inside the section
+    (`key_path`, which engine.config_errors appends to the section's)."""
     try:
         return section.model_validate(value)
     except ValidationError as exc:
         err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"])
-        why = "unknown key" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
-        raise ValueError(f"{where}: {why}" if where else why) from None
+        unknown = "unknown key" + did_you_mean(err["loc"][-1] if err["loc"] else None, section.model_fields)
+        why = unknown if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
+        raise PydanticCustomError("kind_section", "{reason}", {"reason": why, "key_path": err["loc"]}) from None
 
 
 # The sections `train:` accepts besides "full" (the first is what settings given to the
-# plain word ask for): a new trained-parameter kind adds its section here, and its word
-# becomes a shorthand (`shorthand`).
-TRAIN_SECTIONS: tuple[type[KindSection], ...] = (LoraTrain, QuantScalesTrain, QuantCodesTrain)
-TrainSection = Union[TRAIN_SECTIONS]  # noqa: UP007 (a union built from the tuple)
+# plain word ask for): a new kind adds its section here, and its word becomes a shorthand
+# (`shorthand`; with `on_weights`, of the older `perturbation:` too).
+SECTIONS: tuple[type[KindSection], ...] = (LoraTrain, LowRank, QuantScalesTrain, QuantCodesTrain)
+Section = Union[SECTIONS]  # noqa: UP007 (a union built from the tuple)
+
+
+def kind_refusal(train: Any, backend: str, base_quantization: str) -> str | None:
+    """Why the kind `train` names cannot run as configured (one line), else None: it shares
+    no member form with `backend` (replay.kinds.forms), or its section refuses."""
+    kind = Full if train == "full" else train.kind_type
+    why = refusal(kind.label, backend, kind.forms, BACKEND_FORMS[backend])
+    if why is None and train == "full":
+        return quantized_base_refusal(base_quantization)
+    return why if why is not None else train.refusal(base_quantization, backend)
+
+
+KEY, ALIAS = "train", "perturbation"  # the key that names the kind, and its older name
+# what the older key names: "full" and the kinds on the model's own weights (its first
+# section is what settings given to `perturbation: full` asked for: `--set perturbation.rank=4`)
+ALIAS_WORDS = ("full", *(word(s) for s in SECTIONS if s.on_weights))
+
+
+def kind_word(value: Any) -> Any:
+    """The word a raw `train:` value selects, as `shorthand` reads it."""
+    if isinstance(value, KindSection):
+        return word(type(value))
+    if not isinstance(value, dict):
+        return value
+    kind = value.get("kind", value.get("name"))
+    return word(SECTIONS[0]) if kind is None or (kind == "full" and set(value) - {"kind", "name"}) else kind
+
+
+def _alias_value(value: Any) -> Any:
+    """An older `perturbation:` value as `train:` takes it (settings given to `full` ask for
+    low-rank, as they did), or None where it names a kind the older key never named."""
+    if isinstance(value, dict):
+        value = {("kind" if k == "name" and "kind" not in value else k): v for k, v in value.items()}
+        if value.get("kind", "full") == "full":
+            if set(value) <= {"kind"}:
+                return "full"
+            value = {**value, "kind": ALIAS_WORDS[1]}
+    return value if kind_word(value) in ALIAS_WORDS else None
+
+
+def one_key(data: Any) -> Any:
+    """A raw config mapping (a file, `--set`s, the config stored with a run) with the older
+    `perturbation:` moved into `train:`. Runs stored before the move hold both keys, one of
+    them `full`, and read so. Where both name a kind, or `perturbation:` one it never named,
+    `data` comes back as it is, for validation to refuse (`alias_refusal`)."""
+    if not isinstance(data, dict) or ALIAS not in data:
+        return data
+    alias, train = _alias_value(data[ALIAS]), data.get(KEY, "full")
+    if alias is not None and kind_word(train) == "full":  # `full` is left out: a `--set train.kind=` starts afresh
+        rest = {k: v for k, v in data.items() if k not in (ALIAS, KEY)}
+        return rest if alias == "full" else {**rest, KEY: alias}
+    if alias == "full" and kind_word(train) not in ALIAS_WORDS:
+        return {k: v for k, v in data.items() if k != ALIAS}  # `perturbation: full` beside an adapter or int8 section
+    return data
+
+
+def alias_refusal(data: dict[str, Any]) -> str:
+    """Why `data`'s `perturbation:` cannot be read as `train:` (`one_key` left it)."""
+    value = data[ALIAS]
+    if _alias_value(value) is None:
+        return (f"perturbation: {_shown(value, repr)} is not one of {', '.join(ALIAS_WORDS)}: it is the older "
+                "name of `train`, which names every kind")
+    return (f"train: {_shown(kind_word(data.get(KEY)))} and perturbation: {kind_word(_alias_value(value))} both "
+            "name the run's kind: `perturbation` is the older name of `train`; keep one")
+
+
+def _shown(value: Any, how=str) -> str:
+    """`value` in a message, cut to 60 characters (a stored config is untrusted input)."""
+    text = how(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def older_form(data: dict[str, Any]) -> dict[str, Any]:
+    """`data` with a `train:` on the model's own weights moved back to `perturbation:`, so
+    that a `--set perturbation...` applies as it always did (`one_key` moves it again)."""
+    if ALIAS in data or kind_word(data.get(KEY, "full")) not in ALIAS_WORDS:
+        return data
+    return {**{k: v for k, v in data.items() if k != KEY}, ALIAS: data.get(KEY, "full")}

@@ -9,13 +9,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from seedledger.engine.config_kinds import KEY, one_key
 from seedledger.trainers.rewards.loader import is_file_ref
 from seedledger.trainers.tasks.registry import absolute_paths
 
 
 def absolute_refs(data: Any, base_dir: str | Path) -> Any:
     """`data` (a config mapping, not yet validated) with its relative references resolved
-    against `base_dir`; anything else is returned as is, for validation to refuse."""
+    against `base_dir`; anything else is returned as is, for validation to refuse. The kind
+    is read from its one key (`train:`; engine.config_kinds.one_key)."""
+    data = one_key(data)
     if isinstance(data, dict) and "task" in data:
         data = {**data, "task": absolute_paths(data["task"], base_dir)}
     return _absolute_model(_absolute_init(data, base_dir), base_dir)
@@ -32,8 +35,8 @@ def _absolute_model(data: Any, base_dir: str | Path) -> Any:
 
 
 def _absolute_init(data: Any, base_dir: str | Path) -> Any:
-    train = data.get("train") if isinstance(data, dict) else None
+    train = data.get(KEY) if isinstance(data, dict) else None
     if isinstance(train, dict) and isinstance(train.get("init"), str) and train["init"]:
         init = Path(train["init"]).expanduser()
-        data = {**data, "train": {**train, "init": str(init if init.is_absolute() else Path(base_dir) / init)}}
+        data = {**data, KEY: {**train, "init": str(init if init.is_absolute() else Path(base_dir) / init)}}
     return data

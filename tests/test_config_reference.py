@@ -63,7 +63,7 @@ def test_every_key_and_section_key_appears_with_its_default():
     want = expected(TrainConfig)
     assert set(TrainConfig.model_fields) <= set(table)
     assert set(want) == set(table), sorted(set(want) ^ set(table))
-    for section in ("optimizer", "schedule.lr", "sampling", "workers", "ga", "kl", "train", "perturbation"):
+    for section in ("optimizer", "schedule.lr", "sampling", "workers", "ga", "kl", "train"):
         assert any(k.startswith((f"{section}.", f"{section} (kind: ")) for k in table), section
     for key, default in want.items():
         cell = table[key][1]
@@ -79,7 +79,7 @@ def test_choices_bounds_and_descriptions_come_from_the_schema():
     assert table["population"][2].startswith("≥ 1, ≤ ")
     assert table["seed"][2] == "≥ 0, < 2^63"
     assert table["sigma"][2] == "> 0.0, ≤ 10.0, finite"
-    assert table["perturbation.rank"][0] == "`1` | `4` | `16` | `64`"
+    assert table["train (kind: lowrank).rank"][0] == "`1` | `4` | `16` | `64`"
     assert table["keep_samples"][3] == TrainConfig.model_fields["keep_samples"].description
     assert "[GASpec](#ga)" in table["ga"][0] and table["ga"][1] == "`null`"
 

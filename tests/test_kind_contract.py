@@ -279,16 +279,20 @@ def test_a_config_section_lacking_its_contract_is_refused_when_its_class_is_made
 
 def test_every_kind_section_reloads_from_the_config_a_run_stores():
     """Resume and fork validate the stored (dumped) config again: every section's word, as
-    a shorthand and as its stored mapping, loads back to the same config."""
+    a shorthand of the one key (`train:`) and as its stored mapping, loads back to the same
+    config; so does the form runs stored before (both keys, `perturbation:` for the kinds
+    on the model's own weights)."""
     from seedledger.engine.config import validate
-    from seedledger.engine.config_kinds import PERTURBATION_SECTIONS, TRAIN_SECTIONS, word
+    from seedledger.engine.config_kinds import SECTIONS, word
 
-    keyed = [("perturbation", s) for s in PERTURBATION_SECTIONS] + [("train", s) for s in TRAIN_SECTIONS]
-    for key, section in keyed:
-        cfg = validate({"model": "tiny", "task": "arithmetic", key: word(section)})
-        assert type(getattr(cfg, key)) is section
+    for section in SECTIONS:
+        cfg = validate({"model": "tiny", "task": "arithmetic", "train": word(section)})
+        assert type(cfg.train) is section
         stored = cfg.model_dump(mode="json")
-        assert validate(stored) == cfg, section.__name__
+        assert "perturbation" not in stored and validate(stored) == cfg, section.__name__
+        older = ({**stored, "perturbation": stored["train"], "train": "full"} if section.on_weights
+                 else {**stored, "perturbation": "full"})
+        assert validate(older) == cfg, section.__name__
 
 
 def test_a_kind_without_its_label_is_refused_when_its_class_is_made():

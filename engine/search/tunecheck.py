@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from seedledger.engine.config import TrainConfig, load_config
+from seedledger.engine.config_kinds import one_key
 from seedledger.engine.runtime import session
 from seedledger.engine.runtime.models import adapters
 from seedledger.ledger import Ledger
@@ -91,7 +92,7 @@ def check_config(ledger: Ledger, run: str, expected: TrainConfig, trust_code: bo
                  maker: str = "the study file") -> None:
     """The run's stored config is the one `maker` (the study file; `pbt`'s config) makes for
     its parameters, key by key."""
-    stored, want = ledger.get_run(run).config, expected.model_dump(mode="json")
+    stored, want = one_key(ledger.get_run(run).config), expected.model_dump(mode="json")  # one key for the kind
     skip = {k for k, open_value in _RESOLVED.items() if want.get(k) == open_value}
     if trust_code:
         skip |= set(_CODE_SECTIONS)

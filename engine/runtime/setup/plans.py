@@ -98,10 +98,10 @@ def for_fork(ledger: Ledger, ref: str, new_name: str, overrides: list[str], gene
 
 def _rows_changed(parent: TrainConfig, child: TrainConfig, overrides: list[str]) -> bool:
     """Whether a fork must choose its own `members_per_forward`: it changed what a forward
-    group holds (perturbation, batch, samples) without setting the group size itself."""
+    group holds (the kind, batch, samples) without setting the group size itself."""
     if any(o.partition("=")[0].strip() == "members_per_forward" for o in overrides):
         return False
-    same = ("perturbation", "batch_size", "passk", "population")
+    same = ("train", "batch_size", "passk", "population")
     return any(getattr(parent, k) != getattr(child, k) for k in same)
 
 
