@@ -212,7 +212,7 @@ CONFIG = {
 
 
 @pytest.mark.parametrize(("change", "says"), [
-    ({"train": "full", "perturbation": "lowrank"}, "use perturbation: full"),
+    ({"train": "lowrank"}, "use train: full or an adapter"),
     ({"backend": "vllm"}, "in-process hf backend"),
     ({"ga": {"survivors": 6}}, "leave no room for children"),
     ({"ga": {"survivors": 3, "parents": 3}}, "the survivors are the parents"),

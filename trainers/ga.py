@@ -216,8 +216,8 @@ class GA(Policy):
     # members are built from in the evaluating process: the in-process hf backend (full
     # rank: K − 1 fp32 copies of the model beside the master; low-rank noise has no offsets).
     survivors_require = (
-        Kinds("ga.survivors", "survivors are kept as full-size offsets; use perturbation: full "
-              "or train an adapter (train: lora)", kinds=frozenset({"full", "lora"})),
+        Kinds("ga.survivors", "survivors are kept as full-size offsets; use train: full "
+              "or an adapter (train: lora)", kinds=frozenset({"full", "lora"})),
         Capability("ga.survivors", "members carry offset terms only the in-process hf backend builds; "
                    "use backend: hf and workers.pool: local", capability=MEMBER_TERMS),
     )
