@@ -11,7 +11,6 @@ from typing import Any
 
 import torch
 
-from seedledger.engine.config_kinds import KEY, one_key
 from seedledger.engine.refs import resolve_member
 from seedledger.engine.runtime.dirs import anchors_dir
 from seedledger.engine.runtime.models.resolve import resolve_model
@@ -168,9 +167,8 @@ class RunSource(Source):
         if start.kind.frozen_base:
             what = f"base (loaded with base_quantization {start.quantization}, with the initial adapter)"
         if start.kind.frozen_base and start.adapter.essa:
-            init = one_key(self.config)[KEY]["init"]  # the kind's key, however the run stored it
             raise SeedLedgerError(
-                f"{self.run}: the frozen base with the ESSA basis factored here from {init} "
+                f"{self.run}: the frozen base with the ESSA basis factored here from {self.config['train']['init']} "
                 "does not have the run's fingerprint: another base, or a LAPACK build that factors B·A "
                 "differently in the last bit (rebuild where the run was trained)")
         raise SeedLedgerError(
