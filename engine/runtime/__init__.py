@@ -6,7 +6,7 @@ helpers the rooms share. It imports neither the CLI, the Python API, search nor 
 and each room imports only the rooms tests/test_layout.py lists for it.
 
 The names below are the command line's one entry into the runtime (engine/cli imports
-them from here, never from a room: tests/test_layout.py): start, resume or fork a session,
+them from here, never from a room: tests/test_layout.py): start the demo's session,
 resolve a model, score held-out rows, show progress, and the console's signal plumbing.
 Each is looked up on first use (PEP 562), so `seedledger --help`, `log` and `show` start
 without torch or transformers (issue 45 item 3).
@@ -23,16 +23,12 @@ if TYPE_CHECKING:
     from seedledger.engine.runtime.models.resolve import quiet_hf_env, resolve_model
     from seedledger.engine.runtime.scoring.evaluator import Evaluator, HeldOutScores
     from seedledger.engine.runtime.scoring.heldout import compare, mean_reward
-    from seedledger.engine.runtime.session import fork as fork_session
-    from seedledger.engine.runtime.session import resume as resume_session
     from seedledger.engine.runtime.session import start as start_session
     from seedledger.engine.runtime.setup.preflight import held_out_rows
 
 _HERE = "seedledger.engine.runtime."
 _WHERE: dict[str, tuple[str, str]] = {  # exported name -> (room module, its name there)
     "start_session": ("session", "start"),
-    "resume_session": ("session", "resume"),
-    "fork_session": ("session", "fork"),
     "resolve_model": ("models.resolve", "resolve_model"),
     "quiet_hf_env": ("models.resolve", "quiet_hf_env"),
     "held_out_rows": ("setup.preflight", "held_out_rows"),
@@ -46,8 +42,8 @@ _WHERE: dict[str, tuple[str, str]] = {  # exported name -> (room module, its nam
 }
 
 __all__ = [
-    "Evaluator", "HeldOutScores", "RunInterrupted", "TrainingProgress", "compare", "fork_session", "held_out_rows",
-    "mean_reward", "quiet_hf_env", "resolve_model", "resume_session", "sigterm_raises", "start_session",
+    "Evaluator", "HeldOutScores", "RunInterrupted", "TrainingProgress", "compare", "held_out_rows",
+    "mean_reward", "quiet_hf_env", "resolve_model", "sigterm_raises", "start_session",
 ]
 
 
