@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -63,20 +62,11 @@ def model_dir(size: str, cache: Path) -> Path:
     dest = cache / f"smollm2-{size}-random"
     if (dest / "model.safetensors").is_file() or (dest / "model.safetensors.index.json").is_file():
         return dest
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from random_model import build
 
-    config = AutoConfig.from_pretrained(real)
-    for key, value in SHAPES[size].items():
-        setattr(config, key, value)
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    dest.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(dest)
-    for f in real.iterdir():
-        if f.name.startswith(("tokenizer", "chat_template", "special_tokens", "generation_config")):
-            shutil.copy(f, dest / f.name)
-    print(f"built {dest}: {sum(p.numel() for p in model.parameters()) / 1e6:.0f}M random parameters", flush=True)
+    n = build(real, dest, 0, **SHAPES[size])
+    print(f"built {dest}: {n / 1e6:.0f}M random parameters", flush=True)
     return dest
 
 
@@ -96,7 +86,7 @@ def command(method: str, model: Path, work: Path) -> list[str]:
         return [sys.executable, str(ROOT / "benchmarks/grpo_bench.py"), "--config", "reward", "--seconds", "1",
                 "--steps", "1", "--rows", "2", "--group", "4", *[f"--set={s}" for s in sets]]
     if method == "seedledger-int8":
-        sets += ["train=quant_codes", "perturbation=full", "sigma=0.001", "lr=0.0005", "optimizer=sgd"]
+        sets += ["train=quant_codes", "sigma=0.001", "lr=0.0005", "optimizer=sgd"]
     return [str(ROOT / ".venv/bin/seedledger"), "train", str(ROOT / "engine/configs/reward.yaml"),
             "--ledger", str(work / "cap.db"), "--run", "cap", *[f"--set={s}" for s in [*sets, "generations=1"]]]
 

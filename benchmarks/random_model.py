@@ -19,20 +19,29 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
 
+def build(source: Path, dest: Path, seed: int = 0, **shape: int) -> int:
+    """Write a random-weight model of `source`'s architecture (its config with `shape`'s
+    entries changed) and `source`'s tokenizer files into `dest`; its parameter count."""
+    config = AutoConfig.from_pretrained(source)
+    for key, value in shape.items():
+        setattr(config, key, value)
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    dest.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(dest)
+    for f in source.iterdir():
+        if f.name.startswith(("tokenizer", "chat_template", "special_tokens", "generation_config")):
+            shutil.copy(f, dest / f.name)
+    return sum(p.numel() for p in model.parameters())
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("source", type=Path)
     ap.add_argument("dest", type=Path)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
-    torch.manual_seed(args.seed)
-    model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(args.source), dtype=torch.float32)
-    args.dest.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(args.dest)
-    for f in args.source.iterdir():
-        if f.name.startswith(("tokenizer", "chat_template", "special_tokens", "generation_config")):
-            shutil.copy(f, args.dest / f.name)
-    n = sum(p.numel() for p in model.parameters())
+    n = build(args.source, args.dest, args.seed)
     print(f"{args.dest}: {n / 1e6:.1f}M random parameters, architecture of {args.source}")
 
 
