@@ -25,6 +25,7 @@ from .adapter import start_fingerprint
 from .anchors import AnchorError, load_anchor, max_anchor_bytes
 from .fingerprint import fingerprint
 from .kinds import PerturbationKind, from_run, member_scale, step_kind
+from .kinds.forms import MasterForm
 from .rules import check_lineage_rules
 from .update import OptimizerState, apply_step
 
@@ -138,7 +139,7 @@ def rebuild(
         except SeedLedgerError as exc:
             raise SeedLedgerError(f"run {info.name!r}: {exc}") from None
     adapter = lineage_adapter(lineage, kinds)
-    if kinds[lineage[-1].name].frozen_base != (frozen is not None):
+    if (kinds[lineage[-1].name].master_form is MasterForm.ADAPTER) != (frozen is not None):
         raise ValueError(f"run {run!r}: pass `frozen` (the frozen base's fingerprint) exactly when it "
                          "trains an adapter")
     base_fp = lineage[0].base_fingerprint

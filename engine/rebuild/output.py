@@ -25,6 +25,7 @@ from seedledger.ledger.durable import (
 )
 from seedledger.ledger.errors import SeedLedgerError
 from seedledger.replay import quant
+from seedledger.replay.kinds.forms import MasterForm
 
 if TYPE_CHECKING:
     from seedledger.engine.rebuild.sources import Start
@@ -96,7 +97,7 @@ def merged_weights(start: Start, master: dict[str, torch.Tensor]) -> dict[str, t
     """Every weight of the model `master` stands for: itself for a full run (a quantized
     master dequantized, diag(s)·Q); for an adapter run the base with the adapter merged in
     (an int8 base dequantized first, since re-quantizing would round the adapter away)."""
-    if not start.kind.frozen_base:
+    if start.kind.master_form is MasterForm.MODEL:
         return quant.dequantized(master)
     from seedledger.engine.runtime.models import adapters
 
@@ -191,7 +192,7 @@ def write_output(start: Start, master: dict[str, torch.Tensor], output: Path, me
     if isinstance(start, ModuleStart):
         publish(output, lambda staging: start.write(staging, master), meta, force, keep)
         return {"format": "safetensors"}
-    if not start.kind.frozen_base:
+    if start.kind.master_form is MasterForm.MODEL:
         if merge:
             raise SeedLedgerError(f"{meta['run']} trains every weight: there is no adapter to --merge")
         if any(t.dtype == quant.CODE_DTYPE for t in master.values()):

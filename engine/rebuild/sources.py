@@ -19,6 +19,7 @@ from seedledger.ledger.db import sqlite_path, to_url
 from seedledger.ledger.errors import SeedLedgerError, VerifyMismatch
 from seedledger.replay.adapter import LoraSpec, start_fingerprint
 from seedledger.replay.kinds import Full, PerturbationKind, from_run
+from seedledger.replay.kinds.forms import MasterForm
 from seedledger.replay.noise import member_key
 from seedledger.replay.rebuild import apply_member, rebuild, replay_steps
 from seedledger.replay.rules import check_lineage_rules
@@ -68,10 +69,12 @@ class Start:
 
 def load_start(base: str, config: dict, noise_spec: str, param_selection: str, device: str = "cpu") -> Start:
     """Generation 0 of a run with this stored config and perturbation, on the model `base`
-    (alias or directory): an adapter run loads its frozen base as the run's
-    `base_quantization` says and makes (or reads) its initial adapter."""
+    (alias or directory), where its kind's `master_form` says the master lives: the model's
+    weights, or an adapter on a frozen base loaded as the run's `base_quantization` says,
+    whose initial adapter and fingerprint the HF backend's own master store makes
+    (`hf_master.AdapterOnBase`), so rebuild and training cannot start apart."""
     from seedledger.engine.config import validate
-    from seedledger.engine.runtime.models import adapters
+    from seedledger.engine.runtime.backends.hf_master import AdapterOnBase
     from seedledger.engine.runtime.models.resolve import load_causal_lm
 
     if base.startswith(("module:", "in-process:")):  # engine.rebuild.module_start makes those
@@ -79,14 +82,13 @@ def load_start(base: str, config: dict, noise_spec: str, param_selection: str, d
                               "(engine.rebuild.module_start); this command reads language models")
     model_dir = resolve_model(base)
     kind = from_run(noise_spec, param_selection)
-    if not kind.frozen_base:
+    if kind.master_form is MasterForm.MODEL:
         return Start(model_dir, load_base_master(model_dir, device), kind=kind)
-    spec = kind.adapter
     cfg = validate(config, "the run's config")
     model = load_causal_lm(model_dir, device=device, quantization=cfg.base_quantization)
     init = getattr(cfg.train, "init", None)  # a LoRA run's PEFT directory, else None
-    return Start(model_dir, adapters.initial_adapter(model, spec, init), spec,
-                 adapters.frozen_fingerprint(model), model, cfg.base_quantization, kind)
+    store = AdapterOnBase(model, kind, quantization=cfg.base_quantization, adapter_init=init, keep_fp32=False)
+    return Start(model_dir, store.initial(), kind.adapter, store.frozen, model, cfg.base_quantization, kind)
 
 
 @dataclass
@@ -164,9 +166,10 @@ class RunSource(Source):
         if not self.base_fingerprint or start.fingerprint == self.base_fingerprint:
             return
         what = "base"
-        if start.kind.frozen_base:
+        on_adapter = start.kind.master_form is MasterForm.ADAPTER
+        if on_adapter:
             what = f"base (loaded with base_quantization {start.quantization}, with the initial adapter)"
-        if start.kind.frozen_base and start.adapter.essa:
+        if on_adapter and start.adapter.essa:
             raise SeedLedgerError(
                 f"{self.run}: the frozen base with the ESSA basis factored here from {self.config['train']['init']} "
                 "does not have the run's fingerprint: another base, or a LAPACK build that factors B·A "
