@@ -28,7 +28,7 @@ TEST_WORKERS ?= 2
 # The int8-marked tests run in a second pytest with it on PYTHONPATH.
 INT8_PATH := $(VENV)/int8
 
-.PHONY: demo test test-quick lint bench docs clean-venv sandbox postgres
+.PHONY: demo test test-quick coverage lint bench docs clean-venv sandbox postgres
 
 $(CORE_STAMP): setup.cfg setup.py pyproject.toml constraints.txt Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -86,6 +86,17 @@ QUICK := not slow and not ray and not vllm and not postgres and not int8 and not
 test-quick: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "$(QUICK)"
+
+# Line coverage of the product (.coveragerc): the tests `make test` runs, under coverage.py,
+# the sandbox's caged code included (trainers/sandbox_coverage.py), then the report. Slower
+# than `make test`; the report is printed even when a test fails, and the exit status says so.
+COVERAGE := $(BIN)/python -m coverage
+coverage: $(STAMP) sandbox postgres
+	$(BIN)/python -m pip install -q "coverage==7.17.3"
+	rm -f .coverage .coverage.*
+	rc=0; $(COVERAGE) run --rcfile=.coveragerc -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder || rc=1; \
+	PYTHONPATH=$(INT8_PATH) $(COVERAGE) run --rcfile=.coveragerc -m pytest -q -p no:cacheprovider -m int8 tests/test_lora_int8.py || rc=1; \
+	$(COVERAGE) combine --rcfile=.coveragerc -q && $(COVERAGE) report --rcfile=.coveragerc; exit $$rc
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

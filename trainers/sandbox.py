@@ -7,9 +7,11 @@ namespaces (no network at all), a new session, killed with its parent; the files
 read-only binds of ``/usr`` and the Python installation only (no home, no ledger, no
 work tree), small tmpfs ``/tmp`` and ``/dev/shm`` (sized: files count), a fresh ``/proc``
 and a read-only ``/dev``, an empty environment but for a fixed ``PYTHONHASHSEED`` (set
-order must not change a reward). Started as root it has no user namespace: the launcher
-keeps uid 0 with CAP_SETUID, CAP_SETGID and CAP_KILL only, and items run as a uid of
-their own (``RLIMIT_NPROC`` holds; they cannot signal or trace the launcher).
+order must not change a reward; under ``make coverage`` alone, a coverage data directory
+and the variable that starts coverage.py: ``sandbox_coverage.py``). Started as root it
+has no user namespace: the launcher keeps uid 0 with CAP_SETUID, CAP_SETGID and CAP_KILL
+only, and items run as a uid of their own (``RLIMIT_NPROC`` holds; they cannot signal or
+trace the launcher).
 
 Each item of a request runs in its own caged fork of the launcher (``sandbox_item.py``,
 ``sandbox_cage.py``) with the ``Limits`` below: CPU summed over all its processes (the
@@ -44,6 +46,7 @@ from typing import Any
 
 from seedledger.ledger.errors import SeedLedgerError
 from seedledger.trainers.sandbox_cgroup import SandboxCgroups
+from seedledger.trainers.sandbox_coverage import CageCoverage, cage_coverage
 
 INSTALL_HINT = "install the 'bubblewrap' package (apt-get install bubblewrap)"
 USERNS_HINT = ("every item gets user, mount and PID namespaces of its own: allow unprivileged user "
@@ -139,6 +142,7 @@ class Sandbox:
         self.shm_mb = shm_mb
         self.use_cgroups = cgroups
         self.cgroups = SandboxCgroups(enabled=False)
+        self.coverage: CageCoverage | None = None  # make coverage only (sandbox_coverage.py)
         self._proc: subprocess.Popen[bytes] | None = None
         self._stderr: Any = None
         self._buffer = b""
@@ -160,7 +164,8 @@ class Sandbox:
         uid = 1_000_000 + 2 * ((os.getpid() * 32 + next(_uids) % 32) % 1_000_000_000) if root else 0
         env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8",
                "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1",
-               "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+               "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+               **(self.coverage.env() if self.coverage is not None else {})}
         setenv = [a for k, v in env.items() for a in ("--setenv", k, v)]
         return [
             bwrap_path(), "--die-with-parent", "--new-session", *isolation, *_binds(),
@@ -170,6 +175,7 @@ class Sandbox:
             "--perms", "0700", "--size", str(self.tmp_mb << 20), "--tmpfs", "/tmp",
             "--dir", "/sandbox", *self.cgroups.binds(),
             *[a for fd, name in zip(fds, _CAGE, strict=True) for a in ("--ro-bind-data", str(fd), f"/sandbox/{name}")],
+            *(self.coverage.binds() if self.coverage is not None else []),
             "--remount-ro", "/",  # nothing the launcher imports from can be written
             "--chdir", "/tmp", "--clearenv", *setenv,
             sys.executable, "-s", "-P", "-B", "/sandbox/sandbox_child.py", str(uid), str(self.tmp_mb),
@@ -180,6 +186,7 @@ class Sandbox:
         self._stop()
         bwrap_path()  # a missing bwrap is said before anything is made
         self.cgroups = SandboxCgroups(enabled=self.use_cgroups)
+        self.coverage = cage_coverage()
         pipes = [os.pipe() for _ in _CAGE]
         self._stderr = tempfile.TemporaryFile()
         try:
@@ -222,6 +229,8 @@ class Sandbox:
     def _stop(self) -> None:
         proc, self._proc = self._proc, None
         if proc is not None:
+            if self.coverage is not None:
+                self.coverage.finish(proc)
             if proc.poll() is None:
                 try:
                     os.killpg(proc.pid, signal.SIGKILL)
@@ -235,6 +244,9 @@ class Sandbox:
             self._stderr.close()
             self._stderr = None
         self.cgroups.close()
+        if self.coverage is not None:
+            self.coverage.close()
+            self.coverage = None
 
     def close(self) -> None:
         with self._lock:

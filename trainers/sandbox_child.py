@@ -35,6 +35,10 @@ from typing import Any
 if __package__:  # imported as trainers.sandbox_child (tests, docs): its siblings are in the package
     from .sandbox_item import item_uid, probe, run_item, run_program
 else:  # run as /sandbox/sandbox_child.py in the cage, where -P keeps its directory off the path
+    if os.environ.get("COVERAGE_PROCESS_START"):  # set by the host in `make coverage` only (sandbox_coverage.py)
+        import coverage
+
+        coverage.process_startup()
     sys.path.insert(0, "/sandbox")
     from sandbox_item import item_uid, probe, run_item, run_program
 

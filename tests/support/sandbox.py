@@ -105,6 +105,23 @@ box.close()
 """
 
 
+def _user_coverage() -> tuple[Path, Path] | None:
+    """Under ``make coverage``: a directory the user may write, holding a configuration for
+    its server (whose sandbox then measures its cage: trainers/sandbox_coverage.py), and
+    this process's data file, where its data goes on ``close``; else None."""
+    from seedledger.trainers.sandbox_coverage import measured
+
+    found = measured()
+    if found is None:
+        return None
+    data_file, branch = Path(found[0]), found[1]
+    root = Path(tempfile.mkdtemp(prefix="seedledger-user-coverage-"))
+    root.chmod(0o1777)
+    (root / "coveragerc").write_text(f"[run]\nparallel = True\nbranch = {branch}\ndata_file = {root / data_file.name}\n"
+                                     f"include = {ROOT}/trainers/sandbox*.py\n")
+    return root, data_file
+
+
 class UserBox:
     """A ``Sandbox`` in a process of the non-root user: ``run``, ``ping`` and ``starts``
     as the real one's (outcomes come back as ``Outcome``; a refusal as SeedLedgerError)."""
@@ -113,6 +130,9 @@ class UserBox:
         command, env = as_user([sys.executable, "-c", _SERVE])
         if extra_path:
             env["PATH"] = f"{extra_path}:{env['PATH']}"
+        self._coverage = _user_coverage()
+        if self._coverage is not None:  # make coverage: the user's server measures itself and its cage
+            env["COVERAGE_PROCESS_START"] = str(self._coverage[0] / "coveragerc")
         self._stderr = tempfile.TemporaryFile()
         self._proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
                                       env=env, cwd="/", text=True)
@@ -158,6 +178,11 @@ class UserBox:
         if self._proc.stdout is not None:
             self._proc.stdout.close()
         self._stderr.close()
+        if self._coverage is not None:
+            from seedledger.trainers.sandbox_coverage import move_data
+
+            move_data(self._coverage[0], self._coverage[1])
+            shutil.rmtree(self._coverage[0], ignore_errors=True)
 
 
 def user_box(extra_path: str | None = None) -> UserBox:
