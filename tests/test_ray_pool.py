@@ -9,7 +9,6 @@ Real local Ray clusters (2 CPUs, small object store) and the `tiny` model, drive
 from __future__ import annotations
 
 import json
-import logging
 import os
 import signal
 import subprocess
@@ -69,7 +68,7 @@ def test_cpu_workers_split_the_cluster_and_gpu_workers_take_one_gpu():
     assert actor_resources(gpu, 16.0) == ({"num_gpus": 1, "num_cpus": 1}, 1)
 
 
-# -- a real cluster (the first test lets the pool start one; the next uses a fixture's) --
+# -- a real cluster, started by the pool itself ---------------------------------------
 
 
 def _train(tmp_path, overrides, hooks=None):
@@ -83,36 +82,30 @@ def _train(tmp_path, overrides, hooks=None):
     ], result.fingerprint
 
 
-@pytest.fixture(scope="module")
-def local_run(tmp_path_factory):
-    return _train(tmp_path_factory.mktemp("local"), [])
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    """One local cluster for the module's tests that do not start their own."""
-    ray = pytest.importorskip("ray")
-    owned = not ray.is_initialized()
-    if owned:
-        ray.init(
-            address="local",
-            num_cpus=2,
-            object_store_memory=200 * 2**20,
-            include_dashboard=False,
-            logging_level=logging.WARNING,
-        )
-    yield ray
-    if owned:
-        ray.shutdown()
+# Low-rank members in groups of two, scored by decoded text and by likelihood (issue 30) at once.
+LOWRANK = ["perturbation={kind: lowrank, rank: 1}", "population=6", "members_per_forward=2",
+           "task.rewards=[task, {fn: length, limit: 12}, loglik]"]
 
 
 @pytest.mark.ray
-def test_two_workers_reach_the_local_pools_fingerprints(local_run, tmp_path, monkeypatch):
-    """The pool starts its own local cluster here (none is running yet) and stops it."""
+def test_two_workers_equal_the_local_pool_bit_for_bit_with_a_worker_killed_mid_generation(tmp_path, monkeypatch):
+    """The pool starts its own local cluster here (none is running yet) and stops it. Six
+    low-rank members in groups of two: worker 0 decodes groups 0-1, worker 1 group 2, so
+    the rows sharing a forward are the local pool's; every worker also scores its members'
+    reference answers (the likelihood reward) in its own batched forward. Worker 1 is killed
+    at a known point: blocked in its chunk of generation 2 (the stall hook), so its members
+    are in flight and the death is always noticed during generation 2's evaluate, never in
+    apply. Its replacement (no stall) rebuilds generation 1 from the ledger and scores them
+    again. Rewards and fingerprints are the local pool's, and no weights leave a worker."""
     ray = pytest.importorskip("ray")
     if ray.is_initialized():
         pytest.skip("Ray already initialised in this process")
+    from seedledger.engine.runtime import session
+    from seedledger.engine.runtime.hooks import Hooks
     from seedledger.engine.runtime.pools.ray import RayPool
+
+    (tmp_path / "local").mkdir()
+    local = _train(tmp_path / "local", LOWRANK)
 
     def no_weights(self):
         raise AssertionError("weights pulled from a worker with no anchor to save")
@@ -120,24 +113,6 @@ def test_two_workers_reach_the_local_pools_fingerprints(local_run, tmp_path, mon
     monkeypatch.setattr(RayPool, "state", no_weights)  # the session's end uses fingerprint()
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     monkeypatch.setenv("SEEDLEDGER_RAY_OBJECT_STORE", str(200 * 2**20))
-    fingerprints, rewards, final = _train(tmp_path, RAY)
-    assert not ray.is_initialized()  # close() shut down the cluster it started
-    assert len(fingerprints) == GENERATIONS
-    assert (fingerprints, rewards, final) == local_run
-    assert len(set(fingerprints)) == GENERATIONS  # the model moved every generation
-
-
-@pytest.mark.ray
-def test_a_worker_killed_mid_generation_is_rebuilt_and_changes_nothing(
-    cluster, local_run, tmp_path, monkeypatch
-):
-    """Worker 1 is killed at a known point: blocked in its first member of generation 2
-    (the stall hook), so its members are in flight and the death is always noticed during
-    generation 2's evaluate, never in apply. Its replacement (no stall) rebuilds
-    generation 1 from the ledger and scores them again."""
-    from seedledger.engine.runtime import session
-    from seedledger.engine.runtime.hooks import Hooks
-
     pools = []
 
     def capture(cfg, model_dir):
@@ -155,32 +130,24 @@ def test_a_worker_killed_mid_generation_is_rebuilt_and_changes_nothing(
             state["pids"] = pools[0].pids()  # asked while the workers are idle
 
     def on_member(result) -> None:
-        # Worker 0's first result of generation 2: worker 1 is stalled in member 1 (with
-        # member 3 queued behind it) and cannot finish, so this kill always finds it there.
+        # Worker 0's first result of generation 2: worker 1 is stalled in its chunk (members
+        # 4 and 5) and cannot finish, so this kill always finds it there.
         if state["generation"] == 2 and state["killed"] is None:
             state["killed"] = state["pids"][1]
             os.kill(state["killed"], signal.SIGKILL)
 
+    (tmp_path / "ray").mkdir()
     hooks = Hooks(on_generation_start=on_generation_start, on_member=on_member)
-    fingerprints, rewards, final = _train(tmp_path, RAY, hooks)
+    fingerprints, rewards, final = _train(tmp_path / "ray", LOWRANK + RAY, hooks)
+    assert not ray.is_initialized()  # close() shut down the cluster it started
     assert state["killed"] is not None
     # Replaced while the pool stood at generation 1, i.e. during generation 2's evaluate.
     assert pools[0].replacements == [
         {"worker": 1, "generation": 1, "error": pools[0].replacements[0]["error"]}
     ]
-    assert (fingerprints, rewards, final) == local_run
-
-
-@pytest.mark.ray
-def test_a_loglik_run_on_two_workers_equals_the_local_pool(cluster, tmp_path):
-    """Likelihood fitness (issue 30): every worker scores its members' reference answers in
-    its own batched forward, and the run equals the local pool's bit for bit."""
-    loglik = ["task.rewards=[loglik]", "perturbation=lowrank"]
-    (tmp_path / "local").mkdir()
-    (tmp_path / "ray").mkdir()
-    local = _train(tmp_path / "local", loglik)
-    assert _train(tmp_path / "ray", loglik + RAY) == local
-    assert len(set(local[0])) == GENERATIONS  # a signal in every generation
+    assert len(fingerprints) == GENERATIONS
+    assert (fingerprints, rewards, final) == local
+    assert len(set(fingerprints)) == GENERATIONS  # the model moved every generation
 
 
 # -- an existing cluster, joined through RAY_ADDRESS, via the console script ----------------
@@ -245,23 +212,37 @@ TRAIN = ["train", "--run", "r", "--json"] + [
 ]
 
 
+# An adapter run: each worker holds the frozen base and its own adapter master.
+LORA = ["train={kind: lora, rank: 4, target_modules: [q_proj, v_proj, down_proj]}", "population=4",
+        "members_per_forward=2", "max_new_tokens=6", "task.rewards=[task, {fn: length, limit: 30}]"]
+
+
 @pytest.mark.ray
-def test_the_console_script_joins_an_existing_cluster(head, local_run, tmp_path):
+def test_the_console_script_joins_an_existing_cluster_and_a_lora_run_equals_the_local_pool(head, tmp_path):
+    """The console script joins the head's cluster through RAY_ADDRESS; its LoRA run (each
+    worker replays every record into its own adapter master) reaches the local pool's
+    rewards and fingerprints bit for bit."""
     from seedledger.ledger import Ledger
 
     _, ask, _ = head
+    (tmp_path / "local").mkdir()
+    fingerprints, rewards, final = _train(tmp_path / "local", LORA)
     cli = _cli_on(head, tmp_path)
+    train = ["train", "--run", "r", "--json"] + [
+        x for kv in TINY + LORA + RAY + [f"generations={GENERATIONS}"] for x in ("--set", kv)]
     proc = subprocess.Popen(  # as Cli.run, but the driver's pid is needed
-        [*script(), *TRAIN], cwd=tmp_path, env=cli.env,
+        [*script(), *train], cwd=tmp_path, env=cli.env,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     out, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err[-3000:]
     assert proc.pid in ask(), "the run did not join the head's cluster"
-    fingerprints, _, final = local_run
     assert json.loads(out)["fingerprint"] == final
     with Ledger.open(tmp_path / "ledger.db", create=False) as led:
-        assert [r.fingerprint for r in led.records("r")] == fingerprints
+        records = led.records("r")
+    assert [r.fingerprint for r in records] == fingerprints
+    assert [[m.reward for m in r.members] for r in records] == rewards
+    assert len(set(fingerprints)) == GENERATIONS
 
 
 @pytest.mark.ray
@@ -306,7 +287,8 @@ def test_a_worker_without_the_model_or_the_ledger_says_so(tiny_model_dir, tmp_pa
 
 
 @pytest.mark.ray
-def test_a_workers_error_reaches_the_driver_as_one_line(cluster, tmp_path):
+def test_a_workers_error_reaches_the_driver_as_one_line(tmp_path, monkeypatch):
+    """One worker says it (the pool starts and stops its own cluster)."""
     from types import SimpleNamespace
 
     from seedledger.engine.config import validate
@@ -314,7 +296,10 @@ def test_a_workers_error_reaches_the_driver_as_one_line(cluster, tmp_path):
     from seedledger.engine.runtime.pools.ray import RayPool
     from seedledger.ledger.errors import SeedLedgerError
 
-    cfg = validate({"model": "tiny", "workers": {"pool": "ray", "count": 2}})
+    pytest.importorskip("ray")
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setenv("SEEDLEDGER_RAY_OBJECT_STORE", str(200 * 2**20))
+    cfg = validate({"model": "tiny", "workers": {"pool": "ray", "count": 1}})
     pool = RayPool(cfg, resolve_model("tiny"))
     try:
         nowhere = SimpleNamespace(location=str(tmp_path / "elsewhere" / "ledger.db"))
@@ -324,32 +309,3 @@ def test_a_workers_error_reaches_the_driver_as_one_line(cluster, tmp_path):
         pool.close()
     assert type(err.value) is SeedLedgerError  # not Ray's wrapper with a remote traceback
     assert "cannot open the ledger" in str(err.value) and "\n" not in str(err.value)
-
-
-LOWRANK = ["perturbation={kind: lowrank, rank: 1}", "population=6", "members_per_forward=2"]
-
-
-@pytest.mark.ray
-def test_lowrank_two_workers_equal_local_bit_for_bit(cluster, tmp_path):
-    """Six low-rank members in groups of two: worker 0 decodes groups 0-1, worker 1 group 2;
-    the rows sharing a forward are the local pool's, so rewards and fingerprints are too."""
-    (tmp_path / "local").mkdir()
-    (tmp_path / "ray").mkdir()
-    local = _train(tmp_path / "local", LOWRANK)
-    assert _train(tmp_path / "ray", LOWRANK + RAY) == local
-    assert len(set(local[0])) == GENERATIONS
-
-
-LORA = ["train={kind: lora, rank: 4, target_modules: [q_proj, v_proj, down_proj]}", "population=4",
-        "members_per_forward=2", "max_new_tokens=6", "task.rewards=[task, {fn: length, limit: 30}]"]
-
-
-@pytest.mark.ray
-def test_lora_two_workers_equal_local_bit_for_bit(cluster, tmp_path):
-    """An adapter run: each worker holds the frozen base and its own adapter master, replays
-    every record itself, and reaches the local pool's rewards and fingerprints."""
-    (tmp_path / "local").mkdir()
-    (tmp_path / "ray").mkdir()
-    local = _train(tmp_path / "local", LORA)
-    assert _train(tmp_path / "ray", LORA + RAY) == local
-    assert len(set(local[0])) == GENERATIONS
