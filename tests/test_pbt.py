@@ -95,8 +95,23 @@ def test_pbt_refuses_other_settings_for_the_same_name(two_pbts):
 
 @pytest.mark.ray
 def test_pbt_members_train_in_parallel_on_ray(tmp_path):
+    """One local cluster, started here: the members' runs are created (a pool each, for the
+    base fingerprint) and trained as Ray tasks on it. A PBT that starts Ray itself starts a
+    cluster for each of those pools (tests/test_ray_pool.py's first test covers a pool that
+    starts and stops its own); the rounds' Ray path is the same."""
+    ray = pytest.importorskip("ray")
+    import logging
+
     config = tmp_path / "tiny.yaml"
     config.write_text(tiny_config(generations=1, workers={"pool": "ray", "count": 1}))
-    out = json.loads(cli("pbt", str(config), "--population", "2", "--rounds", "1", "--rows", "2",
-                         "--ledger", str(tmp_path / "l.db"), "--json").stdout)
+    owned = not ray.is_initialized()
+    if owned:
+        ray.init(address="local", num_cpus=2, object_store_memory=200 * 2**20, include_dashboard=False,
+                 logging_level=logging.WARNING)
+    try:
+        out = json.loads(cli("pbt", str(config), "--population", "2", "--rounds", "1", "--rows", "2",
+                             "--ledger", str(tmp_path / "l.db"), "--json").stdout)
+    finally:
+        if owned:
+            ray.shutdown()
     assert out["rounds_done"][0]["generation"] == 1 and len(out["rounds_done"][0]["scores"]) == 2
