@@ -95,16 +95,27 @@ ACROSS_NODES = ["algorithm=ga", "mirrored=false", "optimizer=sgd", "sigma=0.05",
                 "perturbation={kind: lowrank, rank: 1}", "population=6", "members_per_forward=2"]
 
 
-def test_a_run_across_nodes_equals_the_local_pool(cluster, pg_url, tmp_path):
-    """Two workers on two nodes (one CPU each, so one worker per node), PostgreSQL ledger:
-    the fingerprints and rewards of every generation are the local pool's."""
-    local = _local(tmp_path, ACROSS_NODES, 2)
+def test_a_run_across_nodes_equals_the_local_pool_and_a_killed_driver_is_resumed_from_another_process(
+    cluster, pg_url, tmp_path
+):
+    """Two workers on two nodes (one CPU each, so one worker per node), PostgreSQL ledger,
+    driven by the console script, which is SIGKILLed after its first scored member of
+    generation 2 (its actors die with it) and keeps generation 1; `resume` in another
+    process joins the same cluster: the fingerprints and rewards of every generation are
+    the local pool's, and no worker was restarted."""
+    local = _local(tmp_path, ACROSS_NODES, 3)
+    env = {**os.environ, **_env(cluster, pg_url), "SEEDLEDGER_FAILPOINT": "member@2"}
+    started = time.monotonic()
+    proc = subprocess.run([*script(), *_train_args(ACROSS_NODES + RAY, 3)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
+    assert _history(pg_url)[0] == local[0][:1], f"killed after {time.monotonic() - started:.0f} s"
     cli = Cli(tmp_path)
     cli.env.update(_env(cluster, pg_url))
-    out = cli.json(*_train_args(ACROSS_NODES + RAY, 2))
+    out = json.loads(cli.run("resume", "r", "--json", "--trust-code").stdout)
+    assert out["latest_generation"] == 3 and out["fingerprint"] == local[0][-1]
     assert _history(pg_url) == local
-    assert out["fingerprint"] == local[0][-1]
-    assert len(set(local[0])) == 2  # the model moved every generation
+    assert len(set(local[0])) == 3  # the model moved every generation
     with Ledger.open(pg_url, create=False) as led:
         assert not led.events("r", kind="worker_restart")
 
@@ -215,21 +226,3 @@ def test_with_every_worker_node_lost_the_generation_waits_for_a_node_and_complet
     gen3 = [c["node"] for c in pool.chunks if c["generation"] == 3]
     assert gen3 and set(gen3) == {state["joined"]}
     assert _history(pg_url) == undisturbed
-
-
-def test_a_driver_killed_mid_generation_is_resumed_from_another_process(cluster, undisturbed, pg_url, tmp_path):
-    """The console script, SIGKILLed after its first scored member of generation 2 (its
-    actors die with it), keeps generation 1; `resume` in another process joins the same
-    cluster and reaches the undisturbed run's bits."""
-    reference = undisturbed
-    env = {**os.environ, **_env(cluster, pg_url), "SEEDLEDGER_FAILPOINT": "member@2"}
-    started = time.monotonic()
-    proc = subprocess.run([*script(), *_train_args(RAY, 3)], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
-    assert _history(pg_url)[0] == reference[0][:1], f"killed after {time.monotonic() - started:.0f} s"
-    cli = Cli(tmp_path)
-    cli.env.update(_env(cluster, pg_url))
-    out = json.loads(cli.run("resume", "r", "--json", "--trust-code").stdout)
-    assert out["latest_generation"] == 3
-    assert _history(pg_url) == reference
