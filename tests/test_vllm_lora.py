@@ -2,10 +2,11 @@
 
 One engine per rank (vLLM takes ~1 min to start on 2 cores): rank 1 (one-wide LoRA slots)
 for every test, then rank 4 (8-wide slots, the extra columns zero) for the agreement
-alone, last, so that one engine is alive at a time. σ = 0.01 makes members' greedy
-completions visibly differ from the master and from each other, so equality with the HF
-path proves each row got its own member's term on every targeted matrix, q/k/v and
-gate/up included (vLLM packs those into qkv_proj and gate_up_proj slices).
+alone, last in the file, so that one engine is alive at a time (pytest keeps the file's
+order: a rank-1 test after it would start the rank-1 engine and HF model again). σ = 0.01
+makes members' greedy completions visibly differ from the master and from each other, so
+equality with the HF path proves each row got its own member's term on every targeted
+matrix, q/k/v and gate/up included (vLLM packs those into qkv_proj and gate_up_proj slices).
 """
 
 from __future__ import annotations
@@ -136,12 +137,6 @@ def test_too_many_members_are_refused(backends: tuple) -> None:
         _evaluate(vb, five)
 
 
-@pytest.mark.parametrize("backends", [4], indirect=True, ids=["rank4"])
-def test_rank4_adapters_in_wider_slots_match_hf(backends: tuple) -> None:
-    assert backends[0].perturbation.rank == 4
-    _check_agreement(*backends)
-
-
 def test_loglik_of_lowrank_members_matches_hf(backends: tuple) -> None:
     """Likelihood fitness with one LoRA slot per low-rank member (vLLM's prompt
     log-probabilities) equals the HF backend's batched teacher-forced scores."""
@@ -155,3 +150,9 @@ def test_loglik_of_lowrank_members_matches_hf(backends: tuple) -> None:
     print(f"vLLM multi-LoRA vs HF batched loglik: max |Δ| = {worst:.2e}")
     assert worst < 1e-3
     assert len({round(sum(s), 9) for s in mine}) == 4  # every member scores differently
+
+
+@pytest.mark.parametrize("backends", [4], indirect=True, ids=["rank4"])
+def test_rank4_adapters_in_wider_slots_match_hf(backends: tuple) -> None:
+    assert backends[0].perturbation.rank == 4
+    _check_agreement(*backends)
