@@ -94,24 +94,22 @@ def test_pbt_refuses_other_settings_for_the_same_name(two_pbts):
 
 
 @pytest.mark.ray
-def test_pbt_members_train_in_parallel_on_ray(tmp_path):
-    """One local cluster, started here: the members' runs are created (a pool each, for the
-    base fingerprint) and trained as Ray tasks on it. A PBT that starts Ray itself starts a
-    cluster for each of those pools (tests/test_ray_pool.py's first test covers a pool that
-    starts and stops its own); the rounds' Ray path is the same."""
+def test_pbt_members_train_in_parallel_on_ray(tmp_path, monkeypatch):
+    """The study starts one local Ray cluster and stops it at the end: the members' runs
+    are created on it (a pool each, for the base fingerprint) and trained as Ray tasks on
+    it, instead of a cluster started and stopped per pool."""
     ray = pytest.importorskip("ray")
-    import logging
-
+    if ray.is_initialized():
+        pytest.skip("a Ray connection is already open in this process")
+    starts = []
+    init = ray.init
+    monkeypatch.setattr(ray, "init", lambda *a, **k: starts.append(k.get("address")) or init(*a, **k))
+    monkeypatch.setenv("SEEDLEDGER_RAY_OBJECT_STORE", str(200 * 2**20))
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
     config = tmp_path / "tiny.yaml"
     config.write_text(tiny_config(generations=1, workers={"pool": "ray", "count": 1}))
-    owned = not ray.is_initialized()
-    if owned:
-        ray.init(address="local", num_cpus=2, object_store_memory=200 * 2**20, include_dashboard=False,
-                 logging_level=logging.WARNING)
-    try:
-        out = json.loads(cli("pbt", str(config), "--population", "2", "--rounds", "1", "--rows", "2",
-                             "--ledger", str(tmp_path / "l.db"), "--json").stdout)
-    finally:
-        if owned:
-            ray.shutdown()
+    out = json.loads(cli("pbt", str(config), "--population", "2", "--rounds", "1", "--rows", "2",
+                         "--ledger", str(tmp_path / "l.db"), "--json").stdout)
+    assert starts == ["local"], "one local cluster for the whole study"
+    assert not ray.is_initialized(), "the study stops the cluster it started"
     assert out["rounds_done"][0]["generation"] == 1 and len(out["rounds_done"][0]["scores"]) == 2

@@ -31,9 +31,10 @@ members get here as Ray tasks when the config says `workers.pool: ray`.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -177,8 +178,8 @@ class PBT:
                 for run in (self.run_in(s, round_) for s in range(self.K))]
         todo = [(run, n) for run, n in todo if n > 0]
         if self.cfg.workers.pool == "ray" and len(todo) > 1:
-            _train_on_ray(self.ledger.location, todo, self.cfg.workers.address,
-                          all(self.check_code(run) for run, _ in todo), str(Path(self.config).resolve()))
+            _train_on_ray(self.ledger.location, todo, all(self.check_code(run) for run, _ in todo),
+                          str(Path(self.config).resolve()))
         else:
             for run, n in todo:
                 session.resume(self.ledger, run, n, trust_code=self.check_code(run))
@@ -241,12 +242,30 @@ class PBT:
                 self.ledger.log_event(child, "pbt-exploit", payload)
                 self.say({"event": "exploit", **payload, "run": child})
 
+    @contextlib.contextmanager
+    def _ray(self) -> Iterator[None]:
+        """With `workers.pool: ray`, join (or start) Ray once for the whole study: every
+        member's pool (at its creation, for the base fingerprint; in each round) then uses
+        that connection instead of starting and stopping a local cluster of its own."""
+        if self.cfg.workers.pool != "ray":
+            yield
+            return
+        from seedledger.engine.runtime.pools.ray_setup import connect, ray
+
+        owned = connect(self.cfg.workers.address)
+        try:
+            yield
+        finally:
+            if owned:
+                ray.shutdown()
+
     def run(self) -> dict[str, Any]:
         for run, slot, round_ in self.existing_runs():  # before anything is built from a stored config
             self.check_code(run)
             self.check_config(run, slot, round_)
         history = []
-        with reading(self.config):  # every member's sessions record the config's sha256
+        # every member's sessions record the config's sha256; on Ray, one cluster for the study
+        with reading(self.config), self._ray():
             self.start()
             for round_ in range(1, self.R + 1):
                 self.train_round(round_)
@@ -262,15 +281,12 @@ class PBT:
                          "score": last["scores"][best]}}
 
 
-def _train_on_ray(location: str, todo: list[tuple[str, int]], address: str | None, trust_code: bool,
-                  study: str) -> None:
+def _train_on_ray(location: str, todo: list[tuple[str, int]], trust_code: bool, study: str) -> None:
     """A round's members as Ray tasks; each session builds its own (Ray) pool, whose actors
     hold the CPUs, so the tasks ask for none. Each records `study` (the config) among its inputs."""
-    from seedledger.engine.runtime.pools.ray_setup import FEATURE, connect, get
+    from seedledger.engine.runtime.pools.ray_setup import FEATURE, get
 
-    ray = require("ray", FEATURE)
-
-    connect(address)
+    ray = require("ray", FEATURE)  # connected by Pbt.run, for the whole study
 
     @ray.remote(num_cpus=0, max_retries=0)
     def train(location: str, run: str, generations: int, trust_code: bool, study: str) -> str:
