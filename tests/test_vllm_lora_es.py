@@ -46,6 +46,10 @@ PROMPTS = [
     [{"role": "user", "content": "Name a colour, in one word."}],
     [{"role": "user", "content": "Write one sentence about the sea."}],
 ]
+DIR_PROMPTS = [  # test_vllm_serves_the_rebuilt_adapter_directory's
+    [{"role": "user", "content": f"What is {a} + {b}? Answer with the number only."}]
+    for a, b in [(2, 3), (17, 25), (123, 456), (9, 8)]
+]
 MAX_NEW = 24
 SPEC = LoraSpec(8, 16.0, DEFAULT_TARGETS, "seed:0")  # alpha/r = 2: vLLM's fold into B is exact
 SIGMA = noise.round_coefficient(0.05)
@@ -159,6 +163,33 @@ def test_master_adapter_is_served_between_members_and_after_a_load(backends: tup
     assert trained["base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight"].abs().sum() > 0
     still = Population((7,), (1,), 0.0, (None,))  # σ = 0: the member is the master adapter
     assert vb.evaluate(initial, still, PROMPTS, MAX_NEW).completions == [back]
+
+
+def test_vllm_serves_the_rebuilt_adapter_directory(backends: tuple, smollm2_dir: Path, tmp_path: Path) -> None:
+    """vLLM serves a LoRA adapter directory as `write_peft_dir` writes it (what `rebuild`
+    of a LoRA run gives) through a `LoRARequest` read from disk, token for token as the HF
+    backend evaluates the same master. Was tests/test_lora_vllm.py, on an engine of its own
+    (`enable_lora`, one slot); this engine's slots take the same adapter, under an id that
+    the members here never reach, so it is read from its path."""
+    from vllm import SamplingParams
+    from vllm.lora.request import LoRARequest
+
+    from seedledger.engine.runtime.models.adapters import write_peft_dir
+
+    vb, hb = backends
+    trained = _trained(vb.master())
+    hb.load_master(trained)
+    ours = hb.generate(DIR_PROMPTS, MAX_NEW)
+    write_peft_dir(tmp_path / "adapter", trained, SPEC, str(smollm2_dir))
+    params = SamplingParams(max_tokens=MAX_NEW, temperature=0.0, detokenize=False)
+    tokens = vb._token_prompts(DIR_PROMPTS)
+    request = LoRARequest("rebuilt", 10**6, str(tmp_path / "adapter"))
+    served = vb.llm.generate(tokens, params, use_tqdm=False, lora_request=request)
+    plain = vb.llm.generate(tokens, params, use_tqdm=False)
+    decode = vb.tokenizer.decode
+    texts = [decode(o.outputs[0].token_ids, skip_special_tokens=True) for o in served]
+    assert texts == ours
+    assert texts != [decode(o.outputs[0].token_ids, skip_special_tokens=True) for o in plain]
 
 
 def test_member_adapters_are_not_served_from_an_int8_base(smollm2_dir: Path) -> None:
