@@ -5,6 +5,8 @@ descriptors 1 and 2, so what vLLM's C code or children wrote would be seen too).
 
 One module ledger of SmolLM2 on vLLM: train, resume, fork and evaluate each start an engine
 (the costly part, ~30-60 s on 2 cores); the other commands read the ledger and replay.
+`evaluate` runs once, with `--verbose`: its stdout is still one JSON document with no vLLM
+line, and vLLM's log is on its stderr (train, resume and fork show the quiet default).
 """
 
 from __future__ import annotations
@@ -48,7 +50,6 @@ def test_every_command_prints_one_json_document_on_vllm(cli):
     assert cli.trained["generations_committed"] == [1]
     assert _one_document(cli, "resume", "v", "--generations", "1")["generations_committed"] == [2]
     assert _one_document(cli, "fork", "v@1", "--run", "k", "--generations", "1")["generations_committed"] == [2]
-    assert _one_document(cli, "evaluate", "k")["rows"] == 2
     assert {r["name"] for r in _one_document(cli, "log")} == {"v", "k"}
     assert _one_document(cli, "log", "k")["run"]["backend"] == "vllm"
     assert _one_document(cli, "show", "k@2")["generation"] == 2
@@ -60,6 +61,10 @@ def test_every_command_prints_one_json_document_on_vllm(cli):
 
 
 def test_vllm_logs_with_verbose_on_stderr_only(cli):
+    """`evaluate`'s one engine start: with `--verbose`, vLLM's log on stderr, and stdout
+    still exactly one JSON document without a vLLM line."""
     verbose = cli.run("--verbose", "evaluate", "v@1", "--json")
     assert "(MainProcess pid=" in verbose.stderr and " INFO " in verbose.stderr
-    assert json.loads(verbose.stdout)["run"] == "v"
+    assert not VLLM_LINE.search(verbose.stdout), verbose.stdout[:3000]
+    report = json.loads(verbose.stdout)  # the whole of stdout, nothing before or after
+    assert report["run"] == "v" and report["rows"] == 2
