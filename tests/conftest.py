@@ -17,6 +17,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # less than a vLLM engine's start-up; vLLM tests say `backend: vllm`, and
 # tests/test_backend_choice.py unsets it to test the choice itself
 os.environ.setdefault("SEEDLEDGER_AUTO_BACKEND", "hf")
+# Two workers on two cores, each with vLLM engines, Ray actors and CLI subprocesses running
+# torch's OpenMP: threads that spin while they wait for a core take it from the thread they
+# wait for. Sleeping instead cut test_vllm_lora + test_vllm_backend at -n 2 from 434 to 252
+# CPU s (227 to 158 s wall, 2026-12-06); set before torch loads OpenMP here or in a child.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 @pytest.fixture(scope="session")
@@ -108,21 +113,20 @@ def box():
     sandbox.close()
 
 
-# Worker-minutes each long file took (`pytest --durations=0` under make test, 2026-11-28,
-# a quiet 2-core machine, less what e16eb8f took off). `--dist loadfile` hands whole files
-# to the workers in collection order, so the long files go first: the short ones then fill
-# the gaps, and the workers finish together instead of one running a long file alone
+# Worker-minutes each long file took (wall, from a cgroup-per-file profile of make test,
+# 2026-12-06, a quiet 2-core machine, before that day's cuts). `--dist loadfile` hands whole
+# files to the workers in collection order, so the long files go first: the short ones then
+# fill the gaps, and the workers finish together instead of one running a long file alone
 # (make test passes --no-loadscope-reorder: xdist's default reorders files by their number
 # of tests, which put test_many_writers' two long tests last).
 LONG_FILES = {
-    "test_vllm_lora.py": 3.8, "test_many_writers.py": 2.6, "test_ray_pool.py": 2.5, "test_vllm_lora_es.py": 2.5,
-    "test_ray_cluster.py": 3.0,  # 224 s at load average 7 (2026-11-28); not timed on a quiet machine
-    "test_pbt.py": 1.7, "test_newcomer_vllm.py": 1.6, "test_lifecycle.py": 1.5, "test_cli_walkthrough.py": 1.4,
-    "test_training.py": 1.3, "test_extras.py": 1.2, "test_vllm_backend.py": 1.2, "test_console_script.py": 0.9,
-    "test_tune_lease.py": 0.8, "test_cli_friction.py": 0.7, "test_notebook.py": 0.6, "test_newcomer.py": 0.6,
-    "test_training_hard_tasks.py": 0.6, "test_module_es.py": 0.6, "test_lora_vllm.py": 0.5,
-    "test_vllm_rebuild.py": 0.5, "test_tasks_reasoning_gym.py": 0.5, "test_tune.py": 0.5,
-    "test_untrusted_signals.py": 0.4, "test_lowrank_training.py": 0.4,
+    "test_ray_cluster.py": 5.6, "test_ray_pool.py": 3.6, "test_many_writers.py": 2.4, "test_vllm_lora.py": 2.4,
+    "test_pbt.py": 2.2, "test_lifecycle.py": 2.0, "test_vllm_lora_es.py": 1.9, "test_extras.py": 1.7,
+    "test_cli_walkthrough.py": 1.5, "test_newcomer.py": 1.4, "test_vllm_backend.py": 1.4, "test_newcomer_vllm.py": 1.3,
+    "test_training.py": 1.3, "test_console_script.py": 1.2, "test_vllm_rebuild.py": 0.9, "test_cli_friction.py": 0.8,
+    "test_notebook.py": 0.7, "test_attribute.py": 0.7, "test_training_hard_tasks.py": 0.6, "test_module_es.py": 0.6,
+    "test_tune.py": 0.5, "test_untrusted_signals.py": 0.5, "test_tasks_reasoning_gym.py": 0.5,
+    "test_tune_lease.py": 0.4, "test_provenance.py": 0.4, "test_passk_vllm.py": 0.4,
 }
 
 
