@@ -17,7 +17,7 @@ from seedledger.ledger.records import ReplayStep
 from seedledger.replay import kinds
 from seedledger.replay.adapter import LoraSpec
 from seedledger.replay.kinds import KINDS, Adapter, Full, LowRank, from_run, member_scale
-from seedledger.replay.kinds.forms import MemberForm
+from seedledger.replay.kinds.forms import MasterForm, MemberForm
 from seedledger.replay.kinds.full import SPEC
 from seedledger.replay.lowrank import factors
 from seedledger.replay.noise import round_coefficient
@@ -52,9 +52,9 @@ def test_the_historic_factories_return_the_kinds():
     assert check_spec("v1", SPEC_LORA.selection).adapter == SPEC_LORA
     assert step_perturbation(object()) == Full()
     assert [k.kind for k in (Full(), LowRank(1), Adapter(SPEC_LORA))] == ["full", "lowrank", "full"]
-    assert [(k.forms, k.frozen_base, k.keeps_paths) for k in (Full(), LowRank(1), Adapter(SPEC_LORA))] == [
-        ({WEIGHTS}, False, True), ({ROW_TERMS, LORA_SLOTS, WEIGHTS}, False, False),
-        ({ROW_TERMS, LORA_SLOTS}, True, True),
+    assert [(k.forms, k.master_form, k.keeps_paths) for k in (Full(), LowRank(1), Adapter(SPEC_LORA))] == [
+        ({WEIGHTS}, MasterForm.MODEL, True), ({ROW_TERMS, LORA_SLOTS, WEIGHTS}, MasterForm.MODEL, False),
+        ({ROW_TERMS, LORA_SLOTS}, MasterForm.ADAPTER, True),
     ]
 
 

@@ -19,7 +19,7 @@ from seedledger.ledger.errors import SeedLedgerError
 from seedledger.replay import noise, quant
 from seedledger.replay.fingerprint import fingerprint
 from seedledger.replay.kinds import Full, QuantScales, from_run
-from seedledger.replay.kinds.forms import MemberForm
+from seedledger.replay.kinds.forms import MasterForm, MemberForm
 from seedledger.replay.update import OptimizerState, apply_step
 from tests.support.int8_runs import (
     CONFIG_REFUSALS,
@@ -93,7 +93,7 @@ def test_kind_strings_round_trip_and_refusals():
     kind = QuantScales.of(TARGETS)
     assert kind.noise_spec == "v1" and kind.param_selection == "int8-scales-v1:targets=q_proj,v_proj,down_proj"
     assert from_run(kind.noise_spec, kind.param_selection) == kind
-    assert kind.forms == {MemberForm.ROW_SCALES} and not kind.frozen_base and not kind.keeps_paths
+    assert kind.forms == {MemberForm.ROW_SCALES} and kind.master_form is MasterForm.MODEL and not kind.keeps_paths
     assert kind.adapter is None
     assert kind.trained("model.layers.0.self_attn.q_proj.weight_scale", (64,))
     assert not kind.trained("model.layers.0.self_attn.q_proj.weight", (64, 64))

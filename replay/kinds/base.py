@@ -177,11 +177,6 @@ class PerturbationKind(ABC):
     # --- evaluation (the backends; each member form's own methods: .forms) ---------------
 
     @property
-    def frozen_base(self) -> bool:
-        """The model is a frozen base and the master a term on it (``master_form``'s)."""
-        return self.master_form.frozen_base
-
-    @property
     def adapter(self) -> Any:
         """The LoRA spec a frozen-base kind trains (``replay.adapter.LoraSpec``), else None."""
         return None

@@ -46,11 +46,6 @@ class MasterForm(StrEnum):
     MODEL = "every weight of the model"  # the model is the master (in the kind's member_weights form)
     ADAPTER = "an adapter on a frozen base"  # the model is a frozen base, fingerprinted; the master a LoRA adapter
 
-    @property
-    def frozen_base(self) -> bool:
-        """Is the model a frozen base, the master a term on it (replay and rebuild bind its fingerprint)?"""
-        return self is MasterForm.ADAPTER
-
 
 class RowMembers(Protocol):
     """What a kind whose members ride on the loaded master as rows gives (any riding form)."""
