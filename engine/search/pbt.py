@@ -45,7 +45,6 @@ from seedledger.engine.search import tunecheck
 from seedledger.engine.search.tune import override
 from seedledger.ledger import Ledger
 from seedledger.ledger.errors import SeedLedgerError
-from seedledger.ledger.extras import require
 
 UP, DOWN = 1.25, 0.8
 
@@ -284,9 +283,7 @@ class PBT:
 def _train_on_ray(location: str, todo: list[tuple[str, int]], trust_code: bool, study: str) -> None:
     """A round's members as Ray tasks; each session builds its own (Ray) pool, whose actors
     hold the CPUs, so the tasks ask for none. Each records `study` (the config) among its inputs."""
-    from seedledger.engine.runtime.pools.ray_setup import FEATURE, get
-
-    ray = require("ray", FEATURE)  # connected by Pbt.run, for the whole study
+    from seedledger.engine.runtime.pools.ray_setup import get, ray  # connected by PBT.run, for the whole study
 
     @ray.remote(num_cpus=0, max_retries=0)
     def train(location: str, run: str, generations: int, trust_code: bool, study: str) -> str:

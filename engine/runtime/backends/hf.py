@@ -28,7 +28,7 @@ from seedledger.engine.runtime.backends.base import (
     PopulationOutput,
 )
 from seedledger.engine.runtime.backends.hf_decode import HFDecoding
-from seedledger.engine.runtime.backends.hf_master import MASTERS
+from seedledger.engine.runtime.backends.hf_master import MASTERS, HFMaster
 from seedledger.engine.runtime.backends.seeded_sampling import prompt_stream_seed
 from seedledger.engine.runtime.models.resolve import load_causal_lm
 from seedledger.replay.kinds import Full, PerturbationKind, member_scale
@@ -71,8 +71,8 @@ class HFBackend(HFDecoding):
         model = load_causal_lm(self.model_dir, device=self.device, dtype=torch.float32,
                                quantization=base_quantization)
         model.requires_grad_(False)  # the master comes from the fp32 checkpoint, whatever the model's dtype
-        self._store = MASTERS[kind.master_form](model, kind, quantization=base_quantization,
-                                                adapter_init=adapter_init, keep_fp32=dtype != torch.float32)
+        self._store: HFMaster = MASTERS[kind.master_form](model, kind, quantization=base_quantization,
+                                                          adapter_init=adapter_init, keep_fp32=dtype != torch.float32)
         self.frozen = self._store.frozen  # an adapter run's frozen base, as loaded
         if dtype != torch.float32:
             model.to(dtype)

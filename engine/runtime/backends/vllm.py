@@ -53,7 +53,7 @@ from seedledger.engine.runtime.backends.vllm_env import (
     route_logs,
 )
 from seedledger.engine.runtime.backends.vllm_lora import Slots, engine_kwargs, slot_linears
-from seedledger.engine.runtime.backends.vllm_master import MASTERS
+from seedledger.engine.runtime.backends.vllm_master import MASTERS, VLLMMaster
 from seedledger.ledger.errors import SeedLedgerError
 from seedledger.replay.kinds import Full, PerturbationKind, member_scale
 from seedledger.replay.kinds.forms import chosen
@@ -103,7 +103,7 @@ class VLLMBackend(VLLMDecoding):
         self.model_dir = Path(model_dir)
         self.temperature = temperature
         self.top_p = top_p
-        self._store = MASTERS[kind.master_form](self.model_dir, kind, adapter_init)
+        self._store: VLLMMaster = MASTERS[kind.master_form](self.model_dir, kind, adapter_init)
         self.frozen = self._store.frozen  # an adapter run's frozen base, as loaded
         if batch_size is not None:  # the HF backend's knob: sequences decoded together
             rows = batch_size * (members_per_forward if self.keeps_master else 1)
