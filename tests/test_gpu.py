@@ -8,6 +8,7 @@ import torch
 from seedledger.ledger.records import ReplayStep
 from seedledger.replay import noise, update
 from seedledger.replay.fingerprint import fingerprint
+from tests.support import device_cases
 from tests.support.replay_cases import special_values
 
 pytestmark = [
@@ -249,3 +250,35 @@ def test_loglik_scores_on_cuda_match_cpu(kind, tiny_model_dir):
     assert worst < 1e-3
     order = {d: sorted(range(len(members)), key=lambda m: sum(s[m])) for d, s in scores.items()}
     assert order["cpu"] == order["cuda"]
+
+
+# The kinds and policies beyond the kernels above (tests/support/device_cases.py: each case
+# takes the second device, so it is rehearsed CPU-vs-CPU where no GPU is).
+
+
+@pytest.mark.parametrize("optimizer", OPTS, ids=[o["name"] for o in OPTS])
+def test_quant_scales_steps_and_row_scales_cpu_equal_cuda(optimizer):
+    """Three quant_scales steps (quantized on the CPU, scales updated by the CUDA kernel):
+    codes, scales, moments and the members' row scales are the CPU's bits."""
+    device_cases.quant_scales_case("cuda", optimizer)
+
+
+@pytest.mark.parametrize("optimizer", OPTS, ids=[o["name"] for o in OPTS])
+def test_quant_codes_steps_and_genomes_cpu_equal_cuda(optimizer):
+    """Three quant_codes steps on odd and SmolLM2-like shapes: codes, residual, moments and
+    a member's dequantized genome are the CPU's bits."""
+    device_cases.quant_codes_case("cuda", optimizer)
+
+
+@pytest.mark.parametrize("form", ["mix", "decay"], ids=["ga-survivors", "lmmaes"])
+@pytest.mark.parametrize("kind", ["full", "lora"])
+def test_paths_members_and_steps_cpu_equal_cuda(kind, form):
+    """The `paths` rule (a GA's survivors as offsets, LM-MA-ES's decaying paths) on a
+    full-rank and a LoRA master: members, master and paths are the CPU's bits."""
+    device_cases.paths_case("cuda", kind, form)
+
+
+def test_module_run_trained_on_either_device_verifies_on_both(tmp_path):
+    """A module run (an MLP) trained on CUDA verifies on the CPU and the other way round,
+    and the module backend builds members to the CPU's bits on CUDA."""
+    device_cases.module_case("cuda", tmp_path)
