@@ -1,9 +1,11 @@
 """Cross-device replay through the console script: train on one device, verify on the other.
 
 Each variant (full-rank sgd / adam, low-rank momentum, LoRA, LM-MA-ES on LoRA, a GA with
-survivors on full rank and on LoRA, likelihood fitness on full rank and low rank) trains the
-`tiny` model for `--generations` generations twice, once with `device: cuda` and once on
-the CPU, then `seedledger verify` replays each run on the other device. A run verifies only
+survivors on full rank and on LoRA, likelihood fitness on full rank and low rank, the int8
+kinds quant_scales and quant_codes, and a module run: an MLP, tests/support/device_cases.py)
+trains the `tiny` model (the MLP for `module`) for `--generations` generations twice, once
+with `device: cuda` and once on the CPU, then `seedledger verify` replays each run on the
+other device. A run verifies only
 when every generation's fingerprint matches bit for bit, so a pass means CPU and CUDA
 produce the same noise, perturbed weights and updates for that variant end to end.
 
@@ -30,6 +32,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from tests.support import device_cases  # noqa: E402  (an MLP and its fitness, on any device)
 from tests.support.configs import TINY  # noqa: E402  (the suite's tiny config: rewards that vary)
 
 VARIANTS = {
@@ -47,6 +50,16 @@ VARIANTS = {
     "loglik-full": {"task": {"name": "arithmetic", "rewards": ["loglik"]}},
     "loglik-lowrank": {"task": {"name": "arithmetic", "rewards": ["loglik"]},
                        "perturbation": {"kind": "lowrank", "rank": 4}},
+    # int8 weight-only kinds (docs/quantized.md), as tests/test_quant_*.py configure them
+    "quant-scales": {"train": {"kind": "quant_scales", "targets": ["q_proj", "v_proj", "down_proj"]},
+                     "task": {"name": "arithmetic", "rewards": ["task", {"fn": "length", "limit": 30}]},
+                     "max_new_tokens": 6, "sigma": 1e-4, "lr": 1e-4},
+    "quant-codes": {"train": {"kind": "quant_codes", "targets": ["q_proj", "v_proj", "down_proj"]},
+                    "task": {"name": "arithmetic", "rewards": ["task", {"fn": "length", "limit": 30}]},
+                    "max_new_tokens": 6, "sigma": 1e-3, "lr": 6e-4, "optimizer": "adam"},
+    # any nn.Module (the module backend): an MLP named by file path, its fitness on the module's device
+    "module": {"model": device_cases.MODEL, "task": device_cases.TASK, "population": 8, "sigma": 0.0625,
+               "lr": 0.125},
 }
 
 
