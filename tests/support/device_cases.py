@@ -11,8 +11,15 @@ config names `mlp` and `fit` by this file's path and the console script imports 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+if TYPE_CHECKING:
+    from seedledger.ledger import ReplayStep
+    from seedledger.replay.update import OptimizerState
+
+    Side = tuple[dict[str, torch.Tensor], OptimizerState]
 
 PATH = Path(__file__).resolve()
 MODEL = f"module:{PATH}:mlp"  # what a module run's config stores
@@ -71,7 +78,8 @@ def quant_master(device: str) -> dict[str, torch.Tensor]:
     return {n: t.to(device) for n, t in master.items()}
 
 
-def quant_steps(kind_name: str, device: str, optimizer: dict, generations: int = 3):
+def quant_steps(kind_name: str, device: str, optimizer: dict[str, Any],
+                generations: int = 3) -> tuple[Side, Side, ReplayStep]:
     """`generations` steps of the int8 kind on a CPU and a `device` master:
     ((cpu master, cpu state), (device master, device state), the last step)."""
     from seedledger.ledger import ReplayStep
@@ -82,7 +90,6 @@ def quant_steps(kind_name: str, device: str, optimizer: dict, generations: int =
     kind = {"quant_scales": QuantScales, "quant_codes": QuantCodes}[kind_name].of(QUANT_TARGETS)
     sides = [(quant_master("cpu"), OptimizerState()), (quant_master(device), OptimizerState())]
     gen = torch.Generator().manual_seed(5)
-    step = None
     for g in range(1, generations + 1):
         keys = [noise.member_key(9, g, i // 2) for i in range(8)]
         coefs = _coefficients(gen, 8)
@@ -95,14 +102,14 @@ def quant_steps(kind_name: str, device: str, optimizer: dict, generations: int =
     return sides[0], sides[1], step
 
 
-def same_state(a, b) -> None:
+def same_state(a: OptimizerState, b: OptimizerState) -> None:
     """Two `OptimizerState`s hold the same step and buffers, bit for bit."""
     assert a.step == b.step and sorted(a.buffers) == sorted(b.buffers)
     for kind in a.buffers:
         same(a.buffers[kind], b.buffers[kind])
 
 
-def quant_scales_case(device: str, optimizer: dict) -> None:
+def quant_scales_case(device: str, optimizer: dict[str, Any]) -> None:
     """Three steps quantize once and move only the scales; members' row scales agree."""
     from seedledger.replay import noise, quant
     from seedledger.replay.fingerprint import fingerprint
@@ -120,18 +127,18 @@ def quant_scales_case(device: str, optimizer: dict) -> None:
     keys, scales = [step.keys[0], step.keys[0], None], [scale, -scale, 0.0]
     linears = [n.removesuffix(".weight") for n, t in cm.items() if t.dtype == quant.CODE_DTYPE]
     kind = QuantScales.of(QUANT_TARGETS)
-    rows = {d: kind.row_scales(linears, m, keys, scales, device=torch.device(d)) for d, m in (("cpu", cm),
-                                                                                             (device, dm))}
-    same(rows["cpu"], rows[device])
+    same(kind.row_scales(linears, cm, keys, scales, device=torch.device("cpu")),
+         kind.row_scales(linears, dm, keys, scales, device=torch.device(device)))
 
 
-def quant_codes_case(device: str, optimizer: dict) -> None:
+def quant_codes_case(device: str, optimizer: dict[str, Any]) -> None:
     """Three steps move codes through the residual; a member's dequantized genome agrees."""
     from seedledger.replay import quant
     from seedledger.replay.fingerprint import fingerprint
     from seedledger.replay.rebuild import apply_member
 
     (cm, cs), (dm, ds), step = quant_steps("quant_codes", device, optimizer)
+    assert all(t.device.type == torch.device(device).type for t in dm.values())
     same(cm, dm)
     same_state(cs, ds)
     assert fingerprint(cm) == fingerprint(dm)
