@@ -7,6 +7,12 @@
     (c) pure batched inference of the unperturbed model over the same rows and chunks:
         the limit (b) can reach.
 
+`--kv-cache dynamic static` times (b) and (c) with each KV cache (transformers' default,
+dynamic, and `sampling.kv_cache: static`, which on CUDA compiles the decode step into CUDA
+graphs; the warm-up pays the compilation) and prints the static pure path against HF
+`generate`'s default, the dynamic pure path, on the same rows, with the share of rows whose
+greedy completion differs between the caches.
+
 Figures: generated tokens/s (up to each row's EOS) and row-steps/s (rows × decode steps
 of each `generate` call: the work done, since finished rows ride along), and (b)/(c),
 (b)/(a). `--faithfulness` also compares (b) with each member's materialised weights
@@ -15,7 +21,7 @@ completions.
 
     .venv/bin/python benchmarks/population_bench.py [--members 8 32] [--prompts 16]
         [--new-tokens 64] [--rank 1] [--group 8] [--device cpu|cuda] [--model ...]
-        [--dtype float32|bfloat16|float16] [--faithfulness] [--vllm]
+        [--dtype float32|bfloat16|float16] [--kv-cache dynamic static] [--faithfulness] [--vllm]
 """
 
 from __future__ import annotations
@@ -72,9 +78,9 @@ def per_member(model_dir, device, dtype, n, prompts, new) -> dict:
     return _figures("(a) per-member", ids, time.perf_counter() - t0, len(prompts), new)
 
 
-def batched(model_dir, device, dtype, n, prompts, new, rank, group, unperturbed: bool) -> dict:
+def batched(model_dir, device, dtype, n, prompts, new, rank, group, unperturbed: bool, cache: str = "dynamic") -> dict:
     p = Perturbation.lowrank(rank)
-    backend = HFBackend(model_dir, device=device, dtype=dtype, perturbation=p)
+    backend = HFBackend(model_dir, device=device, dtype=dtype, perturbation=p, kv_cache=cache)
     master = backend.master()
     backend.load_master(master)
     keys, signs = members(n)
@@ -97,7 +103,7 @@ def batched(model_dir, device, dtype, n, prompts, new, rank, group, unperturbed:
             ids += backend._decode(rows, [None] * len(rows), new, batch=chunk)
     _sync(device)
     label = "(c) pure inference" if unperturbed else f"(b) batched low-rank r={rank}"
-    return _figures(label, ids, time.perf_counter() - t0, chunk, new)
+    return {**_figures(f"{label} {cache}", ids, time.perf_counter() - t0, chunk, new), "ids": ids}
 
 
 def _figures(label: str, ids: list[list[int]], seconds: float, chunk: int, new: int) -> dict:
@@ -153,6 +159,8 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--kv-cache", nargs="+", default=["dynamic"], choices=["dynamic", "static"],
+                    help="time (b) and (c) with each KV cache")
     ap.add_argument("--faithfulness", action="store_true")
     ap.add_argument("--skip-per-member", action="store_true")
     ap.add_argument("--vllm", action="store_true", help="also the vLLM section (population_bench_vllm.py)")
@@ -173,17 +181,29 @@ def main() -> None:
         rows = []
         if not args.skip_per_member:
             rows.append(per_member(model_dir, args.device, dtype, n, prompts, args.new_tokens))
-        rows.append(batched(model_dir, args.device, dtype, n, prompts, args.new_tokens, args.rank, group, False))
-        rows.append(batched(model_dir, args.device, dtype, n, prompts, args.new_tokens, args.rank, group, True))
-        for r in rows:
-            print(f"  {r['path']:28} {r['seconds']:8.1f} s  {r['tokens_per_s']:8.1f} tok/s  "
-                  f"{r['row_steps_per_s']:8.1f} row-steps/s")
-        b, c = rows[-2], rows[-1]
-        print(f"  (b)/(c): {b['row_steps_per_s'] / c['row_steps_per_s']:.2f} (row-steps/s), "
-              f"{b['tokens_per_s'] / c['tokens_per_s']:.2f} (tok/s)")
-        if not args.skip_per_member:
             a = rows[0]
-            print(f"  (b)/(a): {b['seconds'] and a['seconds'] / b['seconds']:.2f}× faster per generation")
+            print(f"  {a['path']:36} {a['seconds']:8.1f} s  {a['tokens_per_s']:8.1f} tok/s  "
+                  f"{a['row_steps_per_s']:8.1f} row-steps/s")
+        pure = {}
+        for cache in args.kv_cache:
+            b = batched(model_dir, args.device, dtype, n, prompts, args.new_tokens, args.rank, group, False, cache)
+            c = pure[cache] = batched(model_dir, args.device, dtype, n, prompts, args.new_tokens, args.rank, group,
+                                      True, cache)
+            rows += [b, c]
+            for r in (b, c):
+                print(f"  {r['path']:36} {r['seconds']:8.1f} s  {r['tokens_per_s']:8.1f} tok/s  "
+                      f"{r['row_steps_per_s']:8.1f} row-steps/s")
+            print(f"  (b)/(c) {cache}: {b['row_steps_per_s'] / c['row_steps_per_s']:.2f} (row-steps/s), "
+                  f"{b['tokens_per_s'] / c['tokens_per_s']:.2f} (tok/s)")
+        if len(pure) == 2:
+            dyn, stat = pure["dynamic"], pure["static"]
+            differ = sum(x != y for x, y in zip(dyn["ids"], stat["ids"], strict=True))
+            ratio = stat["tokens_per_s"] / dyn["tokens_per_s"]
+            print(f"  (c) static / (c) dynamic (HF generate's default): {ratio:.2f} (tok/s); "
+                  f"greedy completions differing: {differ} of {len(dyn['ids'])} rows")
+        if not args.skip_per_member:
+            print(f"  (b)/(a): {b['seconds'] and a['seconds'] / b['seconds']:.2f}× faster per generation "
+                  f"({b['path']})")
         if args.faithfulness:
             f = faithfulness(model_dir, args.device, dtype, min(n, 8), prompts, args.new_tokens, args.rank)
             print(f"  faithfulness over {f['members']} members: max |Δlogit| {f['max_logit_diff']:.2e}, "

@@ -17,7 +17,7 @@ from pydantic import BeforeValidator, Field, NonNegativeInt, ValidationError, fi
 from pydantic_core import PydanticCustomError
 
 from seedledger.engine import config_kinds
-from seedledger.engine.config_backends import BACKEND_CAPABILITIES
+from seedledger.engine.config_backends import BACKEND_CAPABILITIES, decoding_refusal
 from seedledger.engine.config_errors import report
 from seedledger.engine.config_kinds import SECTIONS, LoraTrain, LowRank, Section, shorthand
 from seedledger.engine.config_paths import absolute_refs
@@ -272,9 +272,11 @@ class TrainConfig(Strict):
         return self
 
     @model_validator(mode="after")
-    def _kind_fits(self) -> TrainConfig:
-        """The kind against the backend (a shared member form) and `base_quantization`."""
-        why = config_kinds.kind_refusal(self.train, self.backend, self.base_quantization)
+    def _backend_fits(self) -> TrainConfig:
+        """What the backend must build: the kind's members (a shared member form, with
+        `base_quantization`) and its decoding (`sampling.kv_cache`)."""
+        why = (config_kinds.kind_refusal(self.train, self.backend, self.base_quantization)
+               or decoding_refusal(self.backend, self.sampling.kv_cache))
         if why:
             raise ValueError(why)
         return self

@@ -28,3 +28,11 @@ BACKEND_FORMS: dict[str, tuple[MemberForm, ...]] = {
     "vllm": (MemberForm.LORA_SLOTS, MemberForm.WEIGHTS),
     "module": (MemberForm.WEIGHTS,),
 }
+
+
+def decoding_refusal(backend: str, kv_cache: str) -> str | None:
+    """Why the run's decoding settings cannot go on `backend` (one line), else None: a
+    static KV cache is transformers' (vLLM pages its own cache and captures its own graphs)."""
+    if kv_cache == "static" and backend not in ("auto", "hf"):
+        return f"sampling.kv_cache static: transformers' static cache needs backend: hf, not {backend}"
+    return None

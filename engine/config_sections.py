@@ -64,6 +64,10 @@ class Schedules(Strict):
 class Sampling(Strict):
     temperature: float = Field(0.0, ge=0.0, le=100.0, description="0 = greedy")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="nucleus sampling's mass; 1 = off")
+    kv_cache: Literal["dynamic", "static"] = Field(
+        "dynamic", description="the hf backend's KV cache for every decode (training and held-out): `static` "
+        "preallocates it, so that on CUDA transformers compiles the decode step into CUDA graphs"
+    )
 
 
 class CurriculumConfig(Strict):

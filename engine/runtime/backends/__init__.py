@@ -34,7 +34,7 @@ def make_backend(cfg: Any, model_dir: Path) -> Backend:
 
         init = getattr(cfg.train, "init", None)  # a LoRA run's PEFT directory, else None
         return HFBackend(model_dir, base_quantization=cfg.base_quantization, adapter_init=init,
-                         kl_reference=cfg.kl is not None, **kwargs)
+                         kl_reference=cfg.kl is not None, kv_cache=cfg.sampling.kv_cache, **kwargs)
     if backend == "vllm":
         from seedledger.engine.runtime.backends.vllm import VLLMBackend
 

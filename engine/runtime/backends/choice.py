@@ -11,8 +11,8 @@ more than hf's model load (54 s against 15 s, quiet), so a short run is faster o
   platform, and its GPU memory reservation is not ours to take unasked), or vLLM's CPU
   attention cannot run the model's head size (`tiny`'s);
 - hf when the run uses something only the in-process backend builds (`hf_only`): the
-  KL-to-base penalty, a quantized frozen base, LM-MA-ES or GA survivors, or an adapter
-  (train: lora; its batched LoRA path is measured on hf, docs/lora.md);
+  KL-to-base penalty, a quantized frozen base, LM-MA-ES or GA survivors, a static KV
+  cache, or an adapter (train: lora; its batched LoRA path is measured on hf, docs/lora.md);
 - hf when the run is shorter than `MIN_GENERATIONS` (a quick look): the least saving
   measured, 8.4 s a generation (decoded full-rank, quiet), repays the start from the fifth;
 - vLLM otherwise.
@@ -48,6 +48,8 @@ def hf_only(cfg) -> str | None:
         return "algorithm lmmaes"
     if cfg.ga is not None and cfg.ga.survivors > 1:
         return "ga.survivors"
+    if cfg.sampling.kv_cache == "static":
+        return "sampling.kv_cache"
     if not cfg.on_weights():  # an adapter or int8 run
         return "train"
     if common(cfg.perturbation_type().forms, BACKEND_FORMS["vllm"]) is None:

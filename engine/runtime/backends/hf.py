@@ -54,6 +54,7 @@ class HFBackend(HFDecoding):
         base_quantization: str = "none",
         adapter_init: str | os.PathLike[str] | None = None,
         kl_reference: bool = False,
+        kv_cache: str = "dynamic",
     ) -> None:
         """Where the master lives is the kind's `master_form` (`hf_master`): the model's
         weights, or an adapter on a frozen base (`base_quantization`), seeded or read from
@@ -66,6 +67,7 @@ class HFBackend(HFDecoding):
         self.batch_size = batch_size
         self.temperature = temperature
         self.top_p = top_p
+        self.kv_cache = kv_cache
         self.perturbation = kind = perturbation or Full()
         self.form = chosen(kind, "hf", BACKEND_FORMS["hf"])  # how members are built
         model = load_causal_lm(self.model_dir, device=self.device, dtype=torch.float32,

@@ -9,6 +9,15 @@ vocabulary order); the stream never depends on the batch's other prompts. The lo
 still differ in the last bits when padding changes (another batch composition), which can,
 rarely, flip a near-tie; bit-exact outputs across batch compositions are not promised.
 
+KV cache. `kv_cache="static"` decodes into transformers' preallocated cache (its
+`cache_implementation="static"`); on CUDA transformers then compiles the decode step
+(`torch.compile`, mode reduce-overhead: CUDA graphs), which is what the option is for: a
+small model's decode step is bound by kernel launches there. The member terms' forward
+hooks (`hf_lowrank`) are traced into the graph; a new group's terms are new inputs of the
+same shapes, not a recompilation. Greedy completions equal the dynamic cache's on the CPU
+(`tests/test_static_cache.py`); where a compiled CUDA path differs in the last bits a
+near-tie can flip, as with another batch composition.
+
 `samples=n` (pass@k): n completions per prompt, prompt-major; sample s of prompt i draws
 from the stream seeded by `(seed, i, s)`, sample 0 by `(seed, i)` as with `samples=1`.
 """
@@ -25,7 +34,7 @@ from seedledger.engine.runtime.backends.seeded_sampling import SeededSampler, pr
 
 class HFDecoding:
     """Generation for a backend holding `model`, `tokenizer` (left-padded), `device`,
-    `batch_size` and its default `temperature` / `top_p`."""
+    `batch_size`, its default `temperature` / `top_p` and its `kv_cache` (dynamic or static)."""
 
     model: Any
     tokenizer: Any
@@ -33,7 +42,7 @@ class HFDecoding:
     batch_size: int
     temperature: float
     top_p: float
-
+    kv_cache: str
 
     def _encode(self, prompts: list[Messages]) -> dict[str, torch.Tensor]:
         texts = [
@@ -113,6 +122,7 @@ class HFDecoding:
             eos_token_id=self.model.generation_config.eos_token_id or tok.eos_token_id,
             pad_token_id=tok.pad_token_id,
             bos_token_id=self.model.generation_config.bos_token_id,
+            cache_implementation="static" if self.kv_cache == "static" else None,
         )
         eos = gen_cfg.eos_token_id
         stops = set(eos if isinstance(eos, list) else [eos])

@@ -1,0 +1,101 @@
+"""`sampling.kv_cache: static`: transformers' preallocated KV cache decodes what the dynamic
+cache decodes (plain, batched low-rank members, LoRA members, seeded sampling), a run with
+it reaches the same fingerprints, and a backend that cannot use it is refused at validation.
+
+On CUDA the static cache is what lets transformers compile the decode step into CUDA graphs
+(`hf_decode`'s docstring); that path is checked by the `gpu` test at the end."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import yaml
+
+from seedledger.engine.config import validate
+from seedledger.engine.runtime.backends import choice
+from seedledger.engine.runtime.backends.hf import HFBackend
+from seedledger.ledger import Ledger
+from seedledger.ledger.errors import SeedLedgerError
+from seedledger.replay import noise
+from seedledger.replay.adapter import LoraSpec
+from seedledger.replay.kinds import Adapter
+from seedledger.replay.perturbation import Perturbation
+from tests.support.configs import TINY
+from tests.support.runs import cli, fingerprints
+
+SIGMA = noise.round_coefficient(0.05)  # large enough that members decode differently on `tiny`
+PROMPTS = [[{"role": "user", "content": q}] for q in ("What is 2 + 3?", "Name a colour.", "Count to three.")]
+KEYS, SIGNS = [11, 11, 12, 12], [1, -1, 1, -1]
+
+
+def _both(model_dir, **kwargs) -> tuple[HFBackend, HFBackend]:
+    return (HFBackend(model_dir, batch_size=6, **kwargs),
+            HFBackend(model_dir, batch_size=6, kv_cache="static", **kwargs))
+
+
+def _member_rows(backend: HFBackend, master, *, new: int = 12) -> list[list[int]]:
+    rows = [p for _ in KEYS for p in PROMPTS]
+    with backend.members(master, KEYS, SIGNS, SIGMA):
+        return backend._decode(rows, [None] * len(rows), new, batch=len(rows))
+
+
+def test_plain_and_sampled_decoding_match_the_dynamic_cache(tiny_model_dir):
+    dynamic, static = _both(tiny_model_dir)
+    assert static.generate_ids(PROMPTS, 16) == dynamic.generate_ids(PROMPTS, 16)
+    sampled = {"seed": 5, "temperature": 0.9, "top_p": 0.9, "samples": 2}
+    assert static.generate_ids(PROMPTS, 16, **sampled) == dynamic.generate_ids(PROMPTS, 16, **sampled)
+
+
+@pytest.mark.parametrize("kind", [Perturbation.lowrank(4), Adapter(LoraSpec(2, 4, ("q_proj", "v_proj"), "seed:3"))],
+                         ids=["lowrank", "lora"])
+def test_batched_members_decode_as_with_the_dynamic_cache(tiny_model_dir, kind):
+    dynamic, static = _both(tiny_model_dir, perturbation=kind)
+    master = dynamic.master()
+    for backend in (dynamic, static):
+        backend.load_master(master)
+    ours = _member_rows(static, master)
+    assert ours == _member_rows(dynamic, master)
+    per_member = [tuple(map(tuple, ours[i : i + len(PROMPTS)])) for i in range(0, len(ours), len(PROMPTS))]
+    assert len(set(per_member)) > 1  # the members' terms reached the decode: not all the base model
+
+
+def test_a_run_with_the_static_cache_reaches_the_same_fingerprints(tmp_path):
+    ledger = tmp_path / "runs.db"
+    for name, cache in (("dynamic", "dynamic"), ("static", "static")):
+        cfg = tmp_path / f"{name}.yaml"
+        cfg.write_text(yaml.safe_dump({**TINY, "train": {"kind": "lowrank", "rank": 4}, "sigma": 0.05,
+                                       "sampling": {"kv_cache": cache}}))
+        cli("train", cfg, "--run", name, "--ledger", ledger)
+    assert fingerprints(ledger, "static") == fingerprints(ledger, "dynamic")
+    with Ledger.open(str(ledger)) as led:
+        assert led.get_run("static").config["sampling"]["kv_cache"] == "static"  # stored: resume decodes alike
+
+
+@pytest.mark.parametrize("backend", ["vllm", "module"])
+def test_a_backend_without_transformers_cache_is_refused_at_validation(backend):
+    model = "module:torch.nn:Identity" if backend == "module" else "tiny"
+    task = "fitness:builtins:len" if backend == "module" else TINY["task"]
+    with pytest.raises(SeedLedgerError, match=f"sampling.kv_cache static: .*needs backend: hf, not {backend}"):
+        validate({**TINY, "model": model, "task": task, "backend": backend, "sampling": {"kv_cache": "static"}})
+
+
+def test_auto_takes_hf_for_a_static_cache():
+    cfg = validate({**TINY, "sampling": {"kv_cache": "static"}})
+    assert choice.hf_only(cfg) == "sampling.kv_cache"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_compiled_static_decode_on_cuda_matches_the_dynamic_cache(tiny_model_dir):
+    """On CUDA transformers compiles the static-cache decode step (CUDA graphs): greedy
+    completions of the plain model and of batched low-rank members equal the dynamic
+    cache's, over two groups (the second replays the first's graphs with new member terms)."""
+    kind = Perturbation.lowrank(4)
+    dynamic = HFBackend(tiny_model_dir, device="cuda", perturbation=kind, batch_size=6)
+    static = HFBackend(tiny_model_dir, device="cuda", perturbation=kind, batch_size=6, kv_cache="static")
+    master = dynamic.master()
+    for backend in (dynamic, static):
+        backend.load_master(master)
+    assert static.generate_ids(PROMPTS, 16) == dynamic.generate_ids(PROMPTS, 16)
+    for _group in range(2):
+        assert _member_rows(static, master) == _member_rows(dynamic, master)
