@@ -32,6 +32,18 @@ Differences from the paper, kept on purpose or forced (seedledger's prompt is a 
 - new tokens: `--new-tokens` (paper: 1024) for training and held-out decoding; P training
   rows (paper: 200); held-out rows: the first `--test-rows` of the file's last 2,000.
 - held-out decoding runs in fp32 for every model (one decoding function per prompt form).
+- the paper's script runs `--gpu_threads` (default 4) members at once on a GPU, each thread
+  with its own model copy; the re-implementation runs them one by one, so its generations
+  per hour bound the script's from below. Its noise is the paper's: every parameter's
+  generator seeded with the member's seed (the README's "partially correlated" noise).
+
+Budget (H100/H200, estimated, not measured): a batched decode step of SmolLM2 at 480 rows
+(N = 30 × 16 prompts) took 46–66 ms in `population_bench.py` (N = 32 × 16), so 24 new
+tokens cost 1.1–1.6 s, plus ~0.2–0.4 s per generation besides and ~15 s to start: 70–105
+generations in 150 s. 24 is the fewest tokens that hold a bare answer (14–21 tokens) or
+the full `</think>\n<answer>…</answer>` (18–25) with no thinking; 16 would make ≥ 100
+generations likely but no 4-number answer fits. The paper's loop: 30 × (24 HF decode steps
+of ~30 ms) ≈ 20–25 s a generation, 6–8 in 150 s. The whole command: ≈ 2 × budget + 40 s.
 
 Without `--data` (the paper's countdown.json) the rows are seedledger's generated level-2
 problems (TinyZero's mix, 3–4 numbers up to 100) and the paper's prompt text is rebuilt.
