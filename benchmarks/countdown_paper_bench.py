@@ -12,7 +12,7 @@ held-out accuracy on the same rows (answer right: the paper's answer check), pai
   first compilation count; the generation in flight finishes), at most `--generations`;
 - the paper's loop (`paper_reference_bench.Reference`, its logic re-implemented: σ·randn
   per parameter from the member's seed in place, one left-padded `generate`, subtract;
-  θ += α·Σ zᵢεᵢ/N) then runs until it has spent at least that long.
+  θ += α·Σ zᵢεᵢ/N) then runs up to the generation boundary nearest that time.
 
 Differences from the paper, kept on purpose or forced (seedledger's prompt is a chat):
 - seedledger's prompt is its `countdown` task's (TinyZero's system + user text, SmolLM2's
@@ -43,10 +43,12 @@ tokens cost 1.1–1.6 s, plus ~0.2–0.4 s per generation besides and ~15 s to s
 generations in 150 s. 24 is the fewest tokens that hold a bare answer (14–21 tokens) or
 the full `</think>\n<answer>…</answer>` (18–25) with no thinking; 16 would make ≥ 100
 generations likely but no 4-number answer fits. The paper's loop: 30 × (24 HF decode steps
-of ~30 ms) ≈ 20–25 s a generation, 6–8 in 150 s. The whole command: ≈ 2 × budget + 40 s.
+of ~30 ms) ≈ 20–25 s a generation, 6–8 in 150 s. The whole command: ≈ 2 × budget + 60 s.
 
 Without `--data` (the paper's countdown.json) the rows are seedledger's generated level-2
-problems (TinyZero's mix, 3–4 numbers up to 100) and the paper's prompt text is rebuilt.
+problems (TinyZero's mix, 3–4 numbers up to 100) and the paper's prompt text is rebuilt as its
+file writes it. The paper's code and data are licensed for academic use only: nothing of
+theirs is stored here; `--data` reads a copy (`fetch` github:VsonicV/es-fine-tuning-paper).
 
     python benchmarks/countdown_paper_bench.py --data countdown.json --device cuda \
         --budget-s 150 --prompts 16 --new-tokens 24 --out OUT
@@ -64,6 +66,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import numpy as np  # noqa: E402
 import paper_reference_bench as bench  # noqa: E402  (sets the HF environment, the repo path)
 import torch  # noqa: E402
 from choosing_common import complete  # noqa: E402
@@ -95,8 +98,9 @@ def load_rows(data: Path | None, train: int, test: int) -> tuple[list[dict], lis
     if data is None:
         made = countdown.generate(0, countdown.DEFAULT_LEVEL, train, role=1), \
             countdown.generate(0, countdown.DEFAULT_LEVEL, test, role=0)
-        for r in made[0] + made[1]:
-            r["context"] = bench.REF_PROMPT.format(nums=" ".join(map(str, r["nums"])), target=r["target"])
+        for r in made[0] + made[1]:  # numpy's spacing, as the paper's file writes it: "[83 78  1 39]"
+            r["context"] = bench.REF_PROMPT.replace("[{nums}]", "{nums}").format(nums=np.array(r["nums"]),
+                                                                                target=r["target"])
         return made
     items = json.loads(data.read_text())
     as_row = [{"nums": list(r["numbers"]), "target": r["target"], "context": r["context"]} for r in items]
@@ -199,13 +203,14 @@ def train_ours(args, rows: list[dict], test: list[dict], where: Path) -> dict[st
 
 
 def train_theirs(ref: PaperLoop, budget: float, test: list[dict], args) -> dict[str, Any]:
-    """The paper's loop until it has spent `budget` seconds; its curve and held-out decode."""
+    """The paper's loop up to the generation boundary nearest `budget` seconds; its curve and
+    held-out decode."""
     ref.reset()
     curve: list[tuple[float, float]] = []
     own: list[float] = []
     took: list[float] = []
     signal = 0
-    while sum(took) < budget:
+    while not took or sum(took) + took[-1] / 2 < budget:  # the generation boundary nearest `budget`
         ref.own.clear()
         ref.completion.clear()
         started = time.perf_counter()
