@@ -10,7 +10,8 @@ Seeds come from `np.random.seed(33)`, `randint(0, 2**30, N)` per generation.
 
 Same model, problems, N, σ, α and new tokens on both sides. Differences (kept, they are
 the systems' own): the reference prompt is its raw text ending in `<think>` (no chat
-template) and its reward is `0.1·format + answer` scored on the *whole decoded sequence*
+template; numbers single-spaced, where the paper's file pads them as numpy prints them,
+which countdown_paper_bench.py keeps) and its reward is `0.1·format + answer` scored on the *whole decoded sequence*
 (prompt included, as its script decodes `outputs[i]`: so the prompt's own `<think>` and
 example `<answer>` give every row ≥ 0.06); seedledger uses its countdown task (TinyZero's
 chat prompt and score: 0 / 0.1 / 1), mirrored pairs, and its ledger. The reference answer
