@@ -14,7 +14,8 @@ KV cache. `kv_cache="static"` decodes into transformers' preallocated cache (its
 (`torch.compile`, mode reduce-overhead: CUDA graphs), which is what the option is for: a
 small model's decode step is bound by kernel launches there. The member terms' forward
 hooks (`hf_lowrank`) are traced into the graph; a new group's terms are new inputs of the
-same shapes, not a recompilation. Greedy completions equal the dynamic cache's on the CPU
+same shapes, not a recompilation (CUDA graphs copy such inputs into their own buffers
+before each step, in one `_foreach_copy_`). Greedy completions equal the dynamic cache's on the CPU
 (`tests/test_static_cache.py`); where a compiled CUDA path differs in the last bits a
 near-tie can flip, as with another batch composition.
 
