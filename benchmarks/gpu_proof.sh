@@ -30,6 +30,9 @@
 #   seconds (the base model writes no <answer> tag, so little signal is expected: the
 #   figures are generations per hour), each beside the paper's loop for as long.
 #   Round two's learning run, for the record: paper_learning_bench.py --set population=128.
+# Device time, estimated: part1 ~100 s, part2 ~320 s, part3 ~330 s, and the machine's start
+#   (a minute or two): about all of a 15-minute lease, with no second try. With less left,
+#   REWARD_S=0 or LEARN_S=0 skips that part3 run; part2's timeouts bound it at ~480 s.
 set -u
 step=${1:?usage: gpu_proof.sh prepare | part1 OUT | part2 OUT | part3 OUT}
 out=${2:-}
@@ -121,13 +124,14 @@ part3() {  # on the machine part2 left warm: the model is installed in /tmp/site
   cd /tmp/src || exit
   t0=$SECONDS
   # learning, alone on the GPU: the reward-only demo's task at N = 128 beside the paper's loop, as long each
-  timeout $((2 * ${REWARD_S:-90} + 120)) $py benchmarks/paper_learning_bench.py --config engine/configs/reward.yaml \
-    --device "$dev" --threads 8 --set population=128 --set generations=1000 --budget-s "${REWARD_S:-90}" \
-    --out "$out/reward" 2>&1 | grep -v -E '^provisioning|Loading weights' | tee "$out/reward.log"
+  reward_s=${REWARD_S:-75} count_s=${LEARN_S:-30}  # 0 skips one; ~2 × its seconds + 60 s each
+  [ "$reward_s" -gt 0 ] && timeout $((2 * reward_s + 120)) $py benchmarks/paper_learning_bench.py \
+    --config engine/configs/reward.yaml --device "$dev" --threads 8 --set population=128 --set generations=1000 \
+    --budget-s "$reward_s" --out "$out/reward" 2>&1 | grep -v -E '^provisioning|Loading weights' | tee "$out/reward.log"
   echo "reward task done after $((SECONDS - t0)) s"
   # Countdown at the paper's settings (N = 30, σ 1e-3, α 5e-4, its reward), then the paper's loop as long
-  timeout $((2 * ${LEARN_S:-45} + 100)) $py benchmarks/countdown_paper_bench.py "${data[@]}" --device "$dev" \
-    --threads 8 --budget-s "${LEARN_S:-45}" --prompts 16 --new-tokens 24 --out "$out/countdown" 2>&1 \
+  [ "$count_s" -gt 0 ] && timeout $((2 * count_s + 100)) $py benchmarks/countdown_paper_bench.py "${data[@]}" \
+    --device "$dev" --threads 8 --budget-s "$count_s" --prompts 16 --new-tokens 24 --out "$out/countdown" 2>&1 \
     | grep -v -E '^provisioning|Loading weights' | tee "$out/countdown.log"
   echo "gpu_proof part3 done after $((SECONDS - t0)) s"
 }
