@@ -30,9 +30,10 @@
 #   seconds (the base model writes no <answer> tag, so little signal is expected: the
 #   figures are generations per hour), each beside the paper's loop for as long.
 #   Round two's learning run, for the record: paper_learning_bench.py --set population=128.
-# Device time, estimated: part1 ~100 s, part2 ~320 s, part3 ~330 s, and the machine's start
-#   (a minute or two): about all of a 15-minute lease, with no second try. With less left,
-#   REWARD_S=0 or LEARN_S=0 skips that part3 run; part2's timeouts bound it at ~480 s.
+# Device time, estimated: part1 ~100 s, part2 ~330-410 s (each KV cache's model loads and
+#   compilations), part3 ~330 s, and the machine's start (a minute or two): all of a
+#   15-minute lease, with no second try. With less left, REWARD_S=0 or LEARN_S=0 skips that
+#   part3 run; part2's timeouts bound it at ~410 s.
 set -u
 step=${1:?usage: gpu_proof.sh prepare | part1 OUT | part2 OUT | part3 OUT}
 out=${2:-}
@@ -100,17 +101,17 @@ part2() {
     2>&1 | grep -v '^provisioning' | tail -2
   echo "models ready after $((SECONDS - t0)) s"
   # correctness, side by side: the model tests and cross-device replay (tiny model)
-  timeout 150 $py -m pytest -m gpu tests/test_gpu.py tests/test_static_cache.py -k "tiny_model or loglik or compiled_static" \
+  timeout 170 $py -m pytest -m gpu tests/test_gpu.py tests/test_static_cache.py -k "tiny_model or loglik or compiled_static" \
     -q -s -p no:cacheprovider >"$out/pytest_models.log" 2>&1 &
   for group in "quant-scales" "quant-codes" "module full-ga-survivors" "lora-ga-survivors"; do
     # shellcheck disable=SC2086
-    timeout 150 $py benchmarks/cross_device.py --generations 6 --devices "$dev" cpu --variants $group 2>&1 | grep -v '^provisioning' &
+    timeout 170 $py benchmarks/cross_device.py --generations 6 --devices "$dev" cpu --variants $group 2>&1 | grep -v '^provisioning' &
   done >"$out/cross_device.log"
   wait
   tail -3 "$out/pytest_models.log"; grep -E "verify on|verified" "$out/cross_device.log"
   echo "correctness done after $((SECONDS - t0)) s"
   # decoding, alone on the GPU: each KV cache's batched low-rank and pure paths (the warm-up compiles)
-  timeout "${POP_TIMEOUT:-150}" $py benchmarks/population_bench.py --model smollm2-135m-instruct --device "$dev" \
+  TORCH_LOGS=recompiles timeout "${POP_TIMEOUT:-220}" $py benchmarks/population_bench.py --model smollm2-135m-instruct --device "$dev" \
     --dtype bfloat16 --members 32 128 --prompts 16 --new-tokens 64 --skip-per-member --kv-cache dynamic static 2>&1 \
     | grep -v '^provisioning' | tee "$out/population.log"
   echo "gpu_proof part2 done after $((SECONDS - t0)) s"
@@ -124,7 +125,7 @@ part3() {  # on the machine part2 left warm: the model is installed in /tmp/site
   cd /tmp/src || exit
   t0=$SECONDS
   # learning, alone on the GPU: the reward-only demo's task at N = 128 beside the paper's loop, as long each
-  reward_s=${REWARD_S:-75} count_s=${LEARN_S:-30}  # 0 skips one; ~2 × its seconds + 60 s each
+  reward_s=${REWARD_S:-60} count_s=${LEARN_S:-30}  # 0 skips one; ~2 × its seconds + 60 s each
   [ "$reward_s" -gt 0 ] && timeout $((2 * reward_s + 120)) $py benchmarks/paper_learning_bench.py \
     --config engine/configs/reward.yaml --device "$dev" --threads 8 --set population=128 --set generations=1000 \
     --budget-s "$reward_s" --out "$out/reward" 2>&1 | grep -v -E '^provisioning|Loading weights' | tee "$out/reward.log"

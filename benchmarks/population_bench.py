@@ -184,9 +184,10 @@ def main() -> None:
             a = rows[0]
             print(f"  {a['path']:36} {a['seconds']:8.1f} s  {a['tokens_per_s']:8.1f} tok/s  "
                   f"{a['row_steps_per_s']:8.1f} row-steps/s")
-        pure = {}
+        pure, terms = {}, {}
         for cache in args.kv_cache:
-            b = batched(model_dir, args.device, dtype, n, prompts, args.new_tokens, args.rank, group, False, cache)
+            b = terms[cache] = batched(model_dir, args.device, dtype, n, prompts, args.new_tokens, args.rank, group,
+                                       False, cache)
             c = pure[cache] = batched(model_dir, args.device, dtype, n, prompts, args.new_tokens, args.rank, group,
                                       True, cache)
             rows += [b, c]
@@ -196,11 +197,11 @@ def main() -> None:
             print(f"  (b)/(c) {cache}: {b['row_steps_per_s'] / c['row_steps_per_s']:.2f} (row-steps/s), "
                   f"{b['tokens_per_s'] / c['tokens_per_s']:.2f} (tok/s)")
         if len(pure) == 2:
-            dyn, stat = pure["dynamic"], pure["static"]
-            differ = sum(x != y for x, y in zip(dyn["ids"], stat["ids"], strict=True))
-            ratio = stat["tokens_per_s"] / dyn["tokens_per_s"]
-            print(f"  (c) static / (c) dynamic (HF generate's default): {ratio:.2f} (tok/s); "
-                  f"greedy completions differing: {differ} of {len(dyn['ids'])} rows")
+            for label, by_cache in (("(b)", terms), ("(c) [dynamic: HF generate's default]", pure)):
+                dyn, stat = by_cache["dynamic"], by_cache["static"]
+                differ = sum(x != y for x, y in zip(dyn["ids"], stat["ids"], strict=True))
+                print(f"  {label} static / dynamic: {stat['tokens_per_s'] / dyn['tokens_per_s']:.2f} (tok/s); "
+                      f"greedy completions differing: {differ} of {len(dyn['ids'])} rows")
         if not args.skip_per_member:
             print(f"  (b)/(a): {b['seconds'] and a['seconds'] / b['seconds']:.2f}× faster per generation "
                   f"({b['path']})")

@@ -133,3 +133,29 @@ def test_a_run_stored_with_both_keys_replays_to_the_same_bits(tmp_path, monkeypa
             session.fork(led, "older@2", "bad", ["train=lora"], 1)
     from_ledger, from_seeds = rebuilt_from_ledger_and_seed_file("older@3", ledger_path, tmp_path)
     assert from_ledger["fingerprint"] == from_seeds["fingerprint"] == fingerprints(ledger_path, "one")[-1]
+
+
+def test_a_trial_stored_before_a_key_existed_still_matches_its_study(tmp_path, monkeypatch):
+    """A key added since a study's trials were stored (here `sampling.kv_cache`) reads at its
+    default, as a resume trains it, so the study goes on; a value the study would not make
+    is still refused."""
+    from seedledger.engine.runtime import session
+    from seedledger.engine.runtime.setup import plans
+    from seedledger.engine.search import tunecheck
+
+    made = plans.run_spec
+
+    def before_the_key(*args):
+        spec = made(*args)
+        sampling = {k: v for k, v in spec.config["sampling"].items() if k != "kv_cache"}
+        return replace(spec, config={**spec.config, "sampling": sampling})
+
+    with Ledger.open(str(tmp_path / "l.db")) as led:
+        monkeypatch.setattr(plans, "run_spec", before_the_key)
+        session.start(led, dict(LOWRANK), "older", [], 0)
+        session.start(led, {**LOWRANK, "lr": 0.06}, "planted", [], 0)
+        monkeypatch.undo()
+        assert "kv_cache" not in led.get_run("older").config["sampling"]
+        tunecheck.check_config(led, "older", validate(LOWRANK), trust_code=False)
+        with pytest.raises(tunecheck.ForeignTrial, match="lr is 0.06"):
+            tunecheck.check_config(led, "planted", validate(LOWRANK), trust_code=False)

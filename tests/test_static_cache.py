@@ -14,6 +14,7 @@ import yaml
 from seedledger.engine.config import validate
 from seedledger.engine.runtime.backends import choice
 from seedledger.engine.runtime.backends.hf import HFBackend
+from seedledger.engine.runtime.backends.hf_decode import CACHE_BUCKET
 from seedledger.ledger import Ledger
 from seedledger.ledger.errors import SeedLedgerError
 from seedledger.replay import noise
@@ -28,44 +29,66 @@ PROMPTS = [[{"role": "user", "content": q}] for q in ("What is 2 + 3?", "Name a 
 KEYS, SIGNS = [11, 11, 12, 12], [1, -1, 1, -1]
 
 
+@pytest.fixture
+def static_caches(monkeypatch) -> list[int]:
+    """The length of each static cache transformers allocates during the test (an option
+    that were silently ignored would allocate none)."""
+    import transformers.generation.utils as generation
+
+    made: list[int] = []
+
+    class Counted(generation.StaticCache):
+        def __init__(self, *args, **kwargs):
+            made.append(kwargs["max_cache_len"])
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(generation, "StaticCache", Counted)
+    return made
+
+
 def _both(model_dir, **kwargs) -> tuple[HFBackend, HFBackend]:
     return (HFBackend(model_dir, batch_size=6, **kwargs),
             HFBackend(model_dir, batch_size=6, kv_cache="static", **kwargs))
 
 
-def _member_rows(backend: HFBackend, master, *, new: int = 12) -> list[list[int]]:
-    rows = [p for _ in KEYS for p in PROMPTS]
-    with backend.members(master, KEYS, SIGNS, SIGMA):
+def _member_rows(backend: HFBackend, master, keys=KEYS, *, new: int = 12) -> list[list[int]]:
+    rows = [p for _ in keys for p in PROMPTS]
+    with backend.members(master, keys, SIGNS, SIGMA):
         return backend._decode(rows, [None] * len(rows), new, batch=len(rows))
 
 
-def test_plain_and_sampled_decoding_match_the_dynamic_cache(tiny_model_dir):
+def test_plain_and_sampled_decoding_match_the_dynamic_cache(tiny_model_dir, static_caches):
     dynamic, static = _both(tiny_model_dir)
-    assert static.generate_ids(PROMPTS, 16) == dynamic.generate_ids(PROMPTS, 16)
+    theirs = dynamic.generate_ids(PROMPTS, 16)
+    assert static_caches == []
+    assert static.generate_ids(PROMPTS, 16) == theirs
+    assert static_caches and all(n % CACHE_BUCKET == 0 for n in static_caches)  # one length per bucket
     sampled = {"seed": 5, "temperature": 0.9, "top_p": 0.9, "samples": 2}
     assert static.generate_ids(PROMPTS, 16, **sampled) == dynamic.generate_ids(PROMPTS, 16, **sampled)
 
 
 @pytest.mark.parametrize("kind", [Perturbation.lowrank(4), Adapter(LoraSpec(2, 4, ("q_proj", "v_proj"), "seed:3"))],
                          ids=["lowrank", "lora"])
-def test_batched_members_decode_as_with_the_dynamic_cache(tiny_model_dir, kind):
+def test_batched_members_decode_as_with_the_dynamic_cache(tiny_model_dir, kind, static_caches):
     dynamic, static = _both(tiny_model_dir, perturbation=kind)
     master = dynamic.master()
     for backend in (dynamic, static):
         backend.load_master(master)
     ours = _member_rows(static, master)
+    assert static_caches
     assert ours == _member_rows(dynamic, master)
     per_member = [tuple(map(tuple, ours[i : i + len(PROMPTS)])) for i in range(0, len(ours), len(PROMPTS))]
     assert len(set(per_member)) > 1  # the members' terms reached the decode: not all the base model
 
 
-def test_a_run_with_the_static_cache_reaches_the_same_fingerprints(tmp_path):
+def test_a_run_with_the_static_cache_reaches_the_same_fingerprints(tmp_path, static_caches):
     ledger = tmp_path / "runs.db"
-    for name, cache in (("dynamic", "dynamic"), ("static", "static")):
+    for name in ("dynamic", "static"):
         cfg = tmp_path / f"{name}.yaml"
         cfg.write_text(yaml.safe_dump({**TINY, "train": {"kind": "lowrank", "rank": 4}, "sigma": 0.05,
-                                       "sampling": {"kv_cache": cache}}))
+                                       "sampling": {"kv_cache": name}}))
         cli("train", cfg, "--run", name, "--ledger", ledger)
+        assert bool(static_caches) == (name == "static")  # the run's decoding used it (train runs in process)
     assert fingerprints(ledger, "static") == fingerprints(ledger, "dynamic")
     with Ledger.open(str(ledger)) as led:
         assert led.get_run("static").config["sampling"]["kv_cache"] == "static"  # stored: resume decodes alike
@@ -89,13 +112,20 @@ def test_auto_takes_hf_for_a_static_cache():
 def test_compiled_static_decode_on_cuda_matches_the_dynamic_cache(tiny_model_dir):
     """On CUDA transformers compiles the static-cache decode step (CUDA graphs): greedy
     completions of the plain model and of batched low-rank members equal the dynamic
-    cache's, over two groups (the second replays the first's graphs with new member terms)."""
+    cache's, over two groups of other members (the second replays the first's graphs with
+    its own member terms, without a recompilation)."""
     kind = Perturbation.lowrank(4)
     dynamic = HFBackend(tiny_model_dir, device="cuda", perturbation=kind, batch_size=6)
     static = HFBackend(tiny_model_dir, device="cuda", perturbation=kind, batch_size=6, kv_cache="static")
     master = dynamic.master()
     for backend in (dynamic, static):
         backend.load_master(master)
+    from torch._dynamo.utils import counters
+
     assert static.generate_ids(PROMPTS, 16) == dynamic.generate_ids(PROMPTS, 16)
-    for _group in range(2):
-        assert _member_rows(static, master) == _member_rows(dynamic, master)
+    assert hasattr(static.model, "_compiled_call")  # transformers compiled the decode step
+    assert _member_rows(static, master) == _member_rows(dynamic, master)
+    graphs = counters["stats"]["unique_graphs"]
+    other = [13, 13, 14, 14]  # a second group: the same shapes, other members' terms
+    assert _member_rows(static, master, other) == _member_rows(dynamic, master, other)
+    assert counters["stats"]["unique_graphs"] == graphs  # replayed, not recompiled

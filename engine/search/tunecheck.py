@@ -16,6 +16,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from seedledger.engine.config import TrainConfig, load_config
 from seedledger.engine.config_kinds import one_key
 from seedledger.engine.runtime import session
@@ -88,11 +90,21 @@ def expected_config(config: Path, overrides: list[str]) -> TrainConfig:
     return adapters.resolve(load_config(config, overrides))
 
 
+def canonical(stored: dict[str, Any]) -> dict[str, Any]:
+    """A stored config as this version dumps it, which is what a resume trains: one key for
+    the kind, and the keys added since it was stored at their defaults (a study from an
+    older version keeps its trials). A config the schema refuses is compared as stored."""
+    try:
+        return TrainConfig.model_validate(stored).model_dump(mode="json")
+    except ValidationError:
+        return one_key(stored)
+
+
 def check_config(ledger: Ledger, run: str, expected: TrainConfig, trust_code: bool,
                  maker: str = "the study file") -> None:
     """The run's stored config is the one `maker` (the study file; `pbt`'s config) makes for
     its parameters, key by key."""
-    stored, want = one_key(ledger.get_run(run).config), expected.model_dump(mode="json")  # one key for the kind
+    stored, want = canonical(ledger.get_run(run).config), expected.model_dump(mode="json")
     skip = {k for k, open_value in _RESOLVED.items() if want.get(k) == open_value}
     if trust_code:
         skip |= set(_CODE_SECTIONS)

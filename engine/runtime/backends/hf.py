@@ -67,6 +67,8 @@ class HFBackend(HFDecoding):
         self.batch_size = batch_size
         self.temperature = temperature
         self.top_p = top_p
+        if kv_cache not in ("dynamic", "static"):
+            raise ValueError(f"kv_cache must be dynamic or static, not {kv_cache!r}")
         self.kv_cache = kv_cache
         self.perturbation = kind = perturbation or Full()
         self.form = chosen(kind, "hf", BACKEND_FORMS["hf"])  # how members are built

@@ -32,6 +32,10 @@ import torch
 from seedledger.engine.runtime.backends.base import Messages
 from seedledger.engine.runtime.backends.seeded_sampling import SeededSampler, prompt_stream_seed
 
+# A static cache's length is rounded up to a multiple of this: each new length is a new
+# compiled shape on CUDA, and transformers keeps the longest so far (`max_cache_len`).
+CACHE_BUCKET = 256
+
 
 class HFDecoding:
     """Generation for a backend holding `model`, `tokenizer` (left-padded), `device`,
@@ -123,14 +127,17 @@ class HFDecoding:
             eos_token_id=self.model.generation_config.eos_token_id or tok.eos_token_id,
             pad_token_id=tok.pad_token_id,
             bos_token_id=self.model.generation_config.bos_token_id,
-            cache_implementation="static" if self.kv_cache == "static" else None,
         )
+        if self.kv_cache == "static":
+            gen_cfg.cache_implementation = "static"
         eos = gen_cfg.eos_token_id
         stops = set(eos if isinstance(eos, list) else [eos])
         outputs: list[list[int]] = []
         for start in range(0, len(rows), batch):
             enc = self._encode(rows[start : start + batch])
             prompt_len = enc["input_ids"].shape[1]
+            if self.kv_cache == "static":  # a cache length per bucket, not per prompt length: fewer recompiles
+                gen_cfg.max_cache_len = -(-(prompt_len + max_new_tokens) // CACHE_BUCKET) * CACHE_BUCKET
             procs = None
             if sampling:
                 uniforms = torch.stack(
