@@ -1,6 +1,6 @@
 """`sampling.kv_cache: static`: transformers' preallocated KV cache decodes what the dynamic
-cache decodes (plain, batched low-rank members, LoRA members, seeded sampling), a run with
-it reaches the same fingerprints, and a backend that cannot use it is refused at validation.
+cache decodes greedily (plain, batched low-rank members, LoRA members), a run with it
+reaches the same fingerprints, and a backend that cannot use it is refused at validation.
 
 On CUDA the static cache is what lets transformers compile the decode step into CUDA graphs
 (`hf_decode`'s docstring); that path is checked by the `gpu` test at the end."""
@@ -57,14 +57,29 @@ def _member_rows(backend: HFBackend, master, keys=KEYS, *, new: int = 12) -> lis
         return backend._decode(rows, [None] * len(rows), new, batch=len(rows))
 
 
-def test_plain_and_sampled_decoding_match_the_dynamic_cache(tiny_model_dir, static_caches):
+def _step_logits(backend: HFBackend, new: int = 8) -> torch.Tensor:
+    """The logits of `new` greedy steps over PROMPTS, with the backend's KV cache."""
+    cache = {"cache_implementation": "static"} if backend.kv_cache == "static" else {}
+    with torch.inference_mode():
+        out = backend.model.generate(**backend._encode(PROMPTS), max_new_tokens=new, do_sample=False,
+                                     output_logits=True, return_dict_in_generate=True,
+                                     pad_token_id=backend.tokenizer.pad_token_id, **cache)
+    return torch.stack(out.logits)
+
+
+def test_greedy_decoding_matches_the_dynamic_cache(tiny_model_dir, static_caches):
+    """The logits agree up to summation order (the static cache attends over its whole,
+    masked length: 1.3e-6 here), so greedy completions match but at near-ties; seeded
+    sampling is reproducible, though a flat distribution's top-p order can differ from the
+    dynamic cache's (the random `tiny` model's does)."""
     dynamic, static = _both(tiny_model_dir)
     theirs = dynamic.generate_ids(PROMPTS, 16)
     assert static_caches == []
     assert static.generate_ids(PROMPTS, 16) == theirs
     assert static_caches and all(n % CACHE_BUCKET == 0 for n in static_caches)  # one length per bucket
+    assert (_step_logits(static) - _step_logits(dynamic)).abs().max().item() < 1e-4
     sampled = {"seed": 5, "temperature": 0.9, "top_p": 0.9, "samples": 2}
-    assert static.generate_ids(PROMPTS, 16, **sampled) == dynamic.generate_ids(PROMPTS, 16, **sampled)
+    assert static.generate_ids(PROMPTS, 16, **sampled) == static.generate_ids(PROMPTS, 16, **sampled)
 
 
 @pytest.mark.parametrize("kind", [Perturbation.lowrank(4), Adapter(LoraSpec(2, 4, ("q_proj", "v_proj"), "seed:3"))],

@@ -15,9 +15,11 @@ KV cache. `kv_cache="static"` decodes into transformers' preallocated cache (its
 small model's decode step is bound by kernel launches there. The member terms' forward
 hooks (`hf_lowrank`) are traced into the graph; a new group's terms are new inputs of the
 same shapes, not a recompilation (CUDA graphs copy such inputs into their own buffers
-before each step, in one `_foreach_copy_`). Greedy completions equal the dynamic cache's on the CPU
-(`tests/test_static_cache.py`); where a compiled CUDA path differs in the last bits a
-near-tie can flip, as with another batch composition.
+before each step, in one `_foreach_copy_`). The static cache attends over its whole
+(masked) length, so its logits equal the dynamic cache's only up to summation order
+(1.3e-6 on `tiny`, the CPU): greedy completions match but at near-ties, and a seeded sample
+can differ where near-equal probabilities reorder, as with another batch composition. A run
+is deterministic with either cache; the cache is part of its stored config.
 
 `samples=n` (pass@k): n completions per prompt, prompt-major; sample s of prompt i draws
 from the stream seeded by `(seed, i, s)`, sample 0 by `(seed, i)` as with `samples=1`.
