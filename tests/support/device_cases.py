@@ -109,18 +109,25 @@ def same_state(a: OptimizerState, b: OptimizerState) -> None:
         same(a.buffers[kind], b.buffers[kind])
 
 
-def quant_scales_case(device: str, optimizer: dict[str, Any]) -> None:
-    """Three steps quantize once and move only the scales; members' row scales agree."""
-    from seedledger.replay import noise, quant
+def stepped_alike(kind_name: str, device: str, optimizer: dict[str, Any]) -> tuple[dict, dict, ReplayStep, dict]:
+    """`quant_steps` on the CPU and `device`, checked alike (the master stays on its device;
+    masters, states and fingerprints agree): the two masters, the last step, the plain master."""
     from seedledger.replay.fingerprint import fingerprint
-    from seedledger.replay.kinds import QuantScales
 
-    (cm, cs), (dm, ds), step = quant_steps("quant_scales", device, optimizer)
+    (cm, cs), (dm, ds), step = quant_steps(kind_name, device, optimizer)
     assert all(t.device.type == torch.device(device).type for t in dm.values())
     same(cm, dm)
     same_state(cs, ds)
     assert fingerprint(cm) == fingerprint(dm)
-    plain = quant_master("cpu")
+    return cm, dm, step, quant_master("cpu")
+
+
+def quant_scales_case(device: str, optimizer: dict[str, Any]) -> None:
+    """Three steps quantize once and move only the scales; members' row scales agree."""
+    from seedledger.replay import noise, quant
+    from seedledger.replay.kinds import QuantScales
+
+    cm, dm, step, plain = stepped_alike("quant_scales", device, optimizer)
     assert all(not torch.equal(cm[quant.scale_name(n)], quant.quantize_rows(plain[n])[1])
                for n in plain if cm[n].dtype == quant.CODE_DTYPE), "every scale vector moved"
     scale = noise.round_coefficient(step.sigma)
@@ -134,15 +141,9 @@ def quant_scales_case(device: str, optimizer: dict[str, Any]) -> None:
 def quant_codes_case(device: str, optimizer: dict[str, Any]) -> None:
     """Three steps move codes through the residual; a member's dequantized genome agrees."""
     from seedledger.replay import quant
-    from seedledger.replay.fingerprint import fingerprint
     from seedledger.replay.rebuild import apply_member
 
-    (cm, cs), (dm, ds), step = quant_steps("quant_codes", device, optimizer)
-    assert all(t.device.type == torch.device(device).type for t in dm.values())
-    same(cm, dm)
-    same_state(cs, ds)
-    assert fingerprint(cm) == fingerprint(dm)
-    plain = quant_master("cpu")
+    cm, dm, step, plain = stepped_alike("quant_codes", device, optimizer)
     assert any(not torch.equal(cm[n], quant.quantize_rows(plain[n])[0])
                for n in plain if cm[n].dtype == quant.CODE_DTYPE), "some codes moved"
     for sign in (1, -1):
