@@ -273,8 +273,7 @@ class TrainConfig(Strict):
 
     @model_validator(mode="after")
     def _backend_fits(self) -> TrainConfig:
-        """What the backend must build: the kind's members (a shared member form, with
-        `base_quantization`) and its decoding (`sampling.kv_cache`)."""
+        """What the backend must build: the kind's members (with `base_quantization`) and its decoding."""
         why = (config_kinds.kind_refusal(self.train, self.backend, self.base_quantization)
                or decoding_refusal(self.backend, self.sampling.kv_cache))
         if why:
