@@ -2,7 +2,7 @@
 
 Light on purpose (no torch, no backend import): the config checks a run against these rows
 when it is validated, before a run exists, and each backend reads its own row to choose how
-it builds members. A new backend adds its row to both tables. `auto` is resolved when the
+it builds members. A new backend adds its row to each table. `auto` is resolved when the
 run is created (engine.runtime.backends.choice); it is held to hf's rows, its fallback.
 """
 
@@ -30,9 +30,18 @@ BACKEND_FORMS: dict[str, tuple[MemberForm, ...]] = {
 }
 
 
+# The KV caches its decoding takes (`sampling.kv_cache`): a static cache is transformers'
+# (vLLM pages its own cache and captures its own graphs; a module is not decoded).
+BACKEND_KV_CACHES: dict[str, tuple[str, ...]] = {
+    "auto": ("dynamic", "static"),
+    "hf": ("dynamic", "static"),
+    "vllm": ("dynamic",),
+    "module": ("dynamic",),
+}
+
+
 def decoding_refusal(backend: str, kv_cache: str) -> str | None:
-    """Why the run's decoding settings cannot go on `backend` (one line), else None: a
-    static KV cache is transformers' (vLLM pages its own cache and captures its own graphs)."""
-    if kv_cache == "static" and backend not in ("auto", "hf"):
-        return f"sampling.kv_cache static: transformers' static cache needs backend: hf, not {backend}"
+    """Why the run's decoding settings cannot go on `backend` (one line), else None."""
+    if kv_cache not in BACKEND_KV_CACHES[backend]:
+        return f"sampling.kv_cache {kv_cache}: transformers' static cache needs backend: hf, not {backend}"
     return None

@@ -16,9 +16,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
-from seedledger.engine.config import TrainConfig, load_config
+from seedledger.engine.config import TrainConfig, load_config, validate
 from seedledger.engine.config_kinds import one_key
 from seedledger.engine.runtime import session
 from seedledger.engine.runtime.models import adapters
@@ -95,8 +93,8 @@ def canonical(stored: dict[str, Any]) -> dict[str, Any]:
     the kind, and the keys added since it was stored at their defaults (a study from an
     older version keeps its trials). A config the schema refuses is compared as stored."""
     try:
-        return TrainConfig.model_validate(stored).model_dump(mode="json")
-    except ValidationError:
+        return validate(stored, "the stored config").model_dump(mode="json")
+    except SeedLedgerError:
         return one_key(stored)
 
 

@@ -29,7 +29,7 @@ import importlib.util
 import os
 from pathlib import Path
 
-from seedledger.engine.config_backends import BACKEND_FORMS
+from seedledger.engine.config_backends import BACKEND_FORMS, BACKEND_KV_CACHES
 from seedledger.engine.runtime.setup.preflight import VLLM_CPU_HEAD_SIZES, head_dim
 from seedledger.ledger.errors import SeedLedgerError
 from seedledger.replay.kinds.forms import common
@@ -48,7 +48,7 @@ def hf_only(cfg) -> str | None:
         return "algorithm lmmaes"
     if cfg.ga is not None and cfg.ga.survivors > 1:
         return "ga.survivors"
-    if cfg.sampling.kv_cache == "static":
+    if cfg.sampling.kv_cache not in BACKEND_KV_CACHES["vllm"]:
         return "sampling.kv_cache"
     if not cfg.on_weights():  # an adapter or int8 run
         return "train"

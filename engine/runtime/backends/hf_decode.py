@@ -130,15 +130,14 @@ class HFDecoding:
             pad_token_id=tok.pad_token_id,
             bos_token_id=self.model.generation_config.bos_token_id,
         )
-        if self.kv_cache == "static":
-            gen_cfg.cache_implementation = "static"
         eos = gen_cfg.eos_token_id
         stops = set(eos if isinstance(eos, list) else [eos])
         outputs: list[list[int]] = []
         for start in range(0, len(rows), batch):
             enc = self._encode(rows[start : start + batch])
             prompt_len = enc["input_ids"].shape[1]
-            if self.kv_cache == "static":  # a cache length per bucket, not per prompt length: fewer recompiles
+            if self.kv_cache == "static":  # one cache length per bucket, not per prompt length: fewer recompiles
+                gen_cfg.cache_implementation = "static"
                 gen_cfg.max_cache_len = -(-(prompt_len + max_new_tokens) // CACHE_BUCKET) * CACHE_BUCKET
             procs = None
             if sampling:
